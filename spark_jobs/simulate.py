@@ -1,0 +1,193 @@
+"""Device traffic for demos, tests and benchmarks: events with every defect we must handle.
+
+Generation is pure and seeded (``generate_events``) so tests can compute the expected
+tables from the very records produced; ``produce_records`` sends them with kafka-python.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Iterator
+
+from spark_jobs.errors import BrokerUnavailable, SigflowError
+
+MALFORMED_KINDS = (
+    "not_json", "truncated_json", "binary", "missing_field", "wrong_type",
+    "bad_time", "non_finite", "json_array",
+)
+
+
+@dataclass(frozen=True)
+class SimRecord:
+    key: bytes | None
+    value: bytes
+    kind: str  # "event", "duplicate", "late", "out_of_order" or a malformed kind
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def event_payload(event_id: str, device_id: str, event_time_ms: int, signal: float, **extra) -> bytes:
+    body = {"event_id": event_id, "device_id": device_id, "event_time": iso(event_time_ms),
+            "signal": signal, **extra}
+    return json.dumps(body).encode()
+
+
+def _malformed(kind: str, rng: random.Random, device: str, t_ms: int, n: int) -> bytes:
+    good = {"event_id": f"bad-{n}", "device_id": device, "event_time": iso(t_ms), "signal": 1.0}
+    if kind == "not_json":
+        return b"device says hello"
+    if kind == "truncated_json":
+        return json.dumps(good).encode()[: rng.randint(5, 30)]
+    if kind == "binary":
+        return bytes([0xFF, 0xFE, 0x00, 0x9C]) + rng.randbytes(12)
+    if kind == "missing_field":
+        good.pop(rng.choice(["event_id", "device_id", "event_time", "signal"]))
+    elif kind == "wrong_type":
+        good["signal"] = "high"
+    elif kind == "bad_time":
+        good["event_time"] = "yesterday at noon"
+    elif kind == "non_finite":
+        return json.dumps(good).encode().replace(b'"signal": 1.0', b'"signal": 1e999')
+    elif kind == "json_array":
+        return json.dumps([good]).encode()
+    return json.dumps(good).encode()
+
+
+def generate_events(
+    count: int,
+    devices: int = 10,
+    seed: int = 7,
+    start_ms: int | None = None,
+    spacing_ms: int = 1000,
+    late_ratio: float = 0.02,
+    out_of_order_ratio: float = 0.05,
+    duplicate_ratio: float = 0.03,
+    malformed_ratio: float = 0.03,
+) -> list[SimRecord]:
+    """``count`` records whose event times advance by ``spacing_ms``, with defects mixed in.
+
+    late: 30 to 60 minutes behind the stream (beyond a 10-minute watermark);
+    out_of_order: up to 2 minutes behind (within it); duplicate: an earlier event re-sent.
+    """
+    rng = random.Random(seed)
+    start_ms = start_ms if start_ms is not None else int(time.time() * 1000) - count * spacing_ms
+    sent: list[SimRecord] = []
+    for n in range(count):
+        device = f"device-{rng.randrange(devices):04d}"
+        t_ms = start_ms + n * spacing_ms
+        roll = rng.random()
+        if roll < malformed_ratio:
+            kind = rng.choice(MALFORMED_KINDS)
+            sent.append(SimRecord(device.encode(), _malformed(kind, rng, device, t_ms, n), kind))
+            continue
+        roll -= malformed_ratio
+        if roll < duplicate_ratio and sent:
+            original = rng.choice([r for r in sent[-50:] if r.kind in ("event", "out_of_order")] or [None])
+            if original is not None:
+                sent.append(SimRecord(original.key, original.value, "duplicate"))
+                continue
+        roll -= duplicate_ratio
+        kind = "event"
+        if roll < late_ratio:
+            kind, t_ms = "late", t_ms - rng.randint(30, 60) * 60_000
+        elif roll < late_ratio + out_of_order_ratio:
+            kind, t_ms = "out_of_order", t_ms - rng.randint(1, 120) * 1000
+        signal = round(rng.gauss(50, 15), 3)
+        value = event_payload(f"evt-{seed}-{n}", device, t_ms, signal, firmware="1.4.2")
+        sent.append(SimRecord(device.encode(), value, kind))
+    return sent
+
+
+class Progress:
+    """A single self-rewriting line on a terminal, periodic lines otherwise."""
+
+    def __init__(self, label: str, total: int | None = None, every_s: float = 1.0):
+        self.label, self.total, self.every_s = label, total, every_s
+        self.started = self.last = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-9)
+        of = f"/{self.total}" if self.total else ""
+        text = f"{self.label}: {done}{of} ({rate:,.0f}/s)"
+        print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def finish(self, done: int) -> None:
+        self.update(done, force=True)
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def produce_records(
+    bootstrap_servers: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    rate_per_s: float | None = None,
+    total: int | None = None,
+    progress: bool = False,
+) -> int:
+    """Send (key, value) pairs; returns how many the broker acknowledged."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    try:
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers, linger_ms=5, acks=1,
+            max_request_size=4 * 1024 * 1024, request_timeout_ms=15000,
+        )
+    except KafkaError:
+        raise BrokerUnavailable(
+            f"Kafka at {bootstrap_servers} did not answer",
+            "start the embedded broker with `sigflow broker start`, or set KAFKA_BOOTSTRAP_SERVERS",
+        ) from None
+    meter = Progress(f"produce {topic}", total) if progress else None
+    futures = []
+    started = time.monotonic()
+    sent = 0
+    try:
+        for sent, (key, value) in enumerate(records, start=1):
+            futures.append(producer.send(topic, key=key, value=value))
+            if rate_per_s:
+                ahead = sent / rate_per_s - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+            if meter:
+                meter.update(sent)
+        producer.flush()
+        for future in futures:
+            future.get(timeout=30)
+    except KafkaError as exc:
+        raise SigflowError(f"producing to {topic} failed after {sent} records: {exc}") from None
+    finally:
+        producer.close()
+    if meter:
+        meter.finish(sent)
+    return sent
+
+
+def file_records(path: str) -> Iterator[tuple[bytes | None, bytes]]:
+    """Each line as is; the key is the device_id when the line is a JSON object with one."""
+    with open(path, "rb") as handle:
+        for line in handle:
+            line = line.rstrip(b"\r\n")
+            if not line:
+                continue
+            key = None
+            try:
+                parsed = json.loads(line)
+                if isinstance(parsed, dict) and isinstance(parsed.get("device_id"), str):
+                    key = parsed["device_id"].encode()
+            except ValueError:
+                pass
+            yield key, line

@@ -1,0 +1,61 @@
+"""Shared, real test infrastructure: one Tansu broker and one SparkSession per test session.
+
+Each test gets its own topics, data directory (Delta tables, checkpoints) and settings, so
+tests stay isolated while paying the JVM and broker start-up once.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from spark_jobs import broker as embedded
+from spark_jobs import kafka_client
+from spark_jobs.config import Settings, load_settings
+
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+@pytest.fixture(scope="session")
+def embedded_broker(tmp_path_factory):
+    settings = load_settings(
+        env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("broker")), "broker_port": 0}
+    )
+    info = embedded.start(settings)
+    yield info
+    embedded.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from spark_jobs.spark import get_spark
+
+    session = get_spark(load_settings(env={}, overrides={"shuffle_partitions": 2}), "sigflow-tests")
+    yield session
+    session.stop()
+
+
+def make_settings(data_dir, bootstrap: str, **overrides) -> Settings:
+    suffix = uuid.uuid4().hex[:8]
+    values = {
+        "data_dir": str(data_dir),
+        "kafka_bootstrap_servers": bootstrap,
+        "events_topic": f"events-{suffix}",
+        "alerts_topic": f"alerts-{suffix}",
+        "shuffle_partitions": 2,
+        "kafka_read_timeout_s": 20,
+        **overrides,
+    }
+    return load_settings(env={}, overrides=values)
+
+
+@pytest.fixture
+def settings(tmp_path, embedded_broker) -> Settings:
+    """Settings with this test's own topics (created) and data directory."""
+    s = make_settings(tmp_path / "data", embedded_broker.bootstrap_servers)
+    kafka_client.create_topics(
+        s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], s.topic_partitions, s.topic_retention_ms
+    )
+    return s

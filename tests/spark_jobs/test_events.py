@@ -1,0 +1,66 @@
+from datetime import datetime, timezone
+
+import pytest
+
+from spark_jobs.events import parse_device_events
+from spark_jobs.python_kafka_source import KAFKA_SCHEMA
+
+VALID = '{"event_id": "e1", "device_id": "d1", "event_time": "2026-11-22T12:04:00Z", "signal": 1.5, "site": "north", "tags": {"a": 1}}'
+
+
+def kafka_rows(spark, values):
+    now = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    rows = [(b"k", v if isinstance(v, (bytes, type(None))) else v.encode(), "t", 0, i, now, 0)
+            for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, KAFKA_SCHEMA)
+
+
+def test_valid_event_is_typed_and_keeps_extra_fields(spark):
+    valid, quarantined = parse_device_events(kafka_rows(spark, [VALID]))
+    assert quarantined.count() == 0
+    row = valid.collect()[0]
+    assert (row.event_id, row.device_id, row.signal) == ("e1", "d1", 1.5)
+    assert row.event_time == datetime(2026, 11, 22, 12, 4)  # session time zone is UTC
+    assert row.extras == {"site": "north", "tags": '{"a":1}'}
+
+
+@pytest.mark.parametrize(
+    "event_time, expected",
+    [
+        ('"2026-11-22T13:04:00+01:00"', datetime(2026, 11, 22, 12, 4)),
+        ('"2026-11-22T12:04:00.250Z"', datetime(2026, 11, 22, 12, 4, 0, 250000)),
+        ("1795349040000", datetime(2026, 11, 22, 12, 4)),
+    ],
+)
+def test_event_time_forms_accepted(spark, event_time, expected):
+    value = f'{{"event_id": "e", "device_id": "d", "event_time": {event_time}, "signal": 2}}'
+    valid, _ = parse_device_events(kafka_rows(spark, [value]))
+    assert valid.collect()[0].event_time == expected
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ("hello", "not valid JSON"),
+        (b"\xff\xfe\x00\x9c", "not valid JSON"),
+        ('{"event_id": "e1", "device_id"', "not valid JSON"),
+        ('{"event_id": "e", "device_id": "d", "event_time": 1, "signal": NaN}', "not valid JSON"),
+        (None, "empty record (no value)"),
+        ("[1, 2]", "not a JSON object (got ARRAY)"),
+        ('{"device_id": "d", "event_time": 1, "signal": 1}', "missing required field(s): event_id"),
+        ('{"event_id": "e", "device_id": null, "event_time": 1}', "missing required field(s): device_id, signal"),
+        ('{"event_id": 7, "device_id": "d", "event_time": 1, "signal": 1}', "field 'event_id' must be a string, got BIGINT"),
+        ('{"event_id": "e", "device_id": "d", "event_time": 1, "signal": "high"}', "field 'signal' must be a number, got STRING"),
+        ('{"event_id": "e", "device_id": "d", "event_time": 1, "signal": 1e999}', "field 'signal' is not finite (Infinity)"),
+        ('{"event_id": "e", "device_id": "d", "event_time": "yesterday", "signal": 1}',
+         "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: 'yesterday'"),
+        ('{"event_id": "e", "device_id": "d", "event_time": "2026-11-22T12:04:00", "signal": 1}',
+         "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: '2026-11-22T12:04:00'"),
+    ],
+)
+def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
+    valid, quarantined = parse_device_events(kafka_rows(spark, [value]))
+    assert valid.count() == 0
+    row = quarantined.collect()[0]
+    assert row.reason == reason
+    assert row.value == (value.encode() if isinstance(value, str) else value)

@@ -20,6 +20,8 @@ import yaml
 from spark_jobs.errors import ConfigError
 
 ENV_PREFIX = "SIGFLOW_"
+# Process-level variables that are not settings: the config file and fault-test crash points.
+RESERVED_ENV = {"SIGFLOW_CONFIG", "SIGFLOW_FAILPOINTS"}
 CHOICES = {
     "kafka_source": ("auto", "native", "python"),
     "delta_writer": ("auto", "delta-spark", "delta-rs"),
@@ -74,6 +76,8 @@ class Settings:
     delta_writer: str = "auto"
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
+    spark_ui: bool = False
+    spark_log_level: str = "ERROR"
 
     # Streaming semantics (see docs/jobs/*.md and shared semantics reference).
     trigger_interval: str = "10 seconds"
@@ -191,7 +195,7 @@ def load_settings(
     if env.get("KAFKA_BOOTSTRAP_SERVERS"):
         values["kafka_bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
     for key, raw in env.items():
-        if key.startswith(ENV_PREFIX) and key != f"{ENV_PREFIX}CONFIG":
+        if key.startswith(ENV_PREFIX) and key not in RESERVED_ENV:
             values[key[len(ENV_PREFIX):].lower()] = raw
     values.update(overrides or {})
 

@@ -104,12 +104,14 @@ def split_limit(available: dict[tuple[str, str], int], max_rows: int) -> dict[tu
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]):
+        # Spark hands data source options over with lower-cased keys; accept either form.
+        options = {k.lower(): v for k, v in options.items()}
         self.bootstrap = options["kafka.bootstrap.servers"]
         self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
-        self.starting = options.get("startingOffsets", "earliest")
-        self.max_offsets = int(options.get("maxOffsetsPerTrigger", 0) or 0)
-        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() == "true"
-        self.read_timeout_s = float(options.get("sigflow.readTimeoutSeconds", 30))
+        self.starting = options.get("startingoffsets", "earliest")
+        self.max_offsets = int(options.get("maxoffsetspertrigger", 0) or 0)
+        self.fail_on_data_loss = options.get("failondataloss", "true").lower() == "true"
+        self.read_timeout_s = float(options.get("sigflow.readtimeoutseconds", 30))
         self.available_now_target: dict | None = None
 
     # ---- offsets -----------------------------------------------------------------------
@@ -275,7 +277,7 @@ class KafkaDataSource(DataSource):
         return KAFKA_SCHEMA
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        missing = [k for k in ("kafka.bootstrap.servers", "subscribe") if not self.options.get(k)]
+        missing = [k for k in ("kafka.bootstrap.servers", "subscribe") if k not in self.options]
         if missing:
             raise ValueError(f"{FORMAT_NAME} source needs options: {', '.join(missing)}")
         return KafkaStreamReader(dict(self.options))

@@ -143,7 +143,7 @@ def produce_records(
 
     try:
         producer = KafkaProducer(
-            bootstrap_servers=bootstrap_servers, linger_ms=5, acks=1,
+            bootstrap_servers=bootstrap_servers, linger_ms=5,
             max_request_size=4 * 1024 * 1024, request_timeout_ms=15000,
         )
     except KafkaError:

@@ -55,9 +55,11 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     """
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded: stay on loopback
     builder = (
         SparkSession.builder.appName(app_name)
-        .config("spark.ui.enabled", os.environ.get("SIGFLOW_SPARK_UI", "false"))
+        .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
@@ -66,7 +68,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
         builder = builder.master(settings.spark_master)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SIGFLOW_SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(settings.spark_log_level)
     configure_session(spark, settings)
     return spark
 

@@ -1,0 +1,36 @@
+"""The CLI as operators meet it: one actionable line on failure, exit code non-zero."""
+
+from spark_jobs.config import load_settings
+from tests.helpers import sigflow
+
+
+def _one_line_error(result):
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sigflow:")]
+    assert lines[0].startswith("sigflow: error:") and lines[1].startswith("sigflow: hint:")
+    return lines
+
+
+def test_unreachable_broker_is_one_actionable_line(tmp_path):
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    lines = _one_line_error(sigflow(s, "run", "ingest", timeout=60))
+    assert "127.0.0.1:1 did not answer" in lines[0] and "sigflow broker start" in lines[1]
+
+
+def test_no_broker_at_all_says_how_to_start_one(tmp_path):
+    result = sigflow(None, "topics", "create", extra_env={"SIGFLOW_DATA_DIR": str(tmp_path)})
+    lines = _one_line_error(result)
+    assert "embedded broker is not running" in lines[0]
+
+
+def test_invalid_config_names_the_setting(tmp_path):
+    result = sigflow(None, "run", "ingest", extra_env={"SIGFLOW_WATERMARK_DELAY": "soon"})
+    lines = _one_line_error(result)
+    assert "watermark_delay='soon'" in lines[0] and "SIGFLOW_WATERMARK_DELAY" in lines[1]
+
+
+def test_unknown_job_lists_the_jobs(tmp_path):
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    lines = _one_line_error(sigflow(s, "run", "no-such-job"))
+    assert "ingest" in lines[1]

@@ -1,0 +1,63 @@
+"""Exactly-once and restart behaviour of the runner, with real processes killed mid-batch."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from spark_jobs import broker as embedded
+from spark_jobs import kafka_client
+from spark_jobs.errors import DataLossError
+from spark_jobs.simulate import MALFORMED_KINDS, generate_events
+from tests.conftest import make_settings
+from tests.helpers import produce, run_job, sigflow, table
+
+
+def test_sigkill_at_every_commit_point_loses_and_duplicates_nothing(settings):
+    records = generate_events(900, malformed_ratio=0.05, duplicate_ratio=0.05)
+    produce(settings, records)
+    s = settings.replace(max_offsets_per_trigger=300)  # three batches of 300
+    for point, batch in [("before_delta_commit", 0), ("between_tables", 1), ("after_delta_commit", 2)]:
+        killed = sigflow(s, "run", "ingest", extra_env={"SIGFLOW_FAILPOINTS": f"{point}:{batch}"})
+        assert killed.returncode == -9, killed.stderr[-2000:]
+    finished = sigflow(s, "run", "ingest")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+
+    raw = table(s, "device_events_raw")
+    assert Counter(raw["value"]) == Counter(r.value for r in records)
+    valid = [r for r in records if r.kind not in MALFORMED_KINDS]
+    events = table(s, "device_events")
+    assert Counter(events["event_id"]) == Counter(json.loads(r.value)["event_id"] for r in valid)
+    assert len(table(s, "quarantined_events")) == len(records) - len(valid)
+
+
+@pytest.fixture
+def private_broker(tmp_path):
+    """A broker of this test's own, to lose its (in-memory) data on restart."""
+    s = make_settings(tmp_path / "broker", "", broker_port=0)
+    yield s
+    embedded.stop(s)
+
+
+def _fresh_topic(broker_settings, settings):
+    info = embedded.start(broker_settings)
+    s = settings.replace(kafka_bootstrap_servers=info.bootstrap_servers)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 3, 60000)
+    return s
+
+
+def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark, tmp_path, private_broker):
+    s = _fresh_topic(private_broker, make_settings(tmp_path / "data", ""))
+    produce(s, generate_events(60, malformed_ratio=0))
+    assert run_job(spark, s).rows_in == 60
+
+    embedded.stop(private_broker)  # memory storage: the topic and its records are gone
+    s = _fresh_topic(private_broker, s)
+    produce(s, generate_events(9, seed=3, malformed_ratio=0))
+    with pytest.raises(DataLossError, match="no longer has offsets") as err:
+        run_job(spark, s)
+    assert "runbooks" in err.value.hint
+
+    lenient = s.replace(fail_on_data_loss=False)
+    assert run_job(spark, lenient).rows_in == 9
+    assert len(table(s, "device_events_raw")) == 69

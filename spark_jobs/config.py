@@ -83,6 +83,10 @@ class Settings:
     trigger_interval: str = "10 seconds"
     watermark_delay: str = "10 minutes"
     multiple_watermark_policy: str = "min"
+    tumbling_window: str = "5 minutes"
+    sliding_window: str = "10 minutes"
+    sliding_step: str = "5 minutes"
+    fleet_window: str = "15 minutes"
 
     # Device signal range used by data-quality checks.
     signal_min: float = -1000.0
@@ -152,7 +156,8 @@ def _validate(s: Settings) -> None:
                 f"setting {name}={getattr(s, name)!r} is not one of {', '.join(allowed)}",
                 f"env {ENV_PREFIX}{name.upper()}",
             )
-    for name in ("trigger_interval", "watermark_delay"):
+    for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
+                 "sliding_step", "fleet_window"):
         duration_seconds(getattr(s, name), name)
     for name in ("topic_partitions", "shuffle_partitions"):
         if getattr(s, name) < 1:

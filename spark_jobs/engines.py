@@ -83,3 +83,18 @@ def read_kafka(
         options.pop("includeHeaders")
         options["sigflow.readTimeoutSeconds"] = str(settings.kafka_read_timeout_s)
     return spark.readStream.format(engines.kafka_format).options(**options).load()
+
+
+def read_kafka_range(
+    spark: SparkSession, settings: Settings, engines: Engines, bootstrap_servers: str,
+    topics: list[str], start: dict, end: dict,
+) -> DataFrame:
+    """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
+    import json
+
+    options = kafka_options(settings, bootstrap_servers, topics)
+    options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
+    if engines.kafka_source == "python":
+        options.pop("includeHeaders")
+        options["sigflow.readTimeoutSeconds"] = str(settings.kafka_read_timeout_s)
+    return spark.read.format(engines.kafka_format).options(**options).load()

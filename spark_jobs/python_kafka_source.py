@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -199,73 +204,104 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- reading (runs on executors) ---------------------------------------------------
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
-        from confluent_kafka import KafkaError, TopicPartition
+        return read_range(self.bootstrap, partition, self.fail_on_data_loss, self.read_timeout_s)
 
-        from spark_jobs import kafka_client
 
-        consumer = kafka_client.consumer(
-            self.bootstrap,
-            **{"auto.offset.reset": "earliest" if not self.fail_on_data_loss else "error"},
-        )
-        start = partition.from_offset if partition.from_offset >= 0 else 0
-        if partition.from_offset == EARLIEST:
-            start = consumer.get_watermark_offsets(
-                TopicPartition(partition.topic, partition.partition), timeout=self.read_timeout_s
-            )[0]
-        consumer.assign([TopicPartition(partition.topic, partition.partition, start)])
-        columns: dict[str, list] = {f.name: [] for f in _ARROW_SCHEMA}
-        position = start
-        last_progress = time.monotonic()
-        try:
-            while position < partition.until_offset:
-                messages = consumer.consume(ARROW_BATCH_ROWS, timeout=0.2)
-                if messages:
-                    last_progress = time.monotonic()
-                for msg in messages:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            if msg.offset() >= partition.until_offset:
-                                position = partition.until_offset
-                            continue
-                        raise RuntimeError(
-                            f"{DATA_LOSS_MARKER if err.code() == KafkaError._AUTO_OFFSET_RESET else ''}"
-                            f" reading {partition.topic}[{partition.partition}] at {position}: "
-                            f"{err.str()}"
-                        )
-                    offset = msg.offset()
-                    if offset >= partition.until_offset:
-                        position = partition.until_offset
-                        break
-                    ts_type, ts = msg.timestamp()
-                    columns["key"].append(msg.key())
-                    columns["value"].append(msg.value())
-                    columns["offset"].append(offset)
-                    columns["timestamp"].append(ts * 1000 if ts >= 0 else None)
-                    columns["timestampType"].append(max(ts_type - 1, 0))
-                    position = offset + 1
-                if len(columns["offset"]) >= ARROW_BATCH_ROWS:
-                    yield self._batch(columns, partition)
-                if time.monotonic() - last_progress > self.read_timeout_s:
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read`` of an exact offset range (startingOffsets/endingOffsets JSON), as the
+    native source allows; used to look at one micro-batch's input again."""
+
+    def __init__(self, options: dict[str, str]):
+        options = {k.lower(): v for k, v in options.items()}
+        self.bootstrap = options["kafka.bootstrap.servers"]
+        self.starting = _parse_offsets_option(options["startingoffsets"])
+        self.ending = _parse_offsets_option(options["endingoffsets"])
+        self.fail_on_data_loss = options.get("failondataloss", "true").lower() == "true"
+        self.read_timeout_s = float(options.get("sigflow.readtimeoutseconds", 30))
+
+    def partitions(self) -> list[KafkaRange]:
+        return [
+            KafkaRange(topic, int(p), self.starting.get(topic, {}).get(p, EARLIEST), until)
+            for topic, parts in self.ending.items()
+            for p, until in parts.items()
+            if self.starting.get(topic, {}).get(p, EARLIEST) < until
+        ] or [KafkaRange("", 0, 0, 0)]
+
+    def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
+        if not partition.topic:
+            return iter(())
+        return read_range(self.bootstrap, partition, self.fail_on_data_loss, self.read_timeout_s)
+
+
+def read_range(
+    bootstrap: str, partition: KafkaRange, fail_on_data_loss: bool, read_timeout_s: float
+) -> Iterator[pa.RecordBatch]:
+    """Records [from_offset, until_offset) of one partition as Arrow batches."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from spark_jobs import kafka_client
+
+    consumer = kafka_client.consumer(
+        bootstrap, **{"auto.offset.reset": "earliest" if not fail_on_data_loss else "error"}
+    )
+    tp = TopicPartition(partition.topic, partition.partition)
+    start = partition.from_offset
+    if start == EARLIEST:
+        start = consumer.get_watermark_offsets(tp, timeout=read_timeout_s)[0]
+    consumer.assign([TopicPartition(partition.topic, partition.partition, start)])
+    columns: dict[str, list] = {f.name: [] for f in _ARROW_SCHEMA}
+    position = start
+    last_progress = time.monotonic()
+    try:
+        while position < partition.until_offset:
+            messages = consumer.consume(ARROW_BATCH_ROWS, timeout=0.2)
+            if messages:
+                last_progress = time.monotonic()
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= partition.until_offset:
+                            position = partition.until_offset
+                        continue
+                    lost = DATA_LOSS_MARKER + ":" if err.code() == KafkaError._AUTO_OFFSET_RESET else ""
                     raise RuntimeError(
-                        f"{partition.topic}[{partition.partition}] stopped at offset {position}, "
-                        f"before the end {partition.until_offset} this batch was planned with; "
-                        "failing the batch rather than losing records (it will be retried)"
+                        f"{lost} reading {partition.topic}[{partition.partition}] at {position}: {err.str()}"
                     )
-            if columns["offset"]:
-                yield self._batch(columns, partition)
-        finally:
-            consumer.close()
+                offset = msg.offset()
+                if offset >= partition.until_offset:
+                    position = partition.until_offset
+                    break
+                ts_type, ts = msg.timestamp()
+                columns["key"].append(msg.key())
+                columns["value"].append(msg.value())
+                columns["offset"].append(offset)
+                columns["timestamp"].append(ts * 1000 if ts >= 0 else None)
+                # librdkafka: 1 create time, 2 log-append time; Spark's Kafka source: 0 and 1
+                columns["timestampType"].append(max(ts_type - 1, 0))
+                position = offset + 1
+            if len(columns["offset"]) >= ARROW_BATCH_ROWS:
+                yield _arrow_batch(columns, partition)
+            if time.monotonic() - last_progress > read_timeout_s:
+                raise RuntimeError(
+                    f"{partition.topic}[{partition.partition}] stopped at offset {position}, "
+                    f"before the end {partition.until_offset} this batch was planned with; "
+                    "failing the batch rather than losing records (it will be retried)"
+                )
+        if columns["offset"]:
+            yield _arrow_batch(columns, partition)
+    finally:
+        consumer.close()
 
-    @staticmethod
-    def _batch(columns: dict[str, list], partition: KafkaRange) -> pa.RecordBatch:
-        n = len(columns["offset"])
-        columns["topic"] = [partition.topic] * n
-        columns["partition"] = [partition.partition] * n
-        batch = pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
-        for values in columns.values():
-            values.clear()
-        return batch
+
+def _arrow_batch(columns: dict[str, list], partition: KafkaRange) -> pa.RecordBatch:
+    n = len(columns["offset"])
+    columns["topic"] = [partition.topic] * n
+    columns["partition"] = [partition.partition] * n
+    batch = pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
+    for values in columns.values():
+        values.clear()
+    return batch
 
 
 class KafkaDataSource(DataSource):
@@ -281,3 +317,6 @@ class KafkaDataSource(DataSource):
         if missing:
             raise ValueError(f"{FORMAT_NAME} source needs options: {', '.join(missing)}")
         return KafkaStreamReader(dict(self.options))
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        return KafkaBatchReader(dict(self.options))

@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs import broker, failpoints, kafka_client
 from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.delta_sink import DeltaSink
-from spark_jobs.engines import detect_engines, read_kafka
+from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
+from spark_jobs.events import parse_device_events
+from spark_jobs.metrics import progress_dicts, progress_row
+from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import DataLossError, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
@@ -42,6 +46,8 @@ class RunSummary:
     batches_skipped: int = 0  # replayed batches whose rows Delta already held
     rows_in: int = 0
     rows_written: dict[str, int] = field(default_factory=dict)
+    rows_dropped_by_watermark: int = 0
+    state_rows: int = 0
 
     def add(self, table: str, rows: int) -> None:
         self.rows_written[table] = self.rows_written.get(table, 0) + rows
@@ -49,7 +55,14 @@ class RunSummary:
     def line(self) -> str:
         written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
         skipped = f", {self.batches_skipped} replayed batch(es) already in Delta" if self.batches_skipped else ""
-        return f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; written: {written}{skipped}"
+        stateful = (
+            f"; {self.rows_dropped_by_watermark} dropped by watermark, {self.state_rows} state rows"
+            if self.state_rows or self.rows_dropped_by_watermark else ""
+        )
+        return (
+            f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
+            f"written: {written}{stateful}{skipped}"
+        )
 
 
 class JobRun:
@@ -66,11 +79,14 @@ class JobRun:
         configure_session(self.spark, settings)
         self.engines = detect_engines(self.spark, settings)
         self.sink = DeltaSink(self.spark, settings, self.engines)
-        for spec in job.tables:
+        self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
+        for spec in self.tables + (PIPELINE_METRICS,):
             self.sink.ensure_table(spec)
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
         self.app_id = self.checkpoint.app_id(job.name)
         self.summary = RunSummary(job.name)
+        self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
+        self.metrics: dict[int, dict] = {}  # batch -> its pipeline_metrics row
 
     def plan(self) -> DataFrame:
         records = read_kafka(
@@ -95,11 +111,13 @@ class JobRun:
         }
         batch_df.persist()
         try:
-            rows_in = batch_df.count()
+            rows_out = batch_df.count()
             outputs = self.job.split(self.settings, batch_df, context)
+            if self.job.late_rule:
+                outputs[LATE_EVENTS.name] = self.late_events(context)
             failpoints.hit("before_delta_commit", batch_id)
             written = {}
-            for index, spec in enumerate(self.job.tables):
+            for index, spec in enumerate(self.tables):
                 if index == 1:
                     failpoints.hit("between_tables", batch_id)
                 rows = self.sink.append(outputs[spec.name], spec, self.app_id, batch_id, metadata)
@@ -108,7 +126,8 @@ class JobRun:
         finally:
             batch_df.unpersist()
         self.summary.batches += 1
-        self.summary.rows_in += rows_in
+        late = written.get(LATE_EVENTS.name) or 0
+        self.output_rows[batch_id] = (sum(n or 0 for n in written.values()) - late, late)
         if all(rows is None for rows in written.values()):
             self.summary.batches_skipped += 1
         for table, rows in written.items():
@@ -116,7 +135,51 @@ class JobRun:
         described = ", ".join(
             f"{t} {'already written' if n is None else n}" for t, n in written.items()
         )
-        log.info("%s batch %d: %d rows in -> %s", self.job.name, batch_id, rows_in, described)
+        log.info("%s batch %d: %d result rows -> %s", self.job.name, batch_id, rows_out, described)
+
+    def late_events(self, batch: BatchContext) -> DataFrame:
+        """The valid events of this batch that the job's stateful operators dropped as late.
+
+        The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
+        the same records are read again and the job's lateness rule applied. Measured on
+        Spark 4.2: stateful operators drop late rows using the watermark of entry N-1 (the
+        previous batch's) and evict state with entry N's (docs/streaming-facts.md).
+        """
+        previous = self.checkpoint.offsets(batch.batch_id - 1) if batch.batch_id > 0 else None
+        late_watermark_ms = previous.watermark_ms if previous else 0
+        if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
+            return self.spark.createDataFrame([], LATE_EVENTS.schema)
+        records = read_kafka_range(
+            self.spark, self.settings, self.engines, self.bootstrap,
+            self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
+        )
+        events = parse_device_events(records)[0]
+        late = self.job.late_rule(self.settings, events, late_watermark_ms)
+        return late.select(
+            F.lit(self.job.name).alias("job"), "event_id", "device_id", "event_time", "signal",
+            "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),
+            F.lit(batch.batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
+        )
+
+    def record_metrics(self, query) -> None:
+        """Append finished batches' progress to pipeline_metrics, once per batch."""
+        fresh = []
+        for progress in progress_dicts(query):
+            batch_id = int(progress["batchId"])
+            if batch_id in self.metrics:
+                continue
+            output, late = self.output_rows.get(batch_id, (0, 0))
+            self.metrics[batch_id] = row = progress_row(self.job.name, progress, output, late)
+            fresh.append(row)
+            self.summary.rows_in += row["input_rows"]
+            self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
+            self.summary.state_rows = row["state_rows"]
+        done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
+        fresh = [r for r in fresh if done is None or r["batch_id"] > done]
+        if fresh:
+            frame = self.spark.createDataFrame(fresh, PIPELINE_METRICS.schema)
+            last = max(r["batch_id"] for r in fresh)
+            self.sink.append(frame, PIPELINE_METRICS, self.app_id, last, {"job": self.job.name})
 
     def start(self, trigger_interval: str):
         return (
@@ -136,6 +199,7 @@ class JobRun:
             raise _explain(self.job.name, exc) from None
         finally:
             query.stop()
+        self.record_metrics(query)
         return self.summary
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
@@ -144,6 +208,7 @@ class JobRun:
         try:
             while query.isActive and not stop.is_set():
                 query.awaitTermination(0.5)
+                self.record_metrics(query)
             if query.exception():
                 raise _explain(self.job.name, query.exception())
             # Graceful: let the batch in flight finish before stopping.
@@ -153,6 +218,7 @@ class JobRun:
             raise _explain(self.job.name, exc) from None
         finally:
             query.stop()
+        self.record_metrics(query)
         return self.summary
 
 

@@ -46,7 +46,46 @@ QUARANTINED_EVENTS = TableSpec(
     "Records that broke the event contract, with the raw payload and the reason.",
 )
 
-ALL_TABLES = {t.name: t for t in (DEVICE_EVENTS_RAW, DEVICE_EVENTS, QUARANTINED_EVENTS)}
+EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
+DEVICE_EVENTS_DEDUPLICATED = TableSpec(
+    "device_events_deduplicated",
+    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}",
+    "Valid device events with duplicates (same event_id within the watermark) removed.",
+)
+DEVICE_SIGNAL_AVERAGES = TableSpec(
+    "device_signal_averages",
+    "device_id STRING, window_start TIMESTAMP, window_end TIMESTAMP, window_kind STRING, "
+    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT",
+    "Per device and event-time window (tumbling and sliding), written once when final.",
+)
+FLEET_SIGNAL_ROLLUPS = TableSpec(
+    "fleet_signal_rollups",
+    "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
+    "mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT",
+    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation).",
+)
+LATE_EVENTS = TableSpec(
+    "late_events",
+    f"job STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
+    "topic STRING, partition INT, offset BIGINT",
+    "Valid events a stateful job dropped because the watermark had passed them.",
+)
+PIPELINE_METRICS = TableSpec(
+    "pipeline_metrics",
+    "job STRING, batch_id BIGINT, batch_time TIMESTAMP, input_rows BIGINT, output_rows BIGINT, "
+    "rows_dropped_by_watermark BIGINT, late_events BIGINT, state_rows BIGINT, "
+    "state_memory_bytes BIGINT, watermark TIMESTAMP, duration_ms BIGINT, "
+    "input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE, progress_json STRING",
+    "One row per micro-batch per job, from Spark's query progress.",
+)
+
+ALL_TABLES = {
+    t.name: t
+    for t in (
+        DEVICE_EVENTS_RAW, DEVICE_EVENTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
+        DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, LATE_EVENTS, PIPELINE_METRICS,
+    )
+}
 
 
 def register(*specs: TableSpec) -> None:

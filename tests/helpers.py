@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -13,9 +14,30 @@ from deltalake import DeltaTable
 from spark_jobs.config import Settings
 from spark_jobs.jobs import get_job
 from spark_jobs.runner import JobRun, RunSummary
-from spark_jobs.simulate import SimRecord, produce_records
+from spark_jobs import kafka_client
+from spark_jobs.simulate import SimRecord, event_payload, produce_records
 
 REPO = Path(__file__).resolve().parent.parent
+DAY_MS = int(datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def at(hh: int, mm: int, ss: int = 0) -> int:
+    """Epoch milliseconds of a time of day on the scenario day."""
+    return DAY_MS + ((hh * 60 + mm) * 60 + ss) * 1000
+
+
+def single_partition(settings: Settings) -> Settings:
+    """Settings on a one-partition topic, so that batch splits are exactly predictable."""
+    s = settings.replace(events_topic=settings.events_topic + "-p1", topic_partitions=1)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 1, s.topic_retention_ms)
+    return s
+
+
+def send(settings: Settings, events, topic: str | None = None) -> int:
+    """Produce oracle Events as contract-conforming JSON, keyed by device."""
+    return produce(settings, [
+        (e.device_id.encode(), event_payload(e.event_id, e.device_id, e.t_ms, e.signal)) for e in events
+    ], topic)
 
 
 def produce(settings: Settings, records: list[SimRecord] | list[tuple[bytes | None, bytes]], topic: str | None = None) -> int:

@@ -36,3 +36,6 @@ class StreamingJob:
     # one micro-batch of that result -> rows per output table
     split: Callable[[Settings, DataFrame, BatchContext], dict[str, DataFrame]]
     tables: tuple[TableSpec, ...]
+    # typed events of one batch + the watermark it ran with -> the events it dropped as late,
+    # with a `missed` column saying what they missed (None: the job drops nothing as late)
+    late_rule: Callable[[Settings, DataFrame, int], DataFrame] | None = None

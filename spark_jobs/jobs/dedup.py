@@ -1,0 +1,25 @@
+"""Job ``dedup``: device events without repeats -> device_events_deduplicated."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from spark_jobs.config import Settings
+from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
+from spark_jobs.tables import DEVICE_EVENTS_DEDUPLICATED
+
+
+def split(settings: Settings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+    return {DEVICE_EVENTS_DEDUPLICATED.name: deduped}
+
+
+DEDUP = StreamingJob(
+    name="dedup",
+    summary="device events without repeats of an event_id -> device_events_deduplicated",
+    topics=lambda settings: [settings.events_topic],
+    build=lambda settings, records: deduplicate(settings, valid_events(records)),
+    split=split,
+    tables=(DEVICE_EVENTS_DEDUPLICATED,),
+    late_rule=behind_watermark,
+)

@@ -1,0 +1,72 @@
+"""Event-time building blocks shared by the stateful jobs (see shared semantics, sections 1-4).
+
+Every stateful job reads Kafka itself and applies the ingest job's contract parsing, so it
+does not wait on ingest and works with both Delta writers (delta-rs has no streaming source).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import Settings, spark_interval
+from spark_jobs.events import parse_device_events
+
+
+def valid_events(records: DataFrame) -> DataFrame:
+    """Typed events from Kafka records; malformed ones are the ingest job's to quarantine."""
+    return parse_device_events(records)[0]
+
+
+def deduplicate(settings: Settings, events: DataFrame) -> DataFrame:
+    """Drop repeats of an event_id seen within the watermark delay.
+
+    State per id lives until the watermark passes its first event_time + delay, so it stays
+    bounded. An id re-sent after that is treated as a new event (documented in
+    docs/jobs/dedup.md); one re-sent behind the watermark is late and goes to late_events.
+    """
+    delay = spark_interval(settings.watermark_delay, "watermark_delay")
+    return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
+
+
+def tumbling(settings: Settings, time_col: str | Column = "event_time") -> Column:
+    return F.window(time_col, spark_interval(settings.tumbling_window, "tumbling_window"))
+
+
+def sliding(settings: Settings, time_col: str | Column = "event_time") -> Column:
+    return F.window(
+        time_col,
+        spark_interval(settings.sliding_window, "sliding_window"),
+        spark_interval(settings.sliding_step, "sliding_step"),
+    )
+
+
+def signal_stats(events: DataFrame, window: Column, kind: str) -> DataFrame:
+    """avg/min/max/count of signal per device and window; keeps the window struct."""
+    return (
+        events.groupBy(window.alias("window"), "device_id")
+        .agg(
+            F.avg("signal").alias("avg_signal"),
+            F.min("signal").alias("min_signal"),
+            F.max("signal").alias("max_signal"),
+            F.count("*").alias("event_count"),
+        )
+        .withColumn("window_kind", F.lit(kind))
+    )
+
+
+def flatten_window(df: DataFrame) -> DataFrame:
+    return df.withColumns(
+        {"window_start": F.col("window.start"), "window_end": F.col("window.end")}
+    ).drop("window")
+
+
+def behind_watermark(settings: Settings, events: DataFrame, watermark_ms: int) -> DataFrame:
+    """The events deduplication drops as late: event time at or behind the watermark.
+
+    Every windowed job deduplicates first, so this is also their lateness rule: an event is
+    kept whole or dropped whole, never counted in some of its windows only.
+    """
+    return events.where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
+        "missed", F.lit("event time at or behind the watermark")
+    )

@@ -1,0 +1,47 @@
+"""Job dedup: repeats removed within the watermark, state bounded, re-sends after expiry late."""
+
+from tests.helpers import at, run_job, send, single_partition, table
+from tests.oracle import Event, EventTimeOracle
+
+
+def test_duplicates_within_the_watermark_are_dropped(spark, settings):
+    s = single_partition(settings)
+    first = [Event("a", "d1", at(9, 0), 1.0), Event("b", "d1", at(9, 1), 2.0), Event("a", "d1", at(9, 0), 1.0)]
+    send(s, first)
+    run_job(spark, s, "dedup")
+    send(s, [Event("b", "d1", at(9, 1), 2.0), Event("c", "d2", at(9, 2), 3.0)])  # b again, next batch
+    run_job(spark, s, "dedup")
+    assert sorted(table(s, "device_events_deduplicated")["event_id"]) == ["a", "b", "c"]
+    assert len(table(s, "late_events")) == 0
+
+
+def test_an_id_resent_after_its_state_expired_is_late_not_counted_twice(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, s, "dedup")
+    send(s, [Event("z", "d1", at(9, 30), 1.0)])  # watermark 09:20: a's state has expired
+    run_job(spark, s, "dedup")
+    send(s, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, s, "dedup")
+    assert sorted(table(s, "device_events_deduplicated")["event_id"]) == ["a", "z"]
+    late = table(s, "late_events")
+    assert late[["event_id", "job"]].values.tolist() == [["a", "dedup"]]
+
+
+def test_state_rows_stay_flat_while_the_stream_advances(spark, settings):
+    s = single_partition(settings).replace(max_offsets_per_trigger=200)
+    oracle = EventTimeOracle()
+    events = [Event(f"e{n}", f"d{n % 5}", at(6, 0) + n * 1500, float(n)) for n in range(2400)]  # 60 min
+    for start in range(0, len(events), 600):
+        send(s, events[start:start + 600])
+        run_job(spark, s, "dedup")
+        for first in range(start, start + 600, 200):
+            oracle.run_batch(events[first:first + 200])
+        oracle.run_no_data_batch()
+    metrics = table(s, "pipeline_metrics").sort_values("batch_id")
+    later = metrics[metrics.batch_id >= metrics.batch_id.max() // 2]
+    # An id is kept until the watermark (newest - 10 min) passes its time + 10 min: about
+    # 20 minutes of ids (800 at one per 1.5 s) plus one batch, however long the stream runs.
+    assert later["state_rows"].max() <= 800 + 200
+    assert later["state_rows"].min() > 0
+    assert len(table(s, "device_events_deduplicated")) == len(oracle.kept) == 2400

@@ -87,6 +87,9 @@ class Settings:
     sliding_window: str = "10 minutes"
     sliding_step: str = "5 minutes"
     fleet_window: str = "15 minutes"
+    session_gap: str = "30 minutes"
+    alert_watermark_delay: str = "10 minutes"
+    alert_context: str = "5 minutes"  # alert-join: events this long before an alert
 
     # Device signal range used by data-quality checks.
     signal_min: float = -1000.0
@@ -157,7 +160,8 @@ def _validate(s: Settings) -> None:
                 f"env {ENV_PREFIX}{name.upper()}",
             )
     for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
-                 "sliding_step", "fleet_window"):
+                 "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
+                 "alert_context"):
         duration_seconds(getattr(s, name), name)
     for name in ("topic_partitions", "shuffle_partitions"):
         if getattr(s, name) < 1:

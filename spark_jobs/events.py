@@ -1,9 +1,9 @@
-"""The device event contract, as a pure DataFrame function.
+"""The device event and alert contracts, as pure DataFrame functions.
 
-A Kafka record of ``device-events`` is valid when its value is a JSON object with
-``event_id`` (string), ``device_id`` (string), ``event_time`` (ISO-8601 string with a zone,
-or integer epoch milliseconds) and a finite numeric ``signal``. Other fields are kept in
-``extras``. Anything else gets the first reason that applies (see docs/event-contract.md).
+A Kafka record meets a contract when its value is a JSON object whose required fields have
+the declared JSON types: strings, finite numbers, times (ISO-8601 string with a zone, or
+integer epoch milliseconds), or one of a fixed set of strings. Other fields are kept in
+``extras``. A record that fails gets the first reason that applies (docs/event-contract.md).
 
 Parsing uses Spark's VARIANT functions (``try_parse_json``, ``schema_of_variant``) so the
 JSON type of every field is checked natively, without a Python UDF on the hot path.
@@ -11,89 +11,137 @@ JSON type of every field is checked natively, without a Python UDF on the hot pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-REQUIRED_FIELDS = ("event_id", "device_id", "event_time", "signal")
 _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
 _ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$"
 
 
-def _vtype(field: str) -> Column:
+@dataclass(frozen=True)
+class Contract:
+    strings: tuple[str, ...]
+    numbers: tuple[str, ...] = ()
+    times: tuple[str, ...] = ()
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.strings + self.numbers + self.times
+
+
+EVENT_CONTRACT = Contract(strings=("event_id", "device_id"), numbers=("signal",), times=("event_time",))
+ALERT_CONTRACT = Contract(
+    strings=("alert_id", "device_id", "severity", "kind"),
+    times=("alert_time",),
+    choices={"severity": ("critical", "warning", "info")},
+)
+
+
+def _vtype(name: str) -> Column:
     """JSON type of a top-level field: STRING, BIGINT, DOUBLE, DECIMAL(p,s), VOID (null)…"""
-    return F.expr(f"schema_of_variant(variant_get(_v, '$.{field}'))")
+    return F.expr(f"schema_of_variant(variant_get(_v, '$.{name}'))")
 
 
-def _str(field: str) -> Column:
-    return F.expr(f"try_variant_get(_v, '$.{field}', 'string')")
+def _text(name: str) -> Column:
+    return F.expr(f"try_variant_get(_v, '$.{name}', 'string')")
 
 
-def _quoted(col: Column) -> Column:
-    return F.concat(F.lit("'"), F.substring(col, 1, 60), F.lit("'"))
-
-
-def with_contract_columns(kafka_df: DataFrame) -> DataFrame:
-    """Add the typed event columns and ``reason`` (NULL for a valid record)."""
-    v = kafka_df.withColumn("_v", F.expr("try_parse_json(CAST(value AS STRING))"))
-    time_type = _vtype("event_time")
-    time_text = _str("event_time")
-    event_time = (
-        F.when(time_type == "STRING", F.when(time_text.rlike(_ZONED_ISO), F.expr(
-            "try_to_timestamp(try_variant_get(_v, '$.event_time', 'string'))")))
-        .when(time_type.isin("BIGINT", "INT", "SMALLINT", "TINYINT"), F.expr(
-            "timestamp_millis(try_variant_get(_v, '$.event_time', 'bigint'))"))
+def _time(name: str) -> Column:
+    kind = _vtype(name)
+    return F.when(
+        (kind == "STRING") & _text(name).rlike(_ZONED_ISO),
+        F.expr(f"try_to_timestamp(try_variant_get(_v, '$.{name}', 'string'))"),
+    ).when(
+        kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT"),
+        F.expr(f"timestamp_millis(try_variant_get(_v, '$.{name}', 'bigint'))"),
     )
-    signal = F.expr("try_variant_get(_v, '$.signal', 'double')")
-    v = v.withColumns({"_time": event_time, "_signal": signal})
 
-    missing = F.concat_ws(", ", *[
-        F.when(_vtype(f).isNull() | (_vtype(f) == "VOID"), F.lit(f)) for f in REQUIRED_FIELDS
-    ])
+
+def _number(name: str) -> Column:
+    return F.expr(f"try_variant_get(_v, '$.{name}', 'double')")
+
+
+def _reason(contract: Contract) -> Column:
     top_type = F.expr("schema_of_variant(_v)")
-    reason = F.coalesce(
+    missing = F.concat_ws(", ", *[
+        F.when(_vtype(f).isNull() | (_vtype(f) == "VOID"), F.lit(f)) for f in contract.required
+    ])
+    checks = [
         F.when(F.col("value").isNull(), F.lit("empty record (no value)")),
         F.when(F.col("_v").isNull(), F.lit("not valid JSON")),
         F.when(~top_type.startswith("OBJECT"), F.concat(
             F.lit("not a JSON object (got "), F.regexp_extract(top_type, r"^(\w+)", 1), F.lit(")"))),
         F.when(missing != "", F.concat(F.lit("missing required field(s): "), missing)),
-        *[
-            F.when(_vtype(f) != "STRING", F.concat(
-                F.lit(f"field '{f}' must be a string, got "), _vtype(f)))
-            for f in ("event_id", "device_id")
-        ],
-        F.when(~_vtype("signal").rlike(_NUMBER), F.concat(
-            F.lit("field 'signal' must be a number, got "), _vtype("signal"))),
-        F.when(F.isnan("_signal") | F.col("_signal").isin(float("inf"), float("-inf")), F.concat(
-            F.lit("field 'signal' is not finite ("), F.col("_signal").cast("string"), F.lit(")"))),
-        F.when(F.col("_time").isNull(), F.concat(
-            F.lit("field 'event_time' is neither ISO-8601 with a zone nor integer epoch "
-                  "milliseconds: "), F.coalesce(_quoted(time_text), time_type))),
-    )
+    ]
+    checks += [
+        F.when(_vtype(f) != "STRING", F.concat(F.lit(f"field '{f}' must be a string, got "), _vtype(f)))
+        for f in contract.strings
+    ]
+    checks += [
+        F.when(~_vtype(f).rlike(_NUMBER), F.concat(F.lit(f"field '{f}' must be a number, got "), _vtype(f)))
+        for f in contract.numbers
+    ]
+    checks += [
+        F.when(F.isnan(F.col(f"_n_{f}")) | F.col(f"_n_{f}").isin(float("inf"), float("-inf")), F.concat(
+            F.lit(f"field '{f}' is not finite ("), F.col(f"_n_{f}").cast("string"), F.lit(")")))
+        for f in contract.numbers
+    ]
+    checks += [
+        F.when(~_text(f).isin(*allowed), F.concat(
+            F.lit(f"field '{f}' must be one of {', '.join(allowed)}, got "),
+            F.concat(F.lit("'"), F.substring(_text(f), 1, 60), F.lit("'"))))
+        for f, allowed in contract.choices.items()
+    ]
+    checks += [
+        F.when(F.col(f"_t_{f}").isNull(), F.concat(
+            F.lit(f"field '{f}' is neither ISO-8601 with a zone nor integer epoch milliseconds: "),
+            F.coalesce(F.concat(F.lit("'"), F.substring(_text(f), 1, 60), F.lit("'")), _vtype(f))))
+        for f in contract.times
+    ]
+    return F.coalesce(*checks)
+
+
+def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
+    """Add the typed contract columns, ``extras`` and ``reason`` (NULL when valid)."""
+    v = kafka_df.withColumn("_v", F.expr("try_parse_json(CAST(value AS STRING))"))
+    v = v.withColumns({
+        **{f"_n_{f}": _number(f) for f in contract.numbers},
+        **{f"_t_{f}": _time(f) for f in contract.times},
+    })
     extras = F.map_filter(
         F.from_json(F.col("value").cast("string"), "map<string,string>"),
-        lambda k, _: ~k.isin(*REQUIRED_FIELDS),
+        lambda k, _: ~k.isin(*contract.required),
     )
+    typed = {f: _text(f) for f in contract.strings}
+    typed.update({f: F.col(f"_n_{f}") for f in contract.numbers})
+    typed.update({f: F.col(f"_t_{f}") for f in contract.times})
+    helpers = ["_v", *[f"_n_{f}" for f in contract.numbers], *[f"_t_{f}" for f in contract.times]]
     return v.select(
-        "*",
-        _str("event_id").alias("event_id"),
-        _str("device_id").alias("device_id"),
-        F.col("_time").alias("event_time"),
-        F.col("_signal").alias("signal"),
-        extras.alias("extras"),
-        reason.alias("reason"),
-    ).drop("_v", "_time", "_signal")
+        "*", *[col.alias(name) for name, col in typed.items()],
+        extras.alias("extras"), _reason(contract).alias("reason"),
+    ).drop(*helpers)
+
+
+def _split(kafka_df: DataFrame, contract: Contract, columns: list[str]) -> tuple[DataFrame, DataFrame]:
+    checked = with_contract_columns(kafka_df, contract).withColumn("kafka_timestamp", F.col("timestamp"))
+    coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
+    valid = checked.where(F.col("reason").isNull()).select(*columns, "extras", *coordinates)
+    quarantined = checked.where(F.col("reason").isNotNull()).select(
+        "reason",
+        F.expr("make_valid_utf8(CAST(value AS STRING))").alias("payload_text"),
+        "key", "value", *coordinates,
+    )
+    return valid, quarantined
 
 
 def parse_device_events(kafka_df: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed events, quarantined records with reasons)."""
-    checked = with_contract_columns(kafka_df).withColumn("kafka_timestamp", F.col("timestamp"))
-    valid = checked.where(F.col("reason").isNull()).select(
-        "event_id", "device_id", "event_time", "signal", "extras",
-        "topic", "partition", "offset", "kafka_timestamp",
-    )
-    quarantined = checked.where(F.col("reason").isNotNull()).select(
-        "reason",
-        F.expr("make_valid_utf8(CAST(value AS STRING))").alias("payload_text"),
-        "key", "value", "topic", "partition", "offset", "kafka_timestamp",
-    )
-    return valid, quarantined
+    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"])
+
+
+def parse_device_alerts(kafka_df: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Split Kafka records into (valid typed alerts, quarantined records with reasons)."""
+    return _split(kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"])

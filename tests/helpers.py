@@ -12,7 +12,7 @@ import pandas as pd
 from deltalake import DeltaTable
 
 from spark_jobs.config import Settings
-from spark_jobs.jobs import get_job
+from spark_jobs.jobs import StreamingJob, get_job
 from spark_jobs.runner import JobRun, RunSummary
 from spark_jobs import kafka_client
 from spark_jobs.simulate import SimRecord, event_payload, produce_records
@@ -45,8 +45,10 @@ def produce(settings: Settings, records: list[SimRecord] | list[tuple[bytes | No
     return produce_records(settings.kafka_bootstrap_servers, topic or settings.events_topic, pairs)
 
 
-def run_job(spark, settings: Settings, job: str = "ingest") -> RunSummary:
-    return JobRun(get_job(job), settings, spark).run_available_now()
+def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> RunSummary:
+    """One available-now run in the shared session: a restart from the job's checkpoint."""
+    job = job if isinstance(job, StreamingJob) else get_job(job)
+    return JobRun(job, settings, spark).run_available_now()
 
 
 def table(settings: Settings, name: str) -> pd.DataFrame:

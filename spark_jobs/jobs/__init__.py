@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from spark_jobs.errors import ConfigError
+from spark_jobs.jobs.alert_join import ALERT_JOIN
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.dedup import DEDUP
 from spark_jobs.jobs.fleet_rollup import FLEET_ROLLUP
 from spark_jobs.jobs.ingest import INGEST
+from spark_jobs.jobs.sessions import SESSIONS
 from spark_jobs.jobs.windowed_averages import WINDOWED_AVERAGES
 
 JOBS: dict[str, StreamingJob] = {
-    job.name: job for job in (INGEST, DEDUP, WINDOWED_AVERAGES, FLEET_ROLLUP)
+    job.name: job for job in (INGEST, DEDUP, WINDOWED_AVERAGES, FLEET_ROLLUP, SESSIONS, ALERT_JOIN)
 }
 
 

@@ -1,4 +1,4 @@
-"""Job ``ingest``: every record kept raw, valid events typed, bad ones quarantined."""
+"""Job ``ingest``: every record kept raw, valid events and alerts typed, bad ones quarantined."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings
-from spark_jobs.events import parse_device_events
+from spark_jobs.events import parse_device_alerts, parse_device_events
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.tables import DEVICE_EVENTS, DEVICE_EVENTS_RAW, QUARANTINED_EVENTS
+from spark_jobs.tables import DEVICE_ALERTS, DEVICE_EVENTS, DEVICE_EVENTS_RAW, QUARANTINED_EVENTS
 
 
 def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
@@ -19,11 +19,13 @@ def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchConte
         ingest_time.alias("ingest_time"),
         F.lit(batch.batch_id).cast("bigint").alias("batch_id"),
     )
-    valid, quarantined = parse_device_events(records)
+    events, bad_events = parse_device_events(records.where(F.col("topic") == settings.events_topic))
+    alerts, bad_alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic))
     return {
         DEVICE_EVENTS_RAW.name: raw,
-        DEVICE_EVENTS.name: valid.withColumn("ingest_time", ingest_time),
-        QUARANTINED_EVENTS.name: quarantined.withColumns(
+        DEVICE_EVENTS.name: events.withColumn("ingest_time", ingest_time),
+        DEVICE_ALERTS.name: alerts.withColumn("ingest_time", ingest_time),
+        QUARANTINED_EVENTS.name: bad_events.unionByName(bad_alerts).withColumns(
             {"source_job": F.lit(batch.job), "ingest_time": ingest_time}
         ),
     }
@@ -31,9 +33,10 @@ def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchConte
 
 INGEST = StreamingJob(
     name="ingest",
-    summary="Kafka device-events -> device_events_raw, device_events, quarantined_events",
-    topics=lambda settings: [settings.events_topic],
+    summary="Kafka device-events and device-alerts -> device_events_raw, device_events, "
+    "device_alerts, quarantined_events",
+    topics=lambda settings: [settings.events_topic, settings.alerts_topic],
     build=lambda settings, records: records,
     split=split_ingest_batch,
-    tables=(DEVICE_EVENTS_RAW, DEVICE_EVENTS, QUARANTINED_EVENTS),
+    tables=(DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS),
 )

@@ -33,7 +33,8 @@ def test_every_record_lands_raw_and_valid_or_quarantined(spark, settings):
     assert Counter(quarantined["value"]) == Counter(r.value for r in bad)
     assert quarantined["reason"].notna().all()
     assert summary.rows_written == {
-        "device_events_raw": len(records), "device_events": len(valid), "quarantined_events": len(bad)
+        "device_events_raw": len(records), "device_events": len(valid), "device_alerts": 0,
+        "quarantined_events": len(bad),
     }
 
 

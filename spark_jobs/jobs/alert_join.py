@@ -1,0 +1,69 @@
+"""Job ``alert-join``: each alert with its device's signal just before it (stream-stream join).
+
+Alerts and events are both watermarked (``alert_watermark_delay``, ``watermark_delay``)
+and joined on ``device_id`` with a time range: the events of the device with
+``event_time`` in ``[alert_time - alert_context, alert_time]``. The range bounds both sides,
+so Spark evicts each side's state once the other side's watermark makes a match impossible
+(state value watermark, shared semantics section 5).
+
+One left outer join from alerts serves both tables: matched rows are emitted as soon as
+both sides are there (-> alert_signal_context), and an alert with no event in its range
+is emitted with nulls once the watermark proves none can come (-> alerts_without_telemetry).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import Settings, duration_seconds, spark_interval
+from spark_jobs.events import parse_device_alerts
+from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.event_time import valid_events
+from spark_jobs.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
+
+ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
+
+
+def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
+    alerts = parse_device_alerts(alert_records)[0].select(*ALERT_COLUMNS).withWatermark(
+        "alert_time", spark_interval(settings.alert_watermark_delay, "alert_watermark_delay")
+    )
+    events = (
+        valid_events(event_records)
+        .select(F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal")
+        .withWatermark("event_time", spark_interval(settings.watermark_delay, "watermark_delay"))
+    )
+    context = F.expr(f"INTERVAL {int(duration_seconds(settings.alert_context, 'alert_context'))} SECONDS")
+    condition = (
+        (F.col("device_id") == F.col("event_device_id"))
+        & (F.col("event_time") >= F.col("alert_time") - context)
+        & (F.col("event_time") <= F.col("alert_time"))
+    )
+    return alerts.join(events, condition, "leftOuter").select(*ALERT_COLUMNS, "event_id", "event_time", "signal")
+
+
+def build(settings: Settings, records: DataFrame) -> DataFrame:
+    return alerts_with_signal(
+        settings,
+        records.where(F.col("topic") == settings.alerts_topic),
+        records.where(F.col("topic") == settings.events_topic),
+    )
+
+
+def split(settings: Settings, joined: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+    return {
+        ALERT_SIGNAL_CONTEXT.name: joined.where(F.col("event_id").isNotNull()),
+        ALERTS_WITHOUT_TELEMETRY.name: joined.where(F.col("event_id").isNull()).select(*ALERT_COLUMNS),
+    }
+
+
+ALERT_JOIN = StreamingJob(
+    name="alert-join",
+    summary="alerts joined with their device's recent events -> alert_signal_context, "
+    "alerts_without_telemetry",
+    topics=lambda settings: [settings.events_topic, settings.alerts_topic],
+    build=build,
+    split=split,
+    tables=(ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
+)

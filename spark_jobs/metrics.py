@@ -35,8 +35,11 @@ def progress_row(job: str, progress: dict[str, Any], output_rows: int, late_even
 
 
 def progress_dicts(query) -> Iterable[dict[str, Any]]:
+    """Progress of the batches that ran (idle reports, without addBatch, are skipped)."""
     for progress in query.recentProgress:
         # StreamingQueryProgress objects carry their JSON; plain dicts may hold UUIDs
-        yield json.loads(progress.json) if hasattr(progress, "json") else json.loads(
+        parsed = json.loads(progress.json) if hasattr(progress, "json") else json.loads(
             json.dumps(progress, default=str)
         )
+        if "addBatch" in (parsed.get("durationMs") or {}):
+            yield parsed

@@ -1,0 +1,80 @@
+"""Job alert-join: inner matches at once, silent-device alerts once the watermark allows."""
+
+import json
+
+import pytest
+
+from spark_jobs import kafka_client
+from tests.helpers import at, produce, run_job, send, table
+from tests.oracle import Event
+
+
+def one_partition_topics(settings, **overrides):
+    s = settings.replace(
+        events_topic=settings.events_topic + "-p1", alerts_topic=settings.alerts_topic + "-p1",
+        topic_partitions=1, **overrides,
+    )
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 1, s.topic_retention_ms)
+    return s
+
+
+def alert(settings, alert_id, device, t_ms, severity="critical"):
+    from spark_jobs.simulate import iso
+
+    body = {"alert_id": alert_id, "device_id": device, "alert_time": iso(t_ms), "severity": severity, "kind": "overheat"}
+    produce(settings, [(device.encode(), json.dumps(body).encode())], settings.alerts_topic)
+
+
+def test_alert_gets_the_events_in_its_range_as_soon_as_both_arrive(spark, settings):
+    s = one_partition_topics(settings)
+    send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 3), 2.0),
+             Event("e3", "d1", at(12, 6), 3.0), Event("e4", "d9", at(12, 4), 9.0)])
+    alert(s, "a1", "d1", at(12, 5))
+    run_job(spark, s, "alert-join")
+    context = table(s, "alert_signal_context")
+    assert sorted(context.event_id) == ["e1", "e2"]  # [12:00, 12:05] of d1 only
+    assert set(context.alert_id) == {"a1"}
+    assert len(table(s, "alerts_without_telemetry")) == 0
+
+
+def _silent_device_scenario(spark, s):
+    send(s, [Event("e1", "d1", at(12, 0), 1.0)])
+    alert(s, "silent", "d2", at(12, 5))  # no d2 event at all
+    run_job(spark, s, "alert-join")
+    assert len(table(s, "alerts_without_telemetry")) == 0  # not proven yet
+    send(s, [Event("e2", "d1", at(12, 50), 1.0)])  # only the events side moves on
+    run_job(spark, s, "alert-join")
+
+
+def test_silent_device_alert_waits_for_the_slower_side_under_min_policy(spark, settings):
+    s = one_partition_topics(settings, multiple_watermark_policy="min")
+    _silent_device_scenario(spark, s)
+    assert len(table(s, "alerts_without_telemetry")) == 0  # alerts' watermark holds it back
+    # Both inputs must see data within one run: Spark checkpoints only the global watermark,
+    # so a restarted query under `min` waits for every input (docs/streaming-facts.md).
+    alert(s, "later", "d1", at(12, 50))
+    send(s, [Event("e3", "d1", at(12, 51), 1.0)])
+    run_job(spark, s, "alert-join")
+    silent = table(s, "alerts_without_telemetry")
+    assert silent.alert_id.tolist() == ["silent"]
+
+
+def test_silent_device_alert_follows_the_faster_side_under_max_policy(spark, settings):
+    s = one_partition_topics(settings, multiple_watermark_policy="max")
+    _silent_device_scenario(spark, s)
+    assert table(s, "alerts_without_telemetry").alert_id.tolist() == ["silent"]
+
+
+def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
+    s = one_partition_topics(settings)
+    for step in range(4):  # 4 x 15 minutes of event time, an event a minute per device
+        base = at(6, 0) + step * 15 * 60_000
+        send(s, [Event(f"e{step}-{m}-{d}", f"d{d}", base + m * 60_000, 1.0) for m in range(15) for d in range(3)])
+        for m in range(0, 15, 5):
+            alert(s, f"a{step}-{m}", "d0", base + m * 60_000)
+        run_job(spark, s, "alert-join")
+    metrics = table(s, "pipeline_metrics").sort_values("batch_id")
+    # buffered rows cover about the watermark delay plus the context range, not the hour
+    assert 0 < metrics.state_rows.iloc[-1] < 3 * 60 * 0.6
+    # 12 alerts x 6 d0 events in [t - 5 min, t], except the first (06:00) which has one
+    assert len(table(s, "alert_signal_context")) == 11 * 6 + 1

@@ -80,6 +80,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"{kinds['out_of_order']} out of order, {kinds['late']} late, "
         f"{kinds['duplicate']} duplicates, {malformed} malformed"
     )
+    alerts = simulate.generate_alerts(records, every=args.alert_every, seed=args.seed)
+    simulate.produce_records(bootstrap, settings.alerts_topic, ((r.key, r.value) for r in alerts))
+    akinds = Counter(r.kind for r in alerts)
+    print(
+        f"produced {len(alerts)} alerts to {settings.alerts_topic}: {akinds['silent_alert']} for "
+        f"silent devices, {akinds['bad_severity']} malformed"
+    )
     return 0
 
 
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-of-order", type=float, default=0.05)
     p.add_argument("--duplicates", type=float, default=0.03)
     p.add_argument("--malformed", type=float, default=0.03)
+    p.add_argument("--alert-every", type=int, default=50, help="one alert per N events")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("run", help="run a job from its checkpoint")

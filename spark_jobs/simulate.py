@@ -105,6 +105,32 @@ def generate_events(
     return sent
 
 
+def generate_alerts(
+    events: list[SimRecord], every: int = 50, seed: int = 7, silent_ratio: float = 0.3,
+    malformed_ratio: float = 0.05,
+) -> list[SimRecord]:
+    """About one alert per ``every`` events, at an event's time. A ``silent_ratio`` share name
+    a device that sends no telemetry (they end in alerts_without_telemetry)."""
+    rng = random.Random(seed)
+    alerts = []
+    for n, record in enumerate(r for r in events if r.kind == "event"):
+        if n % every:
+            continue
+        event = json.loads(record.value)
+        t_ms = int(datetime.fromisoformat(event["event_time"].replace("Z", "+00:00")).timestamp() * 1000)
+        silent = rng.random() < silent_ratio
+        device = f"silent-{rng.randrange(5):02d}" if silent else event["device_id"]
+        body = {
+            "alert_id": f"alert-{seed}-{n}", "device_id": device, "alert_time": iso(t_ms),
+            "severity": rng.choice(["critical", "warning", "info"]), "kind": "threshold",
+        }
+        kind = "silent_alert" if silent else "alert"
+        if rng.random() < malformed_ratio:
+            body["severity"], kind = "catastrophic", "bad_severity"
+        alerts.append(SimRecord(device.encode(), json.dumps(body).encode(), kind))
+    return alerts
+
+
 class Progress:
     """A single self-rewriting line on a terminal, periodic lines otherwise."""
 

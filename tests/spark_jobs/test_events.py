@@ -64,3 +64,20 @@ def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
     row = quarantined.collect()[0]
     assert row.reason == reason
     assert row.value == (value.encode() if isinstance(value, str) else value)
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ('{"alert_id": "a", "device_id": "d", "alert_time": "2026-11-22T12:00:00Z", "severity": "critical", "kind": "heat"}', None),
+        ('{"alert_id": "a", "device_id": "d", "alert_time": "2026-11-22T12:00:00Z", "severity": "huge", "kind": "heat"}',
+         "field 'severity' must be one of critical, warning, info, got 'huge'"),
+        ('{"alert_id": "a", "device_id": "d", "severity": "info", "kind": "heat"}', "missing required field(s): alert_time"),
+    ],
+)
+def test_alert_contract(spark, value, reason):
+    from spark_jobs.events import parse_device_alerts
+
+    valid, quarantined = parse_device_alerts(kafka_rows(spark, [value]))
+    assert [r.reason for r in quarantined.collect()] == ([reason] if reason else [])
+    assert valid.count() == (0 if reason else 1)

@@ -1,6 +1,7 @@
 """Job sessions: closed only when the watermark passes last event + gap, from batch 0 on."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -60,3 +61,18 @@ def test_new_event_after_the_gap_closes_and_reopens_in_the_same_batch(spark, set
     send(s, [Event("x1", "D", at(8, 0), 1.0), Event("x2", "D", at(8, 10), 1.0), Event("x3", "D", at(9, 0), 5.0)])
     run_job(spark, s, "sessions")
     assert closed_sessions(s) == [("D", at(8, 0), at(8, 10), 2)]
+
+
+def test_state_holds_only_open_sessions_while_devices_come_and_go(spark, settings):
+    s = single_partition(settings)
+    for step in range(4):  # every 40 minutes, five new devices talk for 10 minutes
+        base = at(6, 0) + step * 40 * 60_000
+        send(s, [Event(f"s{step}-{d}-{m}", f"dev{step}-{d}", base + m * 120_000, float(m))
+                 for d in range(5) for m in range(6)])
+        run_job(spark, s, "sessions")
+    last = json.loads(table(s, "pipeline_metrics").sort_values("batch_id").progress_json.iloc[-1])
+    session_state = [op["numRowsTotal"] for op in last["stateOperators"] if "WithState" in op["operatorName"]]
+    assert len(session_state) == 1 and 0 < session_state[0] <= 2 * 5  # newest two cohorts of 20
+    closed = table(s, "device_sessions")
+    assert sorted(set(closed.device_id)) == [f"dev{step}-{d}" for step in (0, 1) for d in range(5)]
+    assert (closed.event_count == 6).all()

@@ -23,6 +23,9 @@ def progress_row(job: str, progress: dict[str, Any], output_rows: int, late_even
         "input_rows": int(progress.get("numInputRows") or 0),
         "output_rows": output_rows,
         "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
+        "duplicates_dropped": sum(
+            int((op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0) for op in operators
+        ),
         "late_events": late_events,
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
         "state_memory_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),

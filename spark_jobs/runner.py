@@ -47,6 +47,7 @@ class RunSummary:
     rows_in: int = 0
     rows_written: dict[str, int] = field(default_factory=dict)
     rows_dropped_by_watermark: int = 0
+    duplicates_dropped: int = 0
     state_rows: int = 0
 
     def add(self, table: str, rows: int) -> None:
@@ -56,7 +57,8 @@ class RunSummary:
         written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
         skipped = f", {self.batches_skipped} replayed batch(es) already in Delta" if self.batches_skipped else ""
         stateful = (
-            f"; {self.rows_dropped_by_watermark} dropped by watermark, {self.state_rows} state rows"
+            f"; {self.duplicates_dropped} duplicates removed, {self.rows_dropped_by_watermark} "
+            f"rows dropped by watermark, {self.state_rows} state rows"
             if self.state_rows or self.rows_dropped_by_watermark else ""
         )
         return (
@@ -173,6 +175,7 @@ class JobRun:
             fresh.append(row)
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
+            self.summary.duplicates_dropped += row["duplicates_dropped"]
             self.summary.state_rows = row["state_rows"]
         done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
         fresh = [r for r in fresh if done is None or r["batch_id"] > done]

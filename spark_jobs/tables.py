@@ -136,7 +136,7 @@ LATE_EVENTS = TableSpec(
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
     "job STRING, batch_id BIGINT, batch_time TIMESTAMP, input_rows BIGINT, output_rows BIGINT, "
-    "rows_dropped_by_watermark BIGINT, late_events BIGINT, state_rows BIGINT, "
+    "rows_dropped_by_watermark BIGINT, duplicates_dropped BIGINT, late_events BIGINT, state_rows BIGINT, "
     "state_memory_bytes BIGINT, watermark TIMESTAMP, duration_ms BIGINT, "
     "input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE, progress_json STRING",
     "One row per micro-batch per job, from Spark's query progress.",

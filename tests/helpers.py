@@ -55,8 +55,8 @@ def table(settings: Settings, name: str) -> pd.DataFrame:
     return DeltaTable(settings.table_uri(name)).to_pandas()
 
 
-def sigflow(settings: Settings | None, *args: str, extra_env: dict | None = None, timeout: float = 300):
-    """Run the real CLI in a subprocess, as an operator would."""
+def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[str, str]:
+    """The environment an operator's shell would have for these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
     if settings is not None:
         env.update({
@@ -68,7 +68,12 @@ def sigflow(settings: Settings | None, *args: str, extra_env: dict | None = None
             "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
         })
     env.update(extra_env or {})
+    return env
+
+
+def sigflow(settings: Settings | None, *args: str, extra_env: dict | None = None, timeout: float = 300):
+    """Run the real CLI in a subprocess, as an operator would."""
     return subprocess.run(
         [sys.executable, "-m", "spark_jobs.cli", *args],
-        env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        env=cli_env(settings, extra_env), capture_output=True, text=True, timeout=timeout, cwd=REPO,
     )

@@ -34,3 +34,15 @@ def test_unknown_job_lists_the_jobs(tmp_path):
     s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
     lines = _one_line_error(sigflow(s, "run", "no-such-job"))
     assert "ingest" in lines[1]
+
+
+def test_produce_publishes_each_line_as_is(settings, tmp_path):
+    from spark_jobs import kafka_client
+
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\nnot json\n')
+    result = sigflow(settings, "produce", "--file", str(path))
+    assert result.returncode == 0 and "produced 2 records" in result.stdout
+    parts = kafka_client.topic_partitions(settings.kafka_bootstrap_servers, settings.events_topic)
+    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic, parts)
+    assert sum(end for _, end in bounds.values()) == 2

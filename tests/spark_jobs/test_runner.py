@@ -61,3 +61,38 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     lenient = s.replace(fail_on_data_loss=False)
     assert run_job(spark, lenient).rows_in == 9
     assert len(table(s, "device_events_raw")) == 69
+
+
+def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import REPO, cli_env
+
+    job = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
+        env=cli_env(settings), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        produce(settings, generate_events(100, malformed_ratio=0))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # the running query picks up data as it comes
+            try:
+                if len(table(settings, "device_events_raw")) == 100:
+                    break
+            except Exception:  # table not created yet
+                pass
+            time.sleep(1)
+        produce(settings, generate_events(50, seed=9, malformed_ratio=0))
+        while time.monotonic() < deadline and len(table(settings, "device_events_raw")) < 150:
+            time.sleep(1)
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, err[-2000:]
+    assert "ingest:" in out and "150 rows in" in out
+    assert len(table(settings, "device_events_raw")) == 150

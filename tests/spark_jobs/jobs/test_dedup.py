@@ -45,3 +45,11 @@ def test_state_rows_stay_flat_while_the_stream_advances(spark, settings):
     assert later["state_rows"].max() <= 800 + 200
     assert later["state_rows"].min() > 0
     assert len(table(s, "device_events_deduplicated")) == len(oracle.kept) == 2400
+
+
+def test_duplicates_removed_are_counted_in_pipeline_metrics(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event("a", "d1", at(9, 0), 1.0)] * 3 + [Event("b", "d1", at(9, 1), 2.0)])
+    summary = run_job(spark, s, "dedup")
+    assert summary.duplicates_dropped == 2
+    assert table(s, "pipeline_metrics")["duplicates_dropped"].sum() == 2

@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pyspark.errors import StreamingQueryException
@@ -28,13 +29,13 @@ from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
-from spark_jobs.events import parse_device_events
-from spark_jobs.metrics import progress_dicts, progress_row
-from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import DataLossError, SigflowError
+from spark_jobs.events import parse_device_events
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
+from spark_jobs.metrics import progress_dicts, progress_row
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
 from spark_jobs.spark import configure_session, get_spark
+from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
 
 log = logging.getLogger("sigflow.runner")
 
@@ -194,21 +195,26 @@ class JobRun:
             .start()
         )
 
-    def run_available_now(self) -> RunSummary:
-        query = self.start("0 seconds")
+    @contextmanager
+    def _running(self, trigger_interval: str):
+        """The query for the duration of a run: errors explained, stopped and metered after."""
+        query = self.start(trigger_interval)
         try:
-            query.processAllAvailable()
+            yield query
         except StreamingQueryException as exc:
             raise _explain(self.job.name, exc) from None
         finally:
             query.stop()
         self.record_metrics(query)
+
+    def run_available_now(self) -> RunSummary:
+        with self._running("0 seconds") as query:
+            query.processAllAvailable()
         return self.summary
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
         stop = stop or _stop_on_signals()
-        query = self.start(spark_interval(self.settings.trigger_interval, "trigger_interval"))
-        try:
+        with self._running(spark_interval(self.settings.trigger_interval, "trigger_interval")) as query:
             while query.isActive and not stop.is_set():
                 query.awaitTermination(0.5)
                 self.record_metrics(query)
@@ -217,11 +223,6 @@ class JobRun:
             # Graceful: let the batch in flight finish before stopping.
             while query.isActive and query.status.get("isTriggerActive"):
                 time.sleep(0.1)
-        except StreamingQueryException as exc:
-            raise _explain(self.job.name, exc) from None
-        finally:
-            query.stop()
-        self.record_metrics(query)
         return self.summary
 
 

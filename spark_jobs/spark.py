@@ -14,7 +14,6 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 
-
 SUPPORTED_JAVA = (17, 21)
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 from deltalake import DeltaTable
 
+from spark_jobs import kafka_client
 from spark_jobs.config import Settings
 from spark_jobs.jobs import StreamingJob, get_job
 from spark_jobs.runner import JobRun, RunSummary
-from spark_jobs import kafka_client
 from spark_jobs.simulate import SimRecord, event_payload, produce_records
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,12 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
-    behind_watermark, deduplicate, flatten_window, signal_stats, tumbling, valid_events,
+    behind_watermark,
+    deduplicate,
+    flatten_window,
+    signal_stats,
+    tumbling,
+    valid_events,
 )
 from spark_jobs.tables import FLEET_SIGNAL_ROLLUPS
 

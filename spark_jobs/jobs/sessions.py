@@ -62,7 +62,7 @@ def session_updater(gap_ms: int, timeout_from: str = "event_time"):
             session = state.get if state.exists else None
             events = pd.concat(list(batches)).sort_values("event_time")
             times = pd.to_datetime(events["event_time"], utc=True).dt.as_unit("ms").astype("int64").tolist()
-            for t_ms, signal in zip(times, events["signal"].tolist()):
+            for t_ms, signal in zip(times, events["signal"].tolist(), strict=True):
                 if session is not None and t_ms > session[1] + gap_ms:
                     closed.append(_closed(device_id, session, CLOSED_BY_NEW_EVENT))
                     session = None

@@ -9,9 +9,15 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
-from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
-    behind_watermark, deduplicate, flatten_window, signal_stats, sliding, tumbling, valid_events,
+    behind_watermark,
+    deduplicate,
+    flatten_window,
+    signal_stats,
+    sliding,
+    tumbling,
+    valid_events,
 )
 from spark_jobs.tables import DEVICE_SIGNAL_AVERAGES
 

@@ -1,8 +1,8 @@
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_jobs.python_kafka_source import KafkaStreamReader, split_limit
 from spark_jobs.simulate import generate_events
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from tests.helpers import produce
 
 

@@ -1,7 +1,12 @@
 import json
 from collections import Counter
 
-from spark_jobs.simulate import MALFORMED_KINDS, file_records, generate_alerts, generate_events
+from spark_jobs.simulate import (
+    MALFORMED_KINDS,
+    file_records,
+    generate_alerts,
+    generate_events,
+)
 
 
 def test_generated_stream_has_every_defect_and_is_reproducible():

@@ -2,8 +2,6 @@
 
 import json
 
-import pytest
-
 from spark_jobs import kafka_client
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event

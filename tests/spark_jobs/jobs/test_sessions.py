@@ -3,8 +3,6 @@
 import dataclasses
 import json
 
-import pytest
-
 from spark_jobs.jobs.event_time import valid_events
 from spark_jobs.jobs.sessions import SESSIONS, device_sessions
 from tests.helpers import at, run_job, send, single_partition, table

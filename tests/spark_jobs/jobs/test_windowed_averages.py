@@ -8,7 +8,6 @@ from tests.helpers import DAY_MS, at, run_job, send, single_partition, table
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
 
 
-
 def window_rows(settings):
     rows = table(settings, "device_signal_averages")
     return {

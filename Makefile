@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: install run test bench airflow lint clean stop
+.PHONY: install run test bench airflow lint clean stop up down
 
 install: $(STAMP)
 
@@ -29,6 +29,17 @@ test: install
 
 bench: install
 	$(BIN)/python -m tests.bench
+
+up:  # the production-like stack; needs Docker (see docs/deploy.md)
+	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)
+	docker compose up -d --build --wait
+
+down:
+	docker compose down
+
+lint: install
+	$(BIN)/ruff check --select I,F spark_jobs tests dags
+	$(BIN)/hadolint infra/spark/Dockerfile infra/airflow/Dockerfile
 
 stop:
 	-$(BIN)/sigflow broker stop

@@ -1,0 +1,98 @@
+"""docker-compose.yml and the images, checked without a Docker engine (none runs here)."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spark_jobs.config import load_settings
+from spark_jobs.engines import choose_engines, kafka_options
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+ONE_SHOT = {"minio-init", "airflow-init"}  # gate others via service_completed_successfully
+
+
+def test_every_long_running_service_has_a_health_check():
+    missing = [name for name, svc in SERVICES.items() if name not in ONE_SHOT and "healthcheck" not in svc]
+    assert missing == []
+
+
+def test_images_are_pinned():
+    for name, svc in SERVICES.items():
+        image = svc["image"]
+        assert ":" in image and not image.endswith(":latest"), f"{name} image {image} is not pinned"
+
+
+def test_dependencies_wait_for_health_or_completion():
+    for name, svc in SERVICES.items():
+        for dependency, rule in (svc.get("depends_on") or {}).items():
+            assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
+            expected = "service_completed_successfully" if dependency in ONE_SHOT else "service_healthy"
+            assert rule["condition"] == expected, f"{name} -> {dependency}"
+
+
+def test_volumes_and_networks_referenced_exist():
+    for name, svc in SERVICES.items():
+        for volume in svc.get("volumes", []):
+            source = volume.split(":")[0]
+            assert source.startswith(".") or source in COMPOSE["volumes"], f"{name}: volume {source}"
+        for network in svc.get("networks", []):
+            assert network in COMPOSE["networks"], f"{name}: network {network}"
+
+
+def test_published_ports_bind_localhost_only():
+    for name, svc in SERVICES.items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond localhost"
+
+
+def test_resource_limits_are_set():
+    for name, svc in SERVICES.items():
+        if name not in ONE_SHOT:
+            assert svc["deploy"]["resources"]["limits"]["memory"], name
+
+
+def test_every_secret_variable_is_in_env_example():
+    used = set(re.findall(r"\$\{(\w+):\?", (REPO / "docker-compose.yml").read_text()))
+    example = {line.split("=")[0] for line in (REPO / ".env.example").read_text().splitlines() if "=" in line}
+    assert used and used <= example
+
+
+def _env(service: str) -> dict[str, str]:
+    return {k: str(v) for k, v in SERVICES[service]["environment"].items()}
+
+
+@pytest.mark.parametrize("service", ["airflow-scheduler", "spark-master", "spark-worker-1"])
+def test_services_get_a_valid_production_configuration(service):
+    env = {k: v for k, v in _env(service).items() if k.startswith("SIGFLOW_") or k == "KAFKA_BOOTSTRAP_SERVERS"}
+    settings = load_settings(env=env)  # raises on any unknown or malformed setting
+    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.table_uri("device_events").startswith("s3a://sigflow/delta/")
+    assert settings.checkpoint_uri("ingest").startswith("s3a://sigflow/checkpoints/")
+    engines = choose_engines(settings, lambda name: True)  # the image bakes both connectors in
+    assert (engines.kafka_format, engines.delta_writer) == ("kafka", "delta-spark")
+    assert kafka_options(settings, settings.kafka_bootstrap_servers, [settings.events_topic])["subscribe"] == "device-events"
+
+
+def test_airflow_gets_its_connections_from_the_environment():
+    env = _env("airflow-scheduler")
+    assert env["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://spark-master:7077"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+
+
+@pytest.mark.parametrize("dockerfile", sorted(str(p.relative_to(REPO)) for p in REPO.glob("infra/*/Dockerfile")))
+def test_dockerfiles_pass_hadolint(dockerfile):
+    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
+    result = subprocess.run([hadolint, dockerfile], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_spark_image_bakes_in_the_pinned_connectors():
+    jars = (REPO / "infra/spark/jars.txt").read_text()
+    for artifact in ("spark-sql-kafka-0-10_2.13:4.2.0", "delta-spark_2.13:4.4.1", "delta-storage:4.4.1", "hadoop-aws:"):
+        assert artifact in jars

@@ -110,6 +110,23 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from spark_jobs import status
+
+    for job_status in status.all_status(_settings(args)):
+        print("\n".join(job_status.lines()))
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from spark_jobs import status
+    from spark_jobs.jobs import get_job
+
+    get_job(args.job)
+    print("\n".join(status.inspect_checkpoint(_settings(args), args.job)))
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs import JOBS
 
@@ -160,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipeline", help="run every job (or those named) as available-now runs")
     p.add_argument("jobs", nargs="*")
     p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("status", help="per job: running, last batch, rates, watermark, state, lag")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("checkpoint", help="look into a job's checkpoint")
+    p.add_argument("action", choices=["inspect"])
+    p.add_argument("job")
+    p.set_defaults(func=cmd_checkpoint)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

@@ -24,7 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import broker, failpoints, kafka_client
+from spark_jobs import broker, failpoints, kafka_client, status
 from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.delta_sink import DeltaSink
@@ -199,12 +199,14 @@ class JobRun:
     def _running(self, trigger_interval: str):
         """The query for the duration of a run: errors explained, stopped and metered after."""
         query = self.start(trigger_interval)
+        status.mark_running(self.settings, self.job.name, trigger_interval)
         try:
             yield query
         except StreamingQueryException as exc:
             raise _explain(self.job.name, exc) from None
         finally:
             query.stop()
+            status.mark_stopped(self.settings, self.job.name)
         self.record_metrics(query)
 
     def run_available_now(self) -> RunSummary:

@@ -6,6 +6,7 @@ tests stay isolated while paying the JVM and broker start-up once.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
@@ -16,6 +17,8 @@ from spark_jobs import kafka_client
 from spark_jobs.config import Settings, load_settings
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# py4j logs at interpreter exit, after pytest has closed the captured streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

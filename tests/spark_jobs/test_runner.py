@@ -42,7 +42,7 @@ def private_broker(tmp_path):
 def _fresh_topic(broker_settings, settings):
     info = embedded.start(broker_settings)
     s = settings.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 3, 60000)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
     return s
 
 

@@ -80,17 +80,111 @@ class Checkpoint:
             sources=sources,
         )
 
+    # ---- sigflow's own record in the checkpoint (sigflow.json) --------------------------
+    def identity(self) -> dict[str, Any]:
+        text = self._read("sigflow.json")
+        return json.loads(text) if text else {}
+
+    def _write_identity(self, identity: dict[str, Any]) -> None:
+        self.fs.create_dir(self.path, recursive=True)
+        with self.fs.open_output_stream(f"{self.path}/sigflow.json") as out:
+            out.write(json.dumps(identity, indent=1).encode())
+
     def app_id(self, job: str) -> str:
         """The id this checkpoint's Delta commits are tagged with, created on first use.
 
         Tied to the checkpoint, not the job name: a fresh checkpoint restarts batch ids at 0,
         and must not be mistaken for batches an earlier checkpoint already wrote.
         """
-        text = self._read("sigflow.json")
-        if text:
-            return json.loads(text)["app_id"]
-        app_id = f"sigflow-{job}-{uuid.uuid4().hex[:12]}"
-        self.fs.create_dir(self.path, recursive=True)
-        with self.fs.open_output_stream(f"{self.path}/sigflow.json") as out:
-            out.write(json.dumps({"app_id": app_id, "job": job}).encode())
+        identity = self.identity()
+        if "app_id" not in identity:
+            identity = {"app_id": _new_app_id(job), "job": job, **identity}
+            self._write_identity(identity)
+        return identity["app_id"]
+
+    def checkpoint_id(self, job: str) -> str:
+        """Stable for the life of the checkpoint (the app id changes on every rewind)."""
+        identity = self.identity()
+        return identity.get("checkpoint_id") or self.app_id(job)
+
+    def start_fresh(self, job: str, starting_offsets: str, recovered_from: dict[str, Any]) -> str:
+        """Make this (empty) directory a new checkpoint whose first batch starts at the offsets."""
+        app_id = _new_app_id(job)
+        self._write_identity({
+            "app_id": app_id, "checkpoint_id": app_id, "job": job,
+            "starting_offsets": starting_offsets, "recovered_from": recovered_from,
+        })
         return app_id
+
+    def starting_offsets(self) -> str | None:
+        """Offsets a recovered checkpoint's first batch must start from (None: the setting's)."""
+        return self.identity().get("starting_offsets") if not self.offset_batches() else None
+
+    def rotate_app_id(self, job: str, rewound_to: int) -> str:
+        """A new app id for the batches re-run after a rewind.
+
+        Delta keeps each app id's highest committed batch even across RESTORE (measured with
+        delta-rs), so re-running batch N+1 under the old id would be skipped as already written.
+        """
+        identity = self.identity()
+        checkpoint_id = identity.get("checkpoint_id") or identity.get("app_id") or _new_app_id(job)
+        history = identity.get("rewinds", []) + [{"to_batch": rewound_to, "previous_app_id": identity.get("app_id")}]
+        identity.update({"app_id": _new_app_id(job), "checkpoint_id": checkpoint_id, "job": job, "rewinds": history})
+        self._write_identity(identity)
+        return identity["app_id"]
+
+    # ---- health and surgery ----------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Why Spark could not resume from this checkpoint ([] when it looks sound)."""
+        found = []
+        offsets = self.offset_batches()
+        for batch_id in offsets:
+            try:
+                if self.offsets(batch_id) is None:
+                    found.append(f"offsets/{batch_id} is unreadable")
+            except (ValueError, IndexError):
+                found.append(f"offsets/{batch_id} is truncated or not JSON")
+        for batch_id in self.committed_batches():
+            text = self._read(f"commits/{batch_id}")
+            if not text or not text.startswith("v"):
+                found.append(f"commits/{batch_id} is empty or corrupt")
+            if batch_id not in offsets:
+                found.append(f"commits/{batch_id} has no offsets/{batch_id}")
+        if offsets and self._read("metadata") is None:
+            found.append("metadata (the query id) is missing")
+        return found
+
+    def truncate_after(self, batch_id: int) -> list[str]:
+        """Delete every trace of batches after ``batch_id``; returns the paths removed.
+
+        offsets/ and commits/ are per batch id; state store files are per state version, and
+        batch N leaves version N+1 (``<v>.delta``/``.snapshot``, RocksDB ``.zip``/``.changelog``).
+        """
+        removed = []
+        for folder, keep_upto in (("offsets", batch_id), ("commits", batch_id), ("state", batch_id + 1)):
+            selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True, recursive=True)
+            for info in self.fs.get_file_info(selector):
+                version = _file_version(info.base_name) if info.type == pafs.FileType.File else None
+                if version is not None and version > keep_upto and "_metadata" not in info.path:
+                    self.fs.delete_file(info.path)
+                    removed.append(info.path[len(self.path) + 1:])
+        return sorted(removed)
+
+    def move_aside(self, suffix: str) -> str:
+        """Keep a broken checkpoint for later study, out of the job's way."""
+        target = f"{self.path}.{suffix}"
+        self.fs.move(self.path, target)
+        return target
+
+
+def _new_app_id(job: str) -> str:
+    return f"sigflow-{job}-{uuid.uuid4().hex[:12]}"
+
+
+def _file_version(name: str) -> int | None:
+    """5 for ``5``, ``5.delta``, ``5.snapshot``, ``.5.crc``, ``5.zip``; None otherwise."""
+    core = name.removeprefix(".").removesuffix(".crc")
+    head, _, ext = core.partition(".")
+    if head.isdigit() and ext in ("", "delta", "snapshot", "zip", "changelog"):
+        return int(head)
+    return None

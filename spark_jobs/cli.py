@@ -119,11 +119,45 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from spark_jobs import status
+    from spark_jobs import restart, status
     from spark_jobs.jobs import get_job
 
+    settings = _settings(args)
     get_job(args.job)
-    print("\n".join(status.inspect_checkpoint(_settings(args), args.job)))
+    if args.action == "inspect":
+        print("\n".join(status.inspect_checkpoint(settings, args.job)))
+        return 0
+    if args.action == "rewind":
+        plan = restart.plan_rewind(settings, args.job, args.to_batch, _utc(args.to_time))
+    elif args.action == "recover":
+        plan = restart.plan_recover(settings, args.job, args.source, args.force, args.accept_state_loss)
+    else:
+        plan = restart.plan_resume(settings, args.job)
+    print(plan.describe())
+    if plan.refusals:
+        return 3
+    if not args.yes:
+        print("dry run: nothing changed; add --yes to do this")
+        return 0
+    plan.apply()
+    print(f"done: {args.action} {args.job}")
+    return 0
+
+
+def _utc(text: str | None):
+    from datetime import datetime, timezone
+
+    if text is None:
+        return None
+    when = datetime.fromisoformat(text)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from spark_jobs import restart
+
+    pid = restart.stop_running(_settings(args), args.job, args.timeout)
+    print(f"{args.job}: stopped pid {pid} after its batch in flight" if pid else f"{args.job}: not running")
     return 0
 
 
@@ -181,10 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="per job: running, last batch, rates, watermark, state, lag")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("checkpoint", help="look into a job's checkpoint")
-    p.add_argument("action", choices=["inspect"])
+    p = sub.add_parser("checkpoint", help="inspect, resume, rewind or recover a job's checkpoint")
+    p.add_argument("action", choices=["inspect", "resume", "rewind", "recover"])
     p.add_argument("job")
+    p.add_argument("--to-batch", type=int, help="rewind: re-run every batch after this one")
+    p.add_argument("--to-time", help="rewind: re-run batches started after this UTC time (ISO 8601)")
+    p.add_argument("--from", dest="source", choices=["delta", "earliest"], default="delta",
+                   help="recover: offsets from the Delta commit metadata, or rebuild from earliest")
+    p.add_argument("--force", action="store_true", help="recover: replace a checkpoint that looks sound")
+    p.add_argument("--accept-state-loss", action="store_true",
+                   help="recover --from delta of a stateful job: accept the listed gap")
+    p.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
     p.set_defaults(func=cmd_checkpoint)
+
+    p = sub.add_parser("stop", help="stop a running job gracefully (after its batch in flight)")
+    p.add_argument("job")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
+    p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

@@ -167,17 +167,21 @@ class DeltaSink:
 
     # ---- reads -------------------------------------------------------------------------
     def history_metadata(self, spec: TableSpec) -> list[dict[str, Any]]:
-        """sigflow metadata of each commit, newest first (version included)."""
-        from deltalake import DeltaTable
+        return commit_metadata(self.uri(spec), self.storage_options)
 
-        table = DeltaTable(self.uri(spec), storage_options=self.storage_options)
-        found = []
-        for entry in table.history():
-            raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
-            if not raw:
-                continue
-            parsed = json.loads(raw) if isinstance(raw, str) else raw
-            meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
-            if isinstance(meta, dict):
-                found.append({"version": entry.get("version"), **meta})
-        return found
+
+def commit_metadata(uri: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """sigflow metadata of each commit of a table, newest first (version included)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri, storage_options=storage_options)
+    found = []
+    for entry in table.history():
+        raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
+        if not raw:
+            continue
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
+        if isinstance(meta, dict):
+            found.append({"version": entry.get("version"), **meta})
+    return found

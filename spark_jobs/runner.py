@@ -24,7 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import broker, failpoints, kafka_client, status
+from spark_jobs import broker, failpoints, kafka_client, restart, status
 from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.delta_sink import DeltaSink
@@ -73,6 +73,11 @@ class JobRun:
 
     def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
         self.job = job
+        self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
+        restart.check_no_pending_rewind(self.checkpoint, job.name)
+        recovered_start = self.checkpoint.starting_offsets()
+        if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
+            settings = settings.replace(starting_offsets=recovered_start)
         self.settings = settings
         self.bootstrap = broker.bootstrap_servers(settings)
         kafka_client.check_reachable(self.bootstrap)
@@ -85,8 +90,8 @@ class JobRun:
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
         for spec in self.tables + (PIPELINE_METRICS,):
             self.sink.ensure_table(spec)
-        self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
         self.app_id = self.checkpoint.app_id(job.name)
+        self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self.summary = RunSummary(job.name)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
         self.metrics: dict[int, dict] = {}  # batch -> its pipeline_metrics row
@@ -108,6 +113,8 @@ class JobRun:
         )
         metadata = {
             "job": self.job.name,
+            "checkpoint_id": self.checkpoint_id,
+            "app_id": self.app_id,
             "batch_id": batch_id,
             "watermark_ms": context.watermark_ms,
             "kafka_end_offsets": context.kafka_end_offsets,

@@ -39,3 +39,6 @@ class StreamingJob:
     # typed events of one batch + the watermark it ran with -> the events it dropped as late,
     # with a `missed` column saying what they missed (None: the job drops nothing as late)
     late_rule: Callable[[Settings, DataFrame, int], DataFrame] | None = None
+    # keeps state across batches (windows, dedup ids, sessions, join buffers): a checkpoint
+    # rebuilt from Delta metadata starts that state empty
+    stateful: bool = True

@@ -44,4 +44,5 @@ INGEST = StreamingJob(
     build=lambda settings, records: records,
     split=split_ingest_batch,
     tables=(DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS),
+    stateful=False,
 )

@@ -161,6 +161,22 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quality(args: argparse.Namespace) -> int:
+    from spark_jobs import quality
+
+    settings = _settings(args)
+    try:
+        reports = quality.run(settings, args.tables or None)
+    except quality.QualityFailed as failed:
+        for report in failed.reports:
+            print("\n".join(report.lines()))
+        raise
+    for report in reports:
+        print("\n".join(report.lines()))
+    print(f"all critical expectations met; Data Docs: {quality.data_docs_index(settings)}")
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs import JOBS
 
@@ -232,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
     p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("quality", help="Great Expectations checks of the Delta tables")
+    p.add_argument("action", choices=["run"])
+    p.add_argument("tables", nargs="*", help="default: every table with a suite")
+    p.set_defaults(func=cmd_quality)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

@@ -91,9 +91,12 @@ class Settings:
     alert_watermark_delay: str = "10 minutes"
     alert_context: str = "5 minutes"  # alert-join: events this long before an alert
 
-    # Device signal range used by data-quality checks.
+    # Data quality (sigflow quality): the device signal range, and how old the newest row of
+    # a table may be before its freshness check warns.
     signal_min: float = -1000.0
     signal_max: float = 1000.0
+    quality_freshness: str = "2 hours"
+    quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
 
     source_file: str = field(default="", compare=False)  # which YAML file was read, if any
 
@@ -111,6 +114,10 @@ class Settings:
 
     def checkpoint_uri(self, job: str) -> str:
         return _join(self.checkpoint_root_uri, job)
+
+    @property
+    def quality_path(self) -> Path:
+        return Path(self.quality_dir or Path(self.data_dir) / "quality")
 
     @property
     def broker_dir(self) -> Path:
@@ -161,7 +168,7 @@ def _validate(s: Settings) -> None:
             )
     for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
                  "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
-                 "alert_context"):
+                 "alert_context", "quality_freshness"):
         duration_seconds(getattr(s, name), name)
     for name in ("topic_partitions", "shuffle_partitions"):
         if getattr(s, name) < 1:

@@ -142,13 +142,20 @@ PIPELINE_METRICS = TableSpec(
     "One row per micro-batch per job, from Spark's query progress.",
 )
 
+DQ_RESULTS = TableSpec(
+    "dq_results",
+    "run_id STRING, run_time TIMESTAMP, table_name STRING, rows_checked BIGINT, expectation STRING, "
+    "column_name STRING, severity STRING, success BOOLEAN, unexpected_count BIGINT, "
+    "unexpected_sample STRING",
+    "One row per expectation per data-quality run (Great Expectations), appended by sigflow quality.",
+)
+
 ALL_TABLES = {
     t.name: t
     for t in (
         DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
         DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
-        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS,
-        PIPELINE_METRICS,
+        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, DQ_RESULTS,
     )
 }
 

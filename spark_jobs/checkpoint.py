@@ -170,6 +170,22 @@ class Checkpoint:
                     removed.append(info.path[len(self.path) + 1:])
         return sorted(removed)
 
+    def prune_before(self, batch_id: int) -> int:
+        """Delete offset and commit log entries of batches before ``batch_id``; returns how many.
+
+        Spark needs only the latest entries to resume (sigflow's late-event accounting needs
+        the one before the latest): older ones serve rewinds only.
+        """
+        removed = 0
+        for folder in ("offsets", "commits"):
+            selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True)
+            for info in self.fs.get_file_info(selector):
+                version = _file_version(info.base_name) if info.type == pafs.FileType.File else None
+                if version is not None and version < batch_id:
+                    self.fs.delete_file(info.path)
+                    removed += not info.base_name.endswith(".crc")
+        return removed
+
     def move_aside(self, suffix: str) -> str:
         """Keep a broken checkpoint for later study, out of the job's way."""
         target = f"{self.path}.{suffix}"

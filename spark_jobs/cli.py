@@ -177,6 +177,14 @@ def cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    from spark_jobs import maintenance
+
+    for line in maintenance.run(_settings(args), dry_run=args.dry_run):
+        print(line)
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs import JOBS
 
@@ -253,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["run"])
     p.add_argument("tables", nargs="*", help="default: every table with a suite")
     p.set_defaults(func=cmd_quality)
+
+    p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")
+    p.add_argument("--dry-run", action="store_true", help="say what would be done")
+    p.set_defaults(func=cmd_maintenance)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

@@ -98,6 +98,12 @@ class Settings:
     quality_freshness: str = "2 hours"
     quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
 
+    # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
+    # vacuum_retention: older table versions lose their files.
+    vacuum_retention: str = "7 days"
+    quarantine_retention: str = "30 days"
+    checkpoint_batches_retained: int = 100
+
     source_file: str = field(default="", compare=False)  # which YAML file was read, if any
 
     # ---- derived locations -------------------------------------------------------------
@@ -168,9 +174,9 @@ def _validate(s: Settings) -> None:
             )
     for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
                  "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
-                 "alert_context", "quality_freshness"):
+                 "alert_context", "quality_freshness", "vacuum_retention", "quarantine_retention"):
         duration_seconds(getattr(s, name), name)
-    for name in ("topic_partitions", "shuffle_partitions"):
+    for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")
     if s.max_offsets_per_trigger < 0:

@@ -52,13 +52,7 @@ class DeltaSink:
             empty = self.spark.createDataFrame([], spec.schema)
             empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(uri)
         else:
-            DeltaTable.create(
-                uri,
-                schema=arrow_schema(spec),
-                partition_by=list(spec.partition_by) or None,
-                mode="ignore",
-                storage_options=self.storage_options,
-            )
+            create_table(uri, spec, self.storage_options)
         return True
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
@@ -168,6 +162,19 @@ class DeltaSink:
     # ---- reads -------------------------------------------------------------------------
     def history_metadata(self, spec: TableSpec) -> list[dict[str, Any]]:
         return commit_metadata(self.uri(spec), self.storage_options)
+
+
+def create_table(uri: str, spec: TableSpec, storage_options: dict[str, str] | None = None) -> bool:
+    """Create the table with its schema when missing (delta-rs). True if it was created."""
+    from deltalake import DeltaTable
+
+    if DeltaTable.is_deltatable(uri, storage_options=storage_options):
+        return False
+    DeltaTable.create(
+        uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None,
+        mode="ignore", storage_options=storage_options,
+    )
+    return True
 
 
 def commit_metadata(uri: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:

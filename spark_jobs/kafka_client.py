@@ -91,7 +91,9 @@ def create_topics(
     for topic in topics:
         if topic in existing:
             have = len(existing[topic].partitions)
-            outcome[topic] = f"exists ({have} partitions)"
+            short = f"; configured {partitions}: Kafka never shrinks, add more with kafka-topics --alter" \
+                if have < partitions else ""
+            outcome[topic] = f"exists ({have} partitions{short})"
         else:
             wanted.append(
                 NewTopic(topic, partitions, 1, config={"retention.ms": str(retention_ms)})

@@ -1,0 +1,98 @@
+"""sigflow_deploy: set up Kafka topics and Delta tables, then start the streaming jobs.
+
+Trigger it by hand (the form asks how to run the jobs). Every step is idempotent:
+deploying twice changes nothing.
+
+1. `validate_config`: load the settings (a bad value fails here, naming the setting).
+2. `ensure_topics`: create missing topics with the configured partitions and retention.
+3. `ensure_tables`: create missing Delta tables with their schemas.
+4. `start_<job>`: spark-submit of `sigflow run <job>` through the Apache Spark provider
+   (`spark_default`: a local master in the embedded mode, the cluster in production),
+   either `long-running` (a processing-time trigger; the task lives as long as the job)
+   or `available-now` (process what Kafka holds and stop; `sigflow_streaming` repeats it).
+
+By hand: `sigflow topics create`, then `sigflow run <job> [--processing-time 10s]`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param, task
+
+import spark_jobs.cli
+from spark_jobs.jobs import JOBS
+
+RUN_MODE = (
+    "{{ '--available-now' if params.mode == 'available-now' "
+    "else '--processing-time=' ~ params.trigger_interval }}"
+)
+
+
+@task
+def validate_config() -> None:
+    from spark_jobs.config import load_settings
+    from spark_jobs.deploy import describe_settings
+
+    print("\n".join(describe_settings(load_settings())))
+
+
+@task
+def ensure_topics() -> list[str]:
+    from spark_jobs.config import load_settings
+    from spark_jobs.deploy import ensure_topics as ensure
+
+    lines = ensure(load_settings())
+    print("\n".join(lines))
+    return lines
+
+
+@task
+def ensure_tables() -> list[str]:
+    from spark_jobs.config import load_settings
+    from spark_jobs.deploy import ensure_tables as ensure
+
+    lines = ensure(load_settings())
+    print("\n".join(lines))
+    return lines
+
+
+@task.branch
+def choose_jobs(params=None) -> list[str]:
+    return [f"start_{job.replace('-', '_')}" for job in params["jobs"]]
+
+
+with DAG(
+    dag_id="sigflow_deploy",
+    description="Topics, Delta tables, then the streaming jobs (spark-submit)",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"owner": "sigflow"},
+    tags=["sigflow", "deploy"],
+    params={
+        "mode": Param("available-now", enum=["available-now", "long-running"],
+                      description="long-running: a processing-time trigger until stopped; "
+                      "available-now: process what is there and stop"),
+        "trigger_interval": Param("10 seconds", type="string",
+                                  description="long-running mode: the processing-time trigger"),
+        "jobs": Param(list(JOBS), type="array", items={"type": "string", "enum": list(JOBS)},
+                      description="which jobs to start"),
+    },
+) as dag:
+    chosen = choose_jobs()
+    validate_config() >> ensure_topics() >> ensure_tables() >> chosen
+    for name in JOBS:
+        chosen >> SparkSubmitOperator(
+            task_id=f"start_{name.replace('-', '_')}",
+            application=spark_jobs.cli.__file__,
+            application_args=["run", name, RUN_MODE],
+            conn_id="spark_default",
+            name=f"sigflow-{name}",
+            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable)},
+        )

@@ -1,0 +1,43 @@
+"""What a deployment sets up before any job starts: settings, topics, tables.
+
+Each step is idempotent and says what it found: deploying twice changes nothing. The
+``sigflow_deploy`` DAG runs these steps, then starts the jobs with spark-submit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from spark_jobs import broker, kafka_client
+from spark_jobs.config import Settings
+from spark_jobs.delta_sink import create_table
+from spark_jobs.tables import ALL_TABLES
+
+SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def describe_settings(settings: Settings) -> list[str]:
+    """The effective settings (secrets masked): loading them is the validation."""
+    lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
+    for name, value in asdict(settings).items():
+        shown = "***" if any(w in name for w in SECRET_WORDS) and value else value
+        lines.append(f"  {name} = {shown!r}")
+    return lines
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    bootstrap = broker.bootstrap_servers(settings)
+    kafka_client.check_reachable(bootstrap)
+    outcome = kafka_client.create_topics(
+        bootstrap, [settings.events_topic, settings.alerts_topic],
+        settings.topic_partitions, settings.topic_retention_ms,
+    )
+    return [f"topic {topic}: {what}" for topic, what in outcome.items()]
+
+
+def ensure_tables(settings: Settings) -> list[str]:
+    return [
+        f"table {name}: {'created' if create_table(settings.table_uri(name), spec) else 'exists'}"
+        for name, spec in ALL_TABLES.items()
+    ]
+

@@ -1,0 +1,52 @@
+"""sigflow_deploy creates topics and tables and starts jobs with spark-submit; twice is a no-op."""
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from spark_jobs import kafka_client
+from spark_jobs.simulate import generate_events
+from spark_jobs.tables import ALL_TABLES
+from tests.dags.conftest import run_dag
+from tests.helpers import produce, table
+
+
+def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path):
+    s = dag_env(settings.replace(events_topic=settings.events_topic + "-new",
+                                 alerts_topic=settings.alerts_topic + "-new", topic_partitions=2))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    conf = {"mode": "available-now", "jobs": ["ingest"]}
+
+    state, tasks = run_dag("sigflow_deploy", conf)
+    assert state == "success", tasks
+    assert tasks["start_ingest"] == "success" and tasks["start_dedup"] == "skipped"
+    topics = kafka_client.admin(s.kafka_bootstrap_servers).list_topics(timeout=10).topics
+    assert len(topics[s.events_topic].partitions) == 2
+    assert all(DeltaTable.is_deltatable(s.table_uri(name)) for name in ALL_TABLES)
+
+    records = generate_events(120, seed=2)
+    produce(s, records)
+    state, _ = run_dag("sigflow_deploy", conf)  # processes what arrived, and nothing else
+    assert state == "success"
+    versions = {name: DeltaTable(s.table_uri(name)).version() for name in ALL_TABLES}
+    state, _ = run_dag("sigflow_deploy", conf)
+    assert state == "success"
+    assert {name: DeltaTable(s.table_uri(name)).version() for name in ALL_TABLES} == versions
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records)
+
+
+def test_long_running_mode_submits_a_processing_time_trigger(airflow_home):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.dags.conftest import DAGS
+
+    task = DagBag(dag_folder=str(DAGS)).get_dag("sigflow_deploy").get_task("start_sessions")
+    assert task._conn_id == "spark_default" and task.application.endswith("spark_jobs/cli.py")
+    rendered = task.render_template(task.application_args, {"params": {"mode": "long-running",
+                                                                        "trigger_interval": "30 seconds"}})
+    assert rendered == ["run", "sessions", "--processing-time=30 seconds"]

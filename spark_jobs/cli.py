@@ -185,6 +185,13 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from spark_jobs import status
+
+    print("\n".join(status.quarantine_summary(_settings(args), args.since, args.samples)))
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs import JOBS
 
@@ -265,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")
     p.add_argument("--dry-run", action="store_true", help="say what would be done")
     p.set_defaults(func=cmd_maintenance)
+
+    p = sub.add_parser("quarantine", help="quarantined records by reason, topic and partition, with samples")
+    p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
+    p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
+    p.set_defaults(func=cmd_quarantine)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

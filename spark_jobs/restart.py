@@ -219,6 +219,39 @@ def _refuse_pending_rewind(checkpoint: Checkpoint, plan: Plan) -> None:
         plan.refuse(f"a rewind to batch {pending} did not finish: run that rewind again first")
 
 
+# ---- settings a checkpoint depends on ---------------------------------------------------------
+INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
+
+
+def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]:
+    values = {"topics": ",".join(job.topics(settings))}
+    values.update({name: str(getattr(settings, name)) for name in job.checkpoint_settings})
+    return values
+
+
+def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, settings: Settings) -> None:
+    """Refuse to resume a checkpoint built with settings its state depends on, now changed.
+
+    Spark would either fail deep in the JVM (a different state schema) or, worse, carry on
+    with state built under the old windows or topics. Recorded at the first run.
+    """
+    current = checkpoint_settings(job, settings)
+    identity = checkpoint.identity()
+    recorded = identity.get("settings")
+    if recorded is None:
+        checkpoint._write_identity({**identity, "settings": current})
+        return
+    changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
+    if changed:
+        what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+        raise SigflowError(
+            f"{job.name}: its checkpoint was built with other settings ({what}); resuming would "
+            "mix state built under the old settings with the new",
+            f"restore the old value, or rebuild under the new one: sigflow checkpoint recover "
+            f"{job.name} --from earliest --force --yes (see {INCOMPATIBLE_RUNBOOK})",
+        )
+
+
 # ---- recover ---------------------------------------------------------------------------------
 def plan_recover(
     settings: Settings, job_name: str, source: str = "delta",

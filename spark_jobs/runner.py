@@ -78,6 +78,7 @@ class JobRun:
         recovered_start = self.checkpoint.starting_offsets()
         if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
             settings = settings.replace(starting_offsets=recovered_start)
+        restart.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.bootstrap = broker.bootstrap_servers(settings)
         kafka_client.check_reachable(self.bootstrap)

@@ -136,3 +136,29 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
         flag = "committed" if batch_id in committed else "NOT committed (re-runs on restart)"
         lines.append(f"  batch {batch_id}: {flag}; watermark {watermark}; offsets {json.dumps(batch.sources)}")
     return lines
+
+
+def quarantine_summary(settings: Settings, since: str = "24 hours", samples: int = 3) -> list[str]:
+    """What broke the contract lately: counts by reason and by topic partition, and samples."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    from spark_jobs.config import duration_seconds
+
+    uri = settings.table_uri("quarantined_events")
+    if not DeltaTable.is_deltatable(uri):
+        return ["quarantined_events: no table yet (ingest has not run)"]
+    cutoff = datetime.now(timezone.utc).timestamp() - duration_seconds(since, "since")
+    recent = DeltaTable(uri).to_pyarrow_dataset().to_table(
+        filter=ds.field("ingest_time") >= datetime.fromtimestamp(cutoff, timezone.utc)
+    ).to_pandas()
+    lines = [f"quarantined in the last {since}: {len(recent)} records"]
+    if recent.empty:
+        return lines
+    for reason, group in recent.groupby("reason"):
+        lines.append(f"  {len(group):6d}  {reason}")
+        for text in group["payload_text"].head(samples):
+            lines.append(f"            e.g. {str(text)[:120]!r}")
+    by_partition = recent.groupby(["topic", "partition"]).size().sort_values(ascending=False)
+    lines.append("by topic partition: " + ", ".join(f"{t}[{p}]={n}" for (t, p), n in by_partition.items()))
+    return lines

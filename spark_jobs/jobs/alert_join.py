@@ -66,4 +66,5 @@ ALERT_JOIN = StreamingJob(
     build=build,
     split=split,
     tables=(ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
+    checkpoint_settings=("alert_context",),
 )

@@ -42,3 +42,5 @@ class StreamingJob:
     # keeps state across batches (windows, dedup ids, sessions, join buffers): a checkpoint
     # rebuilt from Delta metadata starts that state empty
     stateful: bool = True
+    # settings the checkpoint's state was built with: changing one needs a new checkpoint
+    checkpoint_settings: tuple[str, ...] = ()

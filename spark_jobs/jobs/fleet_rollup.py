@@ -45,4 +45,5 @@ FLEET_ROLLUP = StreamingJob(
     split=lambda settings, rows, batch: {FLEET_SIGNAL_ROLLUPS.name: rows},
     tables=(FLEET_SIGNAL_ROLLUPS,),
     late_rule=behind_watermark,
+    checkpoint_settings=("tumbling_window", "fleet_window"),
 )

@@ -111,4 +111,5 @@ SESSIONS = StreamingJob(
     split=lambda settings, rows, batch: {DEVICE_SESSIONS.name: rows},
     tables=(DEVICE_SESSIONS,),
     late_rule=behind_watermark,
+    checkpoint_settings=("session_gap",),
 )

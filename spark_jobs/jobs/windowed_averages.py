@@ -40,4 +40,5 @@ WINDOWED_AVERAGES = StreamingJob(
     split=lambda settings, rows, batch: {DEVICE_SIGNAL_AVERAGES.name: rows},
     tables=(DEVICE_SIGNAL_AVERAGES,),
     late_rule=behind_watermark,
+    checkpoint_settings=("tumbling_window", "sliding_window", "sliding_step"),
 )

@@ -160,3 +160,13 @@ def test_recover_refuses_to_replace_a_sound_checkpoint(spark, settings):
     run_job(spark, settings, "ingest")
     assert "looks sound" in restart.plan_recover(settings, "ingest").describe()
     assert not restart.plan_recover(settings, "ingest", force=True).refusals
+
+
+def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(spark, settings):
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings, "windowed-averages")
+    out = sigflow(settings, "run", "windowed-averages", extra_env={"SIGFLOW_TUMBLING_WINDOW": "10 minutes"})
+    assert out.returncode == 2
+    assert "tumbling_window was '5 minutes', now '10 minutes'" in out.stderr
+    assert "docs/runbooks/incompatible-change.md" in out.stderr and "Traceback" not in out.stderr
+    run_job(spark, settings.replace(trigger_interval="1 second"), "windowed-averages")  # compatible change

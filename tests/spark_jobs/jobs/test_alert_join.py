@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from spark_jobs import kafka_client
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
@@ -76,3 +78,25 @@ def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
     assert 0 < metrics.state_rows.iloc[-1] < 3 * 60 * 0.6
     # 12 alerts x 6 d0 events in [t - 5 min, t], except the first (06:00) which has one
     assert len(table(s, "alert_signal_context")) == 11 * 6 + 1
+
+
+@pytest.mark.parametrize("policy, expected", [("min", [("a3", "e_late")]), ("max", [])])
+def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, settings, policy, expected):
+    """Events wait 2 minutes, alerts 20. Under `min` the slower side's watermark governs the
+    join, so an event 10 minutes behind its own side is still joined; under `max` the faster
+    side's governs, and both that event and an alert 8 minutes behind are dropped."""
+    s = one_partition_topics(settings, watermark_delay="2 minutes", alert_watermark_delay="20 minutes",
+                             multiple_watermark_policy=policy)
+    send(s, [Event("e_new", "d1", at(12, 30), 1.0)])
+    alert(s, "a_new", "d2", at(12, 30))
+    run_job(spark, s, "alert-join")  # watermarks: events 12:28, alerts 12:10
+    send(s, [Event("e_late", "d3", at(12, 20), 1.0)])
+    alert(s, "a3", "d3", at(12, 22))
+    alert(s, "keep-inputs-moving", "d1", at(12, 31))
+    send(s, [Event("e_more", "d1", at(12, 31), 1.0)])
+    run_job(spark, s, "alert-join")
+    context = table(s, "alert_signal_context")
+    pairs = sorted(zip(context.alert_id, context.event_id))
+    assert [p for p in pairs if p[0] == "a3"] == expected
+    dropped = table(s, "pipeline_metrics").rows_dropped_by_watermark.sum()
+    assert (dropped > 0) == (policy == "max")

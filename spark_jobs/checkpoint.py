@@ -85,7 +85,7 @@ class Checkpoint:
         text = self._read("sigflow.json")
         return json.loads(text) if text else {}
 
-    def _write_identity(self, identity: dict[str, Any]) -> None:
+    def save_identity(self, identity: dict[str, Any]) -> None:
         self.fs.create_dir(self.path, recursive=True)
         with self.fs.open_output_stream(f"{self.path}/sigflow.json") as out:
             out.write(json.dumps(identity, indent=1).encode())
@@ -99,7 +99,7 @@ class Checkpoint:
         identity = self.identity()
         if "app_id" not in identity:
             identity = {"app_id": _new_app_id(job), "job": job, **identity}
-            self._write_identity(identity)
+            self.save_identity(identity)
         return identity["app_id"]
 
     def checkpoint_id(self, job: str) -> str:
@@ -110,7 +110,7 @@ class Checkpoint:
     def start_fresh(self, job: str, starting_offsets: str, recovered_from: dict[str, Any]) -> str:
         """Make this (empty) directory a new checkpoint whose first batch starts at the offsets."""
         app_id = _new_app_id(job)
-        self._write_identity({
+        self.save_identity({
             "app_id": app_id, "checkpoint_id": app_id, "job": job,
             "starting_offsets": starting_offsets, "recovered_from": recovered_from,
         })
@@ -130,7 +130,7 @@ class Checkpoint:
         checkpoint_id = identity.get("checkpoint_id") or identity.get("app_id") or _new_app_id(job)
         history = identity.get("rewinds", []) + [{"to_batch": rewound_to, "previous_app_id": identity.get("app_id")}]
         identity.update({"app_id": _new_app_id(job), "checkpoint_id": checkpoint_id, "job": job, "rewinds": history})
-        self._write_identity(identity)
+        self.save_identity(identity)
         return identity["app_id"]
 
     # ---- health and surgery ----------------------------------------------------------------

@@ -53,12 +53,12 @@ class Plan:
     refusals: list[str] = field(default_factory=list)
     afterwards: list[str] = field(default_factory=list)
     runbook: str = RUNBOOK
-    _changes: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    changes: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     def step(self, text: str, change: Callable[[], object] | None = None) -> None:
         self.steps.append(text)
         if change is not None:
-            self._changes.append(change)
+            self.changes.append(change)
 
     def refuse(self, reason: str) -> None:
         self.refusals.append(reason)
@@ -78,7 +78,7 @@ class Plan:
             raise SigflowError(
                 f"refusing to {self.action} {self.job}: " + "; ".join(self.refusals), f"see {self.runbook}"
             )
-        for change in self._changes:
+        for change in self.changes:
             change()
 
 
@@ -193,14 +193,14 @@ def _last_batch_started_before(checkpoint: Checkpoint, committed: list[int], whe
 def _record_pending(checkpoint: Checkpoint, to_batch: int) -> None:
     identity = checkpoint.identity()
     identity["pending_rewind"] = to_batch
-    checkpoint._write_identity(identity)
+    checkpoint.save_identity(identity)
 
 
 def _finish_rewind(checkpoint: Checkpoint, job: str, to_batch: int) -> None:
     checkpoint.rotate_app_id(job, to_batch)
     identity = checkpoint.identity()
     identity.pop("pending_rewind", None)
-    checkpoint._write_identity(identity)
+    checkpoint.save_identity(identity)
 
 
 def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
@@ -239,7 +239,7 @@ def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, setting
     identity = checkpoint.identity()
     recorded = identity.get("settings")
     if recorded is None:
-        checkpoint._write_identity({**identity, "settings": current})
+        checkpoint.save_identity({**identity, "settings": current})
         return
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:

@@ -62,7 +62,7 @@ def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings
     ends = _run_chunks(spark, s, _chunks()[:2])
     uninterrupted = _dedup_rows(s)
     half = restart.plan_rewind(s, "dedup", to_batch=ends[0])
-    for change in half._changes[:2]:  # intent recorded, one table restored, then a crash
+    for change in half.changes[:2]:  # intent recorded, one table restored, then a crash
         change()
     with pytest.raises(SigflowError, match="did not finish"):
         run_job(spark, s, "dedup")

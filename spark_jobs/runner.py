@@ -30,7 +30,6 @@ from spark_jobs.config import Settings, spark_interval
 from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
 from spark_jobs.errors import DataLossError, SigflowError
-from spark_jobs.events import parse_device_events
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.metrics import progress_dicts, progress_row
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
@@ -164,8 +163,7 @@ class JobRun:
             self.spark, self.settings, self.engines, self.bootstrap,
             self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
         )
-        events = parse_device_events(records)[0]
-        late = self.job.late_rule(self.settings, events, late_watermark_ms)
+        late = self.job.late_rule(self.settings, records, late_watermark_ms)
         return late.select(
             F.lit(self.job.name).alias("job"), "event_id", "device_id", "event_time", "signal",
             "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),

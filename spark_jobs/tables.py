@@ -131,7 +131,8 @@ LATE_EVENTS = TableSpec(
     "late_events",
     f"job STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
     "topic STRING, partition INT, offset BIGINT",
-    "Valid events a stateful job dropped because the watermark had passed them.",
+    "Valid events a stateful job dropped because the watermark had passed them (alert-join "
+    "also lists dropped alerts: alert_id as event_id, alert_time as event_time).",
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.events import parse_device_alerts
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import valid_events
+from spark_jobs.jobs.event_time import behind_watermark, valid_events
 from spark_jobs.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
@@ -51,6 +51,31 @@ def build(settings: Settings, records: DataFrame) -> DataFrame:
     )
 
 
+def dropped_by_the_join(settings: Settings, records: DataFrame, watermark_ms: int) -> DataFrame:
+    """Rows the join drops as late: on each side, event time at or behind the query watermark.
+
+    Spark keeps one watermark per query (``multiple_watermark_policy`` combines the two
+    sides' delays) and filters each side's input with it on its own time column; the range
+    condition only decides when buffered rows are evicted. Pinned against Spark's own
+    ``numRowsDroppedByWatermark`` by the alert-join tests. A dropped alert is listed with
+    its ``alert_id`` as ``event_id`` and ``alert_time`` as ``event_time``; ``topic`` tells
+    the two apart.
+    """
+    events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms)
+    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic))[0].where(
+        F.col("alert_time") <= F.timestamp_millis(F.lit(watermark_ms))
+    )
+    return events.withColumn("missed", F.lit("event time at or behind the watermark: joined with no alert")).unionByName(
+        alerts.select(
+            F.col("alert_id").alias("event_id"), "device_id", F.col("alert_time").alias("event_time"),
+            F.lit(None).cast("double").alias("signal"),
+            F.lit("alert time at or behind the watermark: neither joined nor reported").alias("missed"),
+            "topic", "partition", "offset",
+        ),
+        allowMissingColumns=True,
+    )
+
+
 def split(settings: Settings, joined: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     return {
         ALERT_SIGNAL_CONTEXT.name: joined.where(F.col("event_id").isNotNull()),
@@ -66,5 +91,6 @@ ALERT_JOIN = StreamingJob(
     build=build,
     split=split,
     tables=(ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
+    late_rule=dropped_by_the_join,
     checkpoint_settings=("alert_context",),
 )

@@ -36,8 +36,8 @@ class StreamingJob:
     # one micro-batch of that result -> rows per output table
     split: Callable[[Settings, DataFrame, BatchContext], dict[str, DataFrame]]
     tables: tuple[TableSpec, ...]
-    # typed events of one batch + the watermark it ran with -> the events it dropped as late,
-    # with a `missed` column saying what they missed (None: the job drops nothing as late)
+    # Kafka records of one batch + the watermark it ran with -> the records it dropped as late,
+    # in late_events' columns plus `missed`, what they missed (None: the job drops nothing late)
     late_rule: Callable[[Settings, DataFrame, int], DataFrame] | None = None
     # keeps state across batches (windows, dedup ids, sessions, join buffers): a checkpoint
     # rebuilt from Delta metadata starts that state empty

@@ -61,12 +61,12 @@ def flatten_window(df: DataFrame) -> DataFrame:
     ).drop("window")
 
 
-def behind_watermark(settings: Settings, events: DataFrame, watermark_ms: int) -> DataFrame:
+def behind_watermark(settings: Settings, records: DataFrame, watermark_ms: int) -> DataFrame:
     """The events deduplication drops as late: event time at or behind the watermark.
 
     Every windowed job deduplicates first, so this is also their lateness rule: an event is
     kept whole or dropped whole, never counted in some of its windows only.
     """
-    return events.where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
+    return valid_events(records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
         "missed", F.lit("event time at or behind the watermark")
     )

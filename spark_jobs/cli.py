@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections import Counter
 
@@ -192,6 +193,27 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def cmd_airflow(args: argparse.Namespace) -> int:
+    from spark_jobs import airflow_local
+
+    settings = _settings(args)
+    airflow = airflow_local.start(settings, args.port)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, service managers: stop the group then too
+    try:
+        airflow.wait_ready()
+        print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
+        print(f"  user: {airflow_local.ADMIN}, password in {airflow.password_file}")
+        print(f"  log: {airflow.log_file}; Ctrl-C stops every component")
+        airflow.process.wait()
+        return airflow.process.returncode or 0
+    finally:
+        airflow.stop()
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs import JOBS
 
@@ -277,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
     p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("airflow", help="Airflow standalone with the sigflow DAGs on 127.0.0.1 (embedded mode)")
+    p.add_argument("--port", type=int, help="default: the airflow_port setting (8080)")
+    p.set_defaults(func=cmd_airflow)
 
     p = sub.add_parser("jobs", help="list the jobs")
     p.set_defaults(func=cmd_jobs)

@@ -104,6 +104,10 @@ class Settings:
     quarantine_retention: str = "30 days"
     checkpoint_batches_retained: int = 100
 
+    # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
+    airflow_port: int = 8080
+    airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: SQLite, logs, password)
+
     source_file: str = field(default="", compare=False)  # which YAML file was read, if any
 
     # ---- derived locations -------------------------------------------------------------
@@ -124,6 +128,10 @@ class Settings:
     @property
     def quality_path(self) -> Path:
         return Path(self.quality_dir or Path(self.data_dir) / "quality")
+
+    @property
+    def airflow_home(self) -> Path:
+        return Path(self.airflow_dir or Path(self.data_dir) / "airflow")
 
     @property
     def broker_dir(self) -> Path:

@@ -309,6 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _progress_lines_as_bare_json() -> None:
+    """Per-batch progress lines go out as bare JSON, one per line, for log shippers."""
+    progress = logging.getLogger("sigflow.progress")
+    if not progress.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        progress.addHandler(handler)
+        progress.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -317,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("py4j", "kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _progress_lines_as_bare_json()
     try:
         return args.func(args)
     except SigflowError as exc:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import Any, Iterable
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+QUERY_PREFIX = "sigflow_"  # query names are sigflow_<job>
+progress_log = logging.getLogger("sigflow.progress")
 
 
 def _time(text: str | None) -> datetime | None:
@@ -46,3 +52,74 @@ def progress_dicts(query) -> Iterable[dict[str, Any]]:
         )
         if "addBatch" in (parsed.get("durationMs") or {}):
             yield parsed
+
+
+def progress_line(job: str, progress: dict[str, Any]) -> dict[str, Any]:
+    """One batch as a JSON log line: the pipeline_metrics figures plus what a table row
+    flattens away (state per operator, offsets per source, records behind per partition)."""
+    row = progress_row(job, progress, output_rows=0, late_events=0)
+    line = {k: v for k, v in row.items() if k not in ("progress_json", "output_rows", "late_events")}
+    line["batch_time"] = progress.get("timestamp")
+    line["watermark"] = (progress.get("eventTime") or {}).get("watermark")
+    line["state_operators"] = [
+        {"operator": op.get("operatorName"), "rows": op.get("numRowsTotal"), "memory_bytes": op.get("memoryUsedBytes"),
+         "dropped_by_watermark": op.get("numRowsDroppedByWatermark")}
+        for op in progress.get("stateOperators") or []
+    ]
+    line["sources"] = [
+        {"source": source.get("description"), "end_offsets": _offsets(source.get("endOffset")),
+         "lag": _lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))}
+        for source in progress.get("sources") or []
+    ]
+    return {"event": "batch_progress", **line}
+
+
+def _offsets(value) -> dict | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _lag(end: dict | None, latest: dict | None) -> dict[str, int] | None:
+    """Records behind per "topic[partition]", when the source reports its latest offsets."""
+    if not end or not latest:
+        return None
+    return {
+        f"{topic}[{partition}]": max(int(latest_offset) - int(end.get(topic, {}).get(partition, 0)), 0)
+        for topic, partitions in latest.items() if isinstance(partitions, dict)
+        for partition, latest_offset in partitions.items()
+    }
+
+
+class ProgressLog(StreamingQueryListener):
+    """Logs every finished batch of a sigflow query as one JSON line (logger ``sigflow.progress``).
+
+    The listener bus is asynchronous: a batch's event can arrive after the query has
+    stopped. pipeline_metrics is therefore written from the query's ``recentProgress``,
+    which is complete when the run returns; both come from the same ``progress_row``.
+    """
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = json.loads(event.progress.json)
+        name = progress.get("name") or ""
+        if name.startswith(QUERY_PREFIX) and "addBatch" in (progress.get("durationMs") or {}):
+            progress_log.info(json.dumps(progress_line(name[len(QUERY_PREFIX):], progress), default=str))
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def listen(spark) -> None:
+    """Register the progress log once per SparkSession."""
+    if not getattr(spark, "_sigflow_progress_log", None):
+        spark._sigflow_progress_log = ProgressLog()
+        spark.streams.addListener(spark._sigflow_progress_log)

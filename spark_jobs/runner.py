@@ -31,7 +31,7 @@ from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
 from spark_jobs.errors import DataLossError, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
-from spark_jobs.metrics import progress_dicts, progress_row
+from spark_jobs.metrics import QUERY_PREFIX, listen, progress_dicts, progress_row
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
 from spark_jobs.spark import configure_session, get_spark
 from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
@@ -85,6 +85,7 @@ class JobRun:
             kafka_client.topic_partitions(self.bootstrap, topic)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
+        listen(self.spark)  # JSON progress lines per batch
         self.engines = detect_engines(self.spark, settings)
         self.sink = DeltaSink(self.spark, settings, self.engines)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
@@ -194,7 +195,7 @@ class JobRun:
     def start(self, trigger_interval: str):
         return (
             self.plan()
-            .writeStream.queryName(f"sigflow_{self.job.name}")
+            .writeStream.queryName(f"{QUERY_PREFIX}{self.job.name}")
             .foreachBatch(self.write_batch)
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)

@@ -1,0 +1,70 @@
+"""Each batch's progress: one JSON log line from the listener, one pipeline_metrics row."""
+
+import json
+import logging
+import time
+
+import pytest
+
+from spark_jobs.metrics import progress_line
+from spark_jobs.simulate import generate_events
+from tests.helpers import produce, run_job, table
+
+
+class ProgressLines(logging.Handler):
+    """Collects the listener's lines (the CLI may have stopped them propagating to root)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: dict[tuple[str, int], dict] = {}
+
+    def emit(self, record):
+        line = json.loads(record.getMessage())
+        self.lines[(line["job"], line["batch_id"])] = line
+
+    def of(self, job: str, batches: int, timeout: float = 20.0) -> list[dict]:
+        """A job's lines in batch order; the listener bus is asynchronous, so wait for them."""
+        deadline = time.monotonic() + timeout
+        while sum(j == job for j, _ in self.lines) < batches and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return [line for (j, _), line in sorted(self.lines.items()) if j == job]
+
+
+@pytest.fixture
+def progress_lines():
+    logger = logging.getLogger("sigflow.progress")
+    handler, level = ProgressLines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_every_batch_is_logged_as_json_and_matches_its_metrics_row(spark, settings, progress_lines):
+    s = settings.replace(max_offsets_per_trigger=100)
+    produce(s, generate_events(250, seed=11, malformed_ratio=0.0))
+    run_job(spark, s, "ingest")
+    run_job(spark, s, "dedup")
+
+    metrics = table(s, "pipeline_metrics")
+    dedup_rows = metrics[metrics.job == "dedup"].sort_values("batch_id")
+    lines = progress_lines.of("dedup", len(dedup_rows))
+
+    assert len(dedup_rows) >= 3  # 250 events at 100 per trigger
+    assert [line["batch_id"] for line in lines] == dedup_rows.batch_id.tolist()
+    assert [line["input_rows"] for line in lines] == dedup_rows.input_rows.tolist()
+    assert [line["state_rows"] for line in lines] == dedup_rows.state_rows.tolist()
+    assert all(line["state_operators"] and line["sources"][0]["end_offsets"] for line in lines)
+    assert lines[-1]["watermark"] is not None
+
+
+def test_lag_per_partition_is_what_the_source_had_not_yet_read():
+    progress = {
+        "batchId": 4, "numInputRows": 10, "durationMs": {"addBatch": 5, "triggerExecution": 9},
+        "sources": [{"description": "kafka", "endOffset": '{"t": {"0": 40, "1": 7}}',
+                     "latestOffset": '{"t": {"0": 100, "1": 7}}'}],
+    }
+    line = progress_line("ingest", progress)
+    assert line["sources"][0]["lag"] == {"t[0]": 60, "t[1]": 0}
+    assert line["batch_id"] == 4 and line["input_rows"] == 10 and line["duration_ms"] == 9

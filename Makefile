@@ -35,6 +35,7 @@ run: install
 	$(BIN)/sigflow topics create
 	$(BIN)/sigflow simulate --events 5000 --devices 25
 	$(BIN)/sigflow pipeline
+	$(BIN)/sigflow report
 
 airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_AIRFLOW_PORT)
 	$(BIN)/sigflow broker start

@@ -193,6 +193,14 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from spark_jobs import report
+
+    out = report.write(_settings(args), args.out)
+    print(f"report written: {out.resolve()} (open it in a browser)")
+    return 0
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -299,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
     p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("report", help="an HTML page: averages, late data, quarantine, batch durations, state size")
+    p.add_argument("--out", help="default: <data_dir>/report.html")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("airflow", help="Airflow standalone with the sigflow DAGs on 127.0.0.1 (embedded mode)")
     p.add_argument("--port", type=int, help="default: the airflow_port setting (8080)")

@@ -20,6 +20,15 @@ _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
 _ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$"
 
 
+# Plausibility limits, part of the contract (docs/event-contract.md). A time far ahead of the
+# record's Kafka timestamp would drag the watermark forward and make every later event
+# "late", so one such record could silence a job: it is quarantined instead. Far-behind
+# times and oversized payloads are defects too, not data.
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_AHEAD_HOURS = 24
+MAX_BEHIND_DAYS = 365
+
+
 @dataclass(frozen=True)
 class Contract:
     strings: tuple[str, ...]
@@ -71,6 +80,9 @@ def _reason(contract: Contract) -> Column:
     ])
     checks = [
         F.when(F.col("value").isNull(), F.lit("empty record (no value)")),
+        F.when(F.length("value") > MAX_PAYLOAD_BYTES, F.concat(
+            F.lit("payload of "), F.length("value").cast("string"),
+            F.lit(f" bytes is over the {MAX_PAYLOAD_BYTES // 1024} KiB limit"))),
         F.when(F.col("_v").isNull(), F.lit("not valid JSON")),
         F.when(~top_type.startswith("OBJECT"), F.concat(
             F.lit("not a JSON object (got "), F.regexp_extract(top_type, r"^(\w+)", 1), F.lit(")"))),
@@ -100,6 +112,18 @@ def _reason(contract: Contract) -> Column:
             F.lit(f"field '{f}' is neither ISO-8601 with a zone nor integer epoch milliseconds: "),
             F.coalesce(F.concat(F.lit("'"), F.substring(_text(f), 1, 60), F.lit("'")), _vtype(f))))
         for f in contract.times
+    ]
+    checks += [
+        check
+        for f in contract.times
+        for check in (
+            F.when(F.col(f"_t_{f}") > F.col("timestamp") + F.expr(f"INTERVAL {MAX_AHEAD_HOURS} HOURS"), F.concat(
+                F.lit(f"field '{f}' is more than {MAX_AHEAD_HOURS} hours after the record's Kafka timestamp: "),
+                F.col(f"_t_{f}").cast("string"))),
+            F.when(F.col(f"_t_{f}") < F.col("timestamp") - F.expr(f"INTERVAL {MAX_BEHIND_DAYS} DAYS"), F.concat(
+                F.lit(f"field '{f}' is more than {MAX_BEHIND_DAYS} days before the record's Kafka timestamp: "),
+                F.col(f"_t_{f}").cast("string"))),
+        )
     ]
     return F.coalesce(*checks)
 

@@ -18,8 +18,9 @@ from spark_jobs.errors import BrokerUnavailable, SigflowError
 
 MALFORMED_KINDS = (
     "not_json", "truncated_json", "binary", "missing_field", "wrong_type",
-    "bad_time", "non_finite", "json_array",
+    "bad_time", "non_finite", "json_array", "far_future", "far_past", "huge",
 )
+HUGE_PAYLOAD_BYTES = 300 * 1024  # over the contract's 256 KiB limit
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ def _malformed(kind: str, rng: random.Random, device: str, t_ms: int, n: int) ->
         return json.dumps(good).encode().replace(b'"signal": 1.0', b'"signal": 1e999')
     elif kind == "json_array":
         return json.dumps([good]).encode()
+    elif kind == "far_future":  # a device clock years ahead: would drag the watermark along
+        good["event_time"] = iso(t_ms + rng.randint(2, 30) * 365 * 86_400_000)
+    elif kind == "far_past":  # a device clock reset to the epoch
+        good["event_time"] = iso(rng.randint(0, 86_400_000))
+    elif kind == "huge":
+        good["firmware_dump"] = "x" * HUGE_PAYLOAD_BYTES
     return json.dumps(good).encode()
 
 

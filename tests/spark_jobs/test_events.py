@@ -7,6 +7,8 @@ from spark_jobs.python_kafka_source import KAFKA_SCHEMA
 
 VALID = '{"event_id": "e1", "device_id": "d1", "event_time": "2026-11-22T12:04:00Z", "signal": 1.5, "site": "north", "tags": {"a": 1}}'
 
+HUGE = '{"event_id": "e", "device_id": "d", "event_time": 1, "signal": 1, "blob": "' + "x" * 300_000 + '"}'
+
 
 def kafka_rows(spark, values):
     now = datetime(2026, 11, 22, tzinfo=timezone.utc)
@@ -56,6 +58,12 @@ def test_event_time_forms_accepted(spark, event_time, expected):
          "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: 'yesterday'"),
         ('{"event_id": "e", "device_id": "d", "event_time": "2026-11-22T12:04:00", "signal": 1}',
          "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: '2026-11-22T12:04:00'"),
+        # the Kafka timestamp of these rows is 2026-11-22 00:00 UTC
+        ('{"event_id": "e", "device_id": "d", "event_time": "2099-01-01T00:00:00Z", "signal": 1}',
+         "field 'event_time' is more than 24 hours after the record's Kafka timestamp: 2099-01-01 00:00:00"),
+        ('{"event_id": "e", "device_id": "d", "event_time": 0, "signal": 1}',
+         "field 'event_time' is more than 365 days before the record's Kafka timestamp: 1970-01-01 00:00:00"),
+        (HUGE, f"payload of {len(HUGE)} bytes is over the 256 KiB limit"),
     ],
 )
 def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):

@@ -62,3 +62,38 @@ def test_a_batch_replayed_after_its_delta_commit_writes_nothing_twice(spark, set
     replay = run_job(spark, settings)
     assert replay.batches_skipped >= 1
     assert len(table(settings, "device_events_raw")) == 250
+
+
+REASON_OF_KIND = {
+    "not_json": "not valid JSON", "truncated_json": "not valid JSON", "binary": "not valid JSON",
+    "missing_field": "missing required field", "wrong_type": "field 'signal' must be a number",
+    "bad_time": "field 'event_time' is neither", "non_finite": "field 'signal' is not finite",
+    "json_array": "not a JSON object", "huge": "payload of",
+    "far_future": "field 'event_time' is more than 24 hours after the record's Kafka timestamp",
+    "far_past": "field 'event_time' is more than 365 days before the record's Kafka timestamp",
+}
+
+
+def test_malformed_storm_is_quarantined_with_reasons_and_poisons_no_watermark(spark, settings):
+    """10% garbage of every kind, far-future clocks included: each bad record is in quarantine
+    with the reason for its kind, and the downstream dedup loses no on-time event (a
+    far-future time let through would have dragged the watermark and made them all late)."""
+    records = generate_events(1500, devices=9, seed=21, malformed_ratio=0.10, late_ratio=0.02)
+    assert set(REASON_OF_KIND) == set(MALFORMED_KINDS)
+    produce(settings, records)
+    s = settings.replace(max_offsets_per_trigger=500)
+    run_job(spark, s, "ingest")
+    run_job(spark, s, "dedup")
+
+    quarantined = table(s, "quarantined_events")
+    reason_by_value = dict(zip(quarantined["value"], quarantined["reason"]))
+    bad = [r for r in records if r.kind in MALFORMED_KINDS]
+    assert len(quarantined) == len(bad) and {r.kind for r in bad} == set(MALFORMED_KINDS)
+    for record in bad:
+        assert reason_by_value[record.value].startswith(REASON_OF_KIND[record.kind]), record.kind
+
+    ids_of = lambda *kinds: {json.loads(r.value)["event_id"] for r in records if r.kind in kinds}  # noqa: E731
+    kept = set(table(s, "device_events_deduplicated")["event_id"])
+    late = set(table(s, "late_events")["event_id"])
+    assert ids_of("event", "out_of_order") <= kept  # nothing on time was dropped
+    assert late <= ids_of("late") and kept | late == ids_of("event", "out_of_order", "late")

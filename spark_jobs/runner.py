@@ -126,14 +126,14 @@ class JobRun:
             outputs = self.job.split(self.settings, batch_df, context)
             if self.job.late_rule:
                 outputs[LATE_EVENTS.name] = self.late_events(context)
-            failpoints.hit("before_delta_commit", batch_id)
+            failpoints.hit("before_delta_commit", batch_id, self.job.name)
             written = {}
             for index, spec in enumerate(self.tables):
                 if index == 1:
-                    failpoints.hit("between_tables", batch_id)
+                    failpoints.hit("between_tables", batch_id, self.job.name)
                 rows = self.sink.append(outputs[spec.name], spec, self.app_id, batch_id, metadata)
                 written[spec.name] = rows
-            failpoints.hit("after_delta_commit", batch_id)
+            failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
             batch_df.unpersist()
         self.summary.batches += 1

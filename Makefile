@@ -41,8 +41,10 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 	$(BIN)/sigflow broker start
 	$(BIN)/sigflow airflow
 
+# Two workers, one test file at a time each: a file's tests share their fixtures, and on
+# 2 cores much of a test is waiting (JVM start, Airflow scheduling), so this halves the time.
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 bench: install
 	$(BIN)/python -m tests.bench

@@ -2,8 +2,9 @@
 
 In one run, on one broker: producer rates (kafka-python, confluent-kafka), the raw consume
 ceiling of the fastest Python client (confluent-kafka), then each job's end-to-end events
-per second over the same topic from a fresh checkpoint, and its ratio to that ceiling; the
-JVM's peak memory. The figures are appended to docs/benchmarks.md (earlier runs are kept).
+per second over the same topic from a fresh checkpoint, and its ratio to that ceiling;
+ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the stateful
+jobs after 10 and after 60 minutes of event time at --devices devices; the JVM's peak memory. The figures are appended to docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 20000] [--devices 1000] [--no-write]
 """
@@ -11,6 +12,7 @@ JVM's peak memory. The figures are appended to docs/benchmarks.md (earlier runs 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import tempfile
 import time
@@ -80,6 +82,65 @@ def jvm_peak_rss_mb() -> float:
     return max(peaks, default=0.0)
 
 
+def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float]:
+    """ingest running with a 1-second trigger while `rate` events/s are offered for `seconds`:
+    the distribution of its batch durations (planning to Delta commit)."""
+    import threading
+
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runner import JobRun
+
+    s = settings.replace(events_topic="bench-latency", trigger_interval="1 second",
+                         checkpoint_root=settings.checkpoint_root_uri + "-latency",
+                         delta_root=settings.delta_root_uri + "-latency")
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], s.topic_partitions, s.topic_retention_ms)
+    run, stop = JobRun(get_job("ingest"), s, spark), threading.Event()
+    worker = threading.Thread(target=run.run_continuous, args=(stop,))
+    worker.start()
+    records = generate_events(int(rate * seconds), devices=100, seed=4, malformed_ratio=0.0)
+    started = time.perf_counter()
+    for second in range(int(seconds)):
+        produce_records(s.kafka_bootstrap_servers, s.events_topic,
+                        [(r.key, r.value) for r in records[second * rate:(second + 1) * rate]])
+        time.sleep(max(0.0, started + second + 1 - time.perf_counter()))
+    time.sleep(5)  # the last batches
+    stop.set()
+    worker.join(120)
+    durations = sorted(row["duration_ms"] for row in run.metrics.values() if row["input_rows"] > 0)
+    pick = lambda q: durations[min(len(durations) - 1, int(q * len(durations)))] if durations else 0.0  # noqa: E731
+    return {"batches": len(durations), "p50_ms": pick(0.50), "p95_ms": pick(0.95)}
+
+
+def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple[int, int]]:
+    """State rows of the stateful jobs after 10 and after 60 minutes of event time, with
+    `devices` devices each reading every 2 minutes: flat state means the second figure is
+    not six times the first."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runner import JobRun
+
+    s = settings.replace(events_topic="bench-state", checkpoint_root=settings.checkpoint_root_uri + "-state",
+                         delta_root=settings.delta_root_uri + "-state")
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], s.topic_partitions, s.topic_retention_ms)
+    start = int(time.time() * 1000) - 3_600_000
+    per_minute = devices // 2  # every device every 2 minutes
+    stages = {}
+    for minutes_from, minutes_to in ((0, 10), (10, 60)):
+        pairs = [
+            (f"device-{d:04d}".encode(),
+             json.dumps({"event_id": f"st-{m}-{d}", "device_id": f"device-{d:04d}",
+                         "event_time": start + m * 60_000 + (d % per_minute) * 60_000 // per_minute,
+                         "signal": float(d % 97)}).encode())
+            for m in range(minutes_from, minutes_to) for d in range(devices) if (m + d) % 2 == 0
+        ]
+        confluent_produce(s.kafka_bootstrap_servers, s.events_topic, pairs)
+        for job in ("dedup", "windowed-averages", "sessions"):
+            summary = JobRun(get_job(job), s, spark).run_available_now()
+            stages.setdefault(job, []).append(summary.state_rows)
+        print(f"  state rows after {minutes_to} minutes of event time: "
+              + ", ".join(f"{job} {rows[-1]:,}" for job, rows in stages.items()), flush=True)
+    return {job: tuple(rows) for job, rows in stages.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
@@ -129,6 +190,14 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - started
             per_job[job] = _rate(args.events, seconds)
             print(f"  {job}: {seconds:.1f} s, {summary.line()}", flush=True)
+        latency = batch_latency(spark, s, rate=500, seconds=30)
+        print(f"  ingest batch latency at 500 events/s offered: p50 {latency['p50_ms']:,.0f} ms, "
+              f"p95 {latency['p95_ms']:,.0f} ms over {latency['batches']} batches", flush=True)
+        figures["ingest batch p50 ms at 500 events/s"] = latency["p50_ms"]
+        figures["ingest batch p95 ms at 500 events/s"] = latency["p95_ms"]
+        for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices).items():
+            figures[f"{job} state rows after 10 min"] = after_10
+            figures[f"{job} state rows after 60 min"] = after_60
         figures["jvm peak rss MB"] = jvm_peak_rss_mb()
     finally:
         broker.stop(base)

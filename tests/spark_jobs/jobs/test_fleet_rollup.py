@@ -1,6 +1,6 @@
 """Job fleet-rollup: the chained aggregation counts what the first one emits (section 3)."""
 
-from tests.helpers import run_job, send, single_partition, table
+from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event
 
 
@@ -8,10 +8,11 @@ def test_second_aggregation_counts_the_first_ones_output(spark, settings):
     s = single_partition(settings).replace(
         watermark_delay="1 seconds", tumbling_window="3 seconds", fleet_window="6 seconds"
     )
-    # values 6, 4, 5 at t = 1, 2, 3 s; per-device windows [0,3) max 6 and [3,6) max 5
-    send(s, [Event("v6", "d1", 1000, 6.0), Event("v4", "d1", 2000, 4.0), Event("v5", "d1", 3000, 5.0)])
+    # values 6, 4, 5 at 10:00:01, :02, :03; per-device windows [:00, :03) max 6 and [:03, :06) max 5
+    send(s, [Event("v6", "d1", at(10, 0, 1), 6.0), Event("v4", "d1", at(10, 0, 2), 4.0),
+             Event("v5", "d1", at(10, 0, 3), 5.0)])
     run_job(spark, s, "fleet-rollup")
-    send(s, [Event("later", "d1", 20_000, 1.0)])  # moves the watermark past both windows
+    send(s, [Event("later", "d1", at(10, 0, 20), 1.0)])  # moves the watermark past both windows
     run_job(spark, s, "fleet-rollup")
     rows = table(s, "fleet_signal_rollups")
     first = rows[rows.window_start.dt.second == 0].iloc[0]

@@ -101,7 +101,7 @@ def start(settings: Settings, timeout_s: float = 15.0) -> BrokerInfo:
                 "broker",
                 "--listener-url", f"tcp://{address}",
                 "--advertised-listener-url", f"tcp://{address}",
-                "--storage-engine", "memory://tansu/",
+                "--storage-engine", settings.broker_storage,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -70,6 +70,12 @@ class Settings:
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0
     broker_port: int = 19092  # embedded broker; 0 picks a free port
+    # Embedded broker's storage: memory (lost when it stops) or s3://bucket/ (survives a
+    # restart; the AWS_* variables of the environment point Tansu at the store).
+    broker_storage: str = "memory://tansu/"
+    # How long a running job waits for an unreachable Kafka to return (retrying with
+    # backoff) before it stops; 0 stops at the first failure.
+    broker_outage_budget: str = "5 minutes"
 
     # Engines. 'auto' takes the native Kafka source / delta-spark when their classes load.
     kafka_source: str = "auto"
@@ -182,7 +188,8 @@ def _validate(s: Settings) -> None:
             )
     for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
                  "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
-                 "alert_context", "quality_freshness", "vacuum_retention", "quarantine_retention"):
+                 "alert_context", "quality_freshness", "vacuum_retention", "quarantine_retention",
+                 "broker_outage_budget"):
         duration_seconds(getattr(s, name), name)
     for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
         if getattr(s, name) < 1:
@@ -193,6 +200,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             f"setting starting_offsets={s.starting_offsets!r} is not earliest, latest or a JSON object",
             'per-partition form: {"device-events": {"0": 42, "1": -2}} (-2 earliest, -1 latest)',
+        )
+    if s.broker_storage.split("://")[0] not in ("memory", "s3", "postgres"):
+        raise ConfigError(
+            f"setting broker_storage={s.broker_storage!r} is not a Tansu storage URL",
+            "use memory://tansu/, s3://<bucket>/ or postgres://... (env SIGFLOW_BROKER_STORAGE)",
         )
     if s.signal_min >= s.signal_max:
         raise ConfigError("setting signal_min must be below signal_max")

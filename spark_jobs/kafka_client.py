@@ -55,16 +55,22 @@ def admin(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers, "logger": _quiet_logger})
 
 
-def check_reachable(bootstrap_servers: str, timeout_s: float = 5.0) -> None:
-    """Fail fast with an actionable message when no broker answers."""
+def is_reachable(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
     try:
         admin(bootstrap_servers).list_topics(timeout=timeout_s)
     except KafkaException:
+        return False
+    return True
+
+
+def check_reachable(bootstrap_servers: str, timeout_s: float = 5.0) -> None:
+    """Fail fast with an actionable message when no broker answers."""
+    if not is_reachable(bootstrap_servers, timeout_s):
         raise BrokerUnavailable(
             f"Kafka at {bootstrap_servers} did not answer within {timeout_s:g}s",
             "start the embedded broker with `sigflow broker start`, "
             "or point KAFKA_BOOTSTRAP_SERVERS at a running cluster",
-        ) from None
+        )
 
 
 def topic_partitions(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -26,10 +26,10 @@ from pyspark.sql import functions as F
 
 from spark_jobs import broker, failpoints, kafka_client, restart, status
 from spark_jobs.checkpoint import Checkpoint
-from spark_jobs.config import Settings, spark_interval
+from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
-from spark_jobs.errors import DataLossError, SigflowError
+from spark_jobs.errors import BrokerUnavailable, DataLossError, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.metrics import QUERY_PREFIX, listen, progress_dicts, progress_row
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
@@ -210,29 +210,87 @@ class JobRun:
         try:
             yield query
         except StreamingQueryException as exc:
-            raise _explain(self.job.name, exc) from None
+            raise self._failure(query, exc) from None
         finally:
             query.stop()
             status.mark_stopped(self.settings, self.job.name)
         self.record_metrics(query)
 
+    def _failure(self, query, exc: Exception) -> Exception:
+        if kafka_client.is_reachable(self.bootstrap, timeout_s=3):
+            return _explain(self.job.name, exc)
+        self.record_metrics(query)  # the batches done before Kafka went away
+        return _KafkaGone(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    def _run(self, trigger_interval: str, drive, stop: threading.Event | None = None) -> RunSummary:
+        """Run the query; while Kafka is away, wait with backoff and start again from the
+        checkpoint (a restarted query replays at most the batch that was in flight)."""
+        while True:
+            try:
+                with self._running(trigger_interval) as query:
+                    drive(query)
+                return self.summary
+            except _KafkaGone as gone:
+                if not self._await_kafka(str(gone), stop):
+                    return self.summary
+
+    def _await_kafka(self, cause: str, stop: threading.Event | None) -> bool:
+        """Back off (1, 2, 4 ... 30 s) until Kafka answers. False when stopped meanwhile;
+        BrokerUnavailable once broker_outage_budget is spent."""
+        budget = duration_seconds(self.settings.broker_outage_budget, "broker_outage_budget")
+        began = time.monotonic()
+        delay, attempt = 1.0, 0
+        while True:
+            waited = time.monotonic() - began
+            if waited >= budget:
+                raise BrokerUnavailable(
+                    f"job {self.job.name} stopped: Kafka at {self.bootstrap} unreachable for "
+                    f"{waited:.0f} s (broker_outage_budget {self.settings.broker_outage_budget}); "
+                    f"last error: {cause[:300]}",
+                    "bring Kafka back and rerun: the job resumes from its checkpoint, "
+                    "nothing is lost (docs/runbooks/broker-outage.md)",
+                )
+            attempt += 1
+            pause = min(delay, budget - waited)
+            log.warning(
+                "%s: Kafka at %s is unreachable; retry %d in %.0f s, giving up after %s. "
+                "Check `sigflow broker status` or the Kafka cluster; the job resumes from its "
+                "checkpoint when Kafka is back (docs/runbooks/broker-outage.md)",
+                self.job.name, self.bootstrap, attempt, pause, self.settings.broker_outage_budget,
+            )
+            if stop is not None and stop.wait(pause):
+                return False
+            if stop is None:
+                time.sleep(pause)
+            if kafka_client.is_reachable(self.bootstrap, timeout_s=3):
+                log.warning(
+                    "%s: Kafka at %s is back after %.0f s; resuming from the checkpoint",
+                    self.job.name, self.bootstrap, time.monotonic() - began,
+                )
+                return True
+            delay = min(delay * 2, 30.0)
+
     def run_available_now(self) -> RunSummary:
-        with self._running("0 seconds") as query:
-            query.processAllAvailable()
-        return self.summary
+        return self._run("0 seconds", lambda query: query.processAllAvailable())
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
         stop = stop or _stop_on_signals()
-        with self._running(spark_interval(self.settings.trigger_interval, "trigger_interval")) as query:
+
+        def drive(query) -> None:
             while query.isActive and not stop.is_set():
                 query.awaitTermination(0.5)
                 self.record_metrics(query)
             if query.exception():
-                raise _explain(self.job.name, query.exception())
+                raise query.exception()
             # Graceful: let the batch in flight finish before stopping.
             while query.isActive and query.status.get("isTriggerActive"):
                 time.sleep(0.1)
-        return self.summary
+
+        return self._run(spark_interval(self.settings.trigger_interval, "trigger_interval"), drive, stop)
+
+
+class _KafkaGone(Exception):
+    """A query failed while Kafka was unreachable: retried, not reported."""
 
 
 def _stop_on_signals() -> threading.Event:

@@ -7,9 +7,10 @@ import pytest
 
 from spark_jobs import broker as embedded
 from spark_jobs import kafka_client
-from spark_jobs.errors import DataLossError
+from spark_jobs.errors import BrokerUnavailable, DataLossError
 from spark_jobs.failpoints import POINTS
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs import JOBS, get_job
+from spark_jobs.runner import JobRun
 from spark_jobs.simulate import generate_alerts, generate_events
 from tests.conftest import make_settings
 from tests.helpers import produce, run_job, sigflow, table
@@ -84,6 +85,136 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     lenient = s.replace(fail_on_data_loss=False)
     assert run_job(spark, lenient).rows_in == 9
     assert len(table(s, "device_events_raw")) == 69
+
+
+@pytest.fixture
+def durable_broker(tmp_path, monkeypatch):
+    """A broker of this test's own whose records live in an S3 store (moto) and so survive
+    stopping and starting it again on the same port, as a real Kafka's would."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        s3_port = sock.getsockname()[1]
+    store = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{s3_port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"{endpoint}/tansu", method="PUT"), timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                store.kill()
+                raise
+            time.sleep(0.2)
+    for name, value in {"AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "sigflow",
+                        "AWS_SECRET_ACCESS_KEY": "sigflow", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)  # inherited by the broker process
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        broker_port = sock.getsockname()[1]
+    s = make_settings(tmp_path / "broker", "", broker_port=broker_port, broker_storage="s3://tansu/")
+    yield s
+    embedded.stop(s)
+    store.kill()
+    store.wait()
+
+
+class _Lines:
+    """Collects a child's stderr lines as they come, so a test can wait for one."""
+
+    def __init__(self, process):
+        import threading
+
+        self.process = process
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(iter(process.stderr.readline, "")), daemon=True).start()
+
+    def check_alive(self) -> None:
+        assert self.process.poll() is None, f"the job exited early: {self.lines[-20:]}"
+
+    def wait_for(self, text: str, timeout_s: float) -> str:
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = next((line for line in self.lines if text in line), None)
+            if found:
+                return found
+            self.check_alive()
+            time.sleep(0.2)
+        raise AssertionError(f"no line with {text!r} in {timeout_s:g} s; stderr tail: {self.lines[-20:]}")
+
+
+def _wait_for_rows(settings, name, rows, stderr, timeout_s=90):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stderr.check_alive()
+        try:
+            if len(table(settings, name)) >= rows:
+                return
+        except Exception:  # table not created yet
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{name} did not reach {rows} rows in {timeout_s} s; stderr tail: {stderr.lines[-20:]}")
+
+
+def test_broker_stopped_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, durable_broker):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, cli_env
+
+    info = embedded.start(durable_broker)
+    s = make_settings(tmp_path / "data", info.bootstrap_servers)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
+    before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
+    produce(s, before)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
+        env=cli_env(s), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        stderr = _Lines(job)
+        _wait_for_rows(s, "device_events_raw", len(before), stderr)
+        embedded.stop(durable_broker)
+        retry = stderr.wait_for("is unreachable; retry 1 in", timeout_s=120)
+        assert "sigflow broker status" in retry and "resumes from its" in retry
+        stderr.wait_for("is unreachable; retry 2 in", timeout_s=60)  # backs off, keeps trying
+        embedded.start(durable_broker)  # same port, same S3 store: the records are still there
+        stderr.wait_for("is back after", timeout_s=120)
+        produce(s, after)
+        _wait_for_rows(s, "device_events_raw", len(before) + len(after), stderr)
+        job.send_signal(signal.SIGTERM)
+        job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, "".join(stderr.lines[-30:])
+    written = Counter(bytes(value) for value in table(s, "device_events_raw")["value"])
+    assert written == Counter(r.value for r in before + after)  # each once: none lost, none twice
+
+
+def test_a_job_stops_with_a_clear_message_once_the_broker_outage_budget_is_spent(spark, tmp_path, private_broker):
+    s = _fresh_topic(private_broker, make_settings(tmp_path / "data", "", broker_outage_budget="3 seconds"))
+    produce(s, generate_events(20, malformed_ratio=0))
+    run = JobRun(get_job("ingest"), s, spark)
+    embedded.stop(private_broker)
+    with pytest.raises(BrokerUnavailable, match="unreachable for [0-9]+ s") as err:
+        run.run_available_now()
+    assert "resumes from its checkpoint" in err.value.hint
 
 
 def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):

@@ -37,6 +37,8 @@ from spark_jobs.spark import configure_session, get_spark
 from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
 
 log = logging.getLogger("sigflow.runner")
+# Operating-system errors of a table write that the operator, not the code, must fix.
+STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
 
 
 @dataclass
@@ -307,6 +309,14 @@ def _explain(job: str, exc: Exception) -> Exception:
         return DataLossError(
             f"job {job} stopped: Kafka no longer has offsets its checkpoint needs: {detail}",
             "see docs/runbooks/checkpoint-lost-or-corrupt.md; SIGFLOW_FAIL_ON_DATA_LOSS=false skips ahead",
+        )
+    storage = next((reason for reason in STORAGE_FAILURES if reason in text), None)
+    if storage:
+        return SigflowError(
+            f"job {job} stopped: a table write failed with '{storage}'; the batch was not "
+            "committed, and Delta readers see none of its rows",
+            "fix the storage (space, permissions), then rerun the job: it redoes the batch "
+            "from its checkpoint, exactly once (docs/runbooks/job-crashed.md)",
         )
     first = next((line for line in text.splitlines() if line.strip()), text)
     return SigflowError(f"job {job} failed: {first[:500]}", "see the log above for the batch that failed")

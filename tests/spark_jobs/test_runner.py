@@ -250,3 +250,54 @@ def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settin
     assert job.returncode == 0, err[-2000:]
     assert "ingest:" in out and "150 rows in" in out
     assert len(table(settings, "device_events_raw")) == 150
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs: a real file system that really fills up."""
+    import subprocess
+
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(directory):
+    with open(directory / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * (1 << 20))
+                filler.flush()
+        except OSError:  # ENOSPC: the disk is full
+            pass
+
+
+def test_a_batch_whose_table_write_fails_is_invisible_and_the_rerun_completes_it(spark, settings, small_disk):
+    from deltalake import DeltaTable
+
+    from spark_jobs.errors import SigflowError
+
+    s = settings.replace(delta_root=str(small_disk / "delta"))
+    first, second = generate_events(150, seed=11), generate_events(150, seed=12)
+    produce(s, first)
+    run_job(spark, s, "ingest")
+    tables = [spec.name for spec in JOBS["ingest"].tables]
+    before = {name: (DeltaTable(s.table_uri(name)).version(), len(table(s, name))) for name in tables}
+
+    _fill(small_disk)
+    produce(s, second)
+    with pytest.raises(SigflowError, match="No space left on device") as err:
+        run_job(spark, s, "ingest")
+    assert "rerun" in err.value.hint
+    after_failure = {name: (DeltaTable(s.table_uri(name)).version(), len(table(s, name))) for name in tables}
+    assert after_failure == before  # no new version, no row of the failed batch
+
+    (small_disk / "filler").unlink()
+    run_job(spark, s, "ingest")
+    written = Counter(bytes(value) for value in table(s, "device_events_raw")["value"])
+    assert written == Counter(r.value for r in first + second)  # the failed batch, once

@@ -82,8 +82,12 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
         run_job(spark, s)
     assert "runbooks" in err.value.hint
 
-    lenient = s.replace(fail_on_data_loss=False)
-    assert run_job(spark, lenient).rows_in == 9
+    # As an operator would: the CLI's log must say what was skipped.
+    lenient = sigflow(s, "run", "ingest", extra_env={"SIGFLOW_FAIL_ON_DATA_LOSS": "false"})
+    assert lenient.returncode == 0, lenient.stderr[-2000:]
+    skipped = [line for line in lenient.stderr.splitlines() if "data loss skipped (failOnDataLoss=false)" in line]
+    assert skipped and all(f"{s.events_topic}[" in line and "resuming at" in line for line in skipped)
+    assert "9 rows in" in lenient.stdout
     assert len(table(s, "device_events_raw")) == 69
 
 

@@ -31,7 +31,13 @@ from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
 from spark_jobs.errors import BrokerUnavailable, DataLossError, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
-from spark_jobs.metrics import QUERY_PREFIX, listen, progress_dicts, progress_row
+from spark_jobs.metrics import (
+    QUERY_PREFIX,
+    listen,
+    progress_dicts,
+    progress_row,
+    source_scans,
+)
 from spark_jobs.python_kafka_source import DATA_LOSS_MARKER
 from spark_jobs.spark import configure_session, get_spark
 from spark_jobs.tables import LATE_EVENTS, PIPELINE_METRICS
@@ -87,7 +93,8 @@ class JobRun:
             kafka_client.topic_partitions(self.bootstrap, topic)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
-        listen(self.spark)  # JSON progress lines per batch
+        self.progress_log = listen(self.spark)  # JSON progress lines per batch
+        self.source_scans = 1
         self.engines = detect_engines(self.spark, settings)
         self.sink = DeltaSink(self.spark, settings, self.engines)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
@@ -103,7 +110,9 @@ class JobRun:
         records = read_kafka(
             self.spark, self.settings, self.engines, self.bootstrap, self.job.topics(self.settings)
         )
-        return self.job.build(self.settings, records)
+        plan = self.job.build(self.settings, records)
+        self.source_scans = self.progress_log.scans[self.job.name] = source_scans(plan)
+        return plan
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         offsets = self.checkpoint.offsets(batch_id)
@@ -181,7 +190,7 @@ class JobRun:
             if batch_id in self.metrics:
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
-            self.metrics[batch_id] = row = progress_row(self.job.name, progress, output, late)
+            self.metrics[batch_id] = row = progress_row(self.job.name, progress, output, late, self.source_scans)
             fresh.append(row)
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from spark_jobs.metrics import progress_line
-from spark_jobs.simulate import generate_events
+from spark_jobs.simulate import generate_alerts, generate_events
 from tests.helpers import produce, run_job, table
 
 
@@ -57,6 +57,24 @@ def test_every_batch_is_logged_as_json_and_matches_its_metrics_row(spark, settin
     assert [line["state_rows"] for line in lines] == dedup_rows.state_rows.tolist()
     assert all(line["state_operators"] and line["sources"][0]["end_offsets"] for line in lines)
     assert lines[-1]["watermark"] is not None
+
+
+@pytest.mark.parametrize("job", ["windowed-averages", "alert-join"])
+def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_two_branches(
+    spark, settings, progress_lines, job
+):
+    """Spark's numInputRows counts every scan of the source; these jobs scan theirs twice."""
+    events = generate_events(120, seed=12, malformed_ratio=0.0)
+    produce(settings, events)
+    produce(settings, generate_alerts(events, every=10, seed=12), settings.alerts_topic)
+    records = 120 + (len(generate_alerts(events, every=10, seed=12)) if job == "alert-join" else 0)
+
+    summary = run_job(spark, settings, job)
+
+    metrics = table(settings, "pipeline_metrics")
+    assert summary.rows_in == records
+    assert metrics[metrics.job == job].input_rows.sum() == records
+    assert sum(line["input_rows"] for line in progress_lines.of(job, len(metrics))) == records
 
 
 def test_lag_per_partition_is_what_the_source_had_not_yet_read():

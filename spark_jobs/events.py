@@ -11,6 +11,7 @@ JSON type of every field is checked natively, without a Python UDF on the hot pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame
@@ -149,8 +150,11 @@ def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
     ).drop(*helpers)
 
 
-def _split(kafka_df: DataFrame, contract: Contract, columns: list[str]) -> tuple[DataFrame, DataFrame]:
+def _split(
+    kafka_df: DataFrame, contract: Contract, columns: list[str], keep: Callable[[DataFrame], DataFrame] | None
+) -> tuple[DataFrame, DataFrame]:
     checked = with_contract_columns(kafka_df, contract).withColumn("kafka_timestamp", F.col("timestamp"))
+    checked = keep(checked) if keep else checked
     coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
     valid = checked.where(F.col("reason").isNull()).select(*columns, "extras", *coordinates)
     quarantined = checked.where(F.col("reason").isNotNull()).select(
@@ -161,11 +165,12 @@ def _split(kafka_df: DataFrame, contract: Contract, columns: list[str]) -> tuple
     return valid, quarantined
 
 
-def parse_device_events(kafka_df: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Split Kafka records into (valid typed events, quarantined records with reasons)."""
-    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"])
+def parse_device_events(kafka_df: DataFrame, keep: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame]:
+    """Split Kafka records into (valid typed events, quarantined records with reasons).
+    ``keep`` (a micro-batch's ``BatchContext.cache``) makes both read one parse."""
+    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], keep)
 
 
-def parse_device_alerts(kafka_df: DataFrame) -> tuple[DataFrame, DataFrame]:
+def parse_device_alerts(kafka_df: DataFrame, keep: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed alerts, quarantined records with reasons)."""
-    return _split(kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"])
+    return _split(kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"], keep)

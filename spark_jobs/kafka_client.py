@@ -121,7 +121,9 @@ def offset_bounds(
 ) -> dict[int, tuple[int, int]]:
     """partition -> (earliest available offset, confirmed end offset)."""
     partitions = list(partitions)
-    c = consumer(bootstrap_servers)
+    # The end is confirmed by a fetch at it; at the end a broker holds a fetch for
+    # fetch.wait.max.ms (default 500) hoping for data: 10 ms made this 0.6 s -> 0.03 s.
+    c = consumer(bootstrap_servers, **{"fetch.wait.max.ms": 10})
     try:
         reported = {
             p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in partitions
@@ -137,7 +139,7 @@ def offset_bounds(
                     f"within {timeout_s:g}s",
                     "check the broker's health; the reported end was not trusted",
                 )
-            for msg in c.consume(10000, timeout=0.2):
+            for msg in c.consume(10000, timeout=0.02):
                 err = msg.error()
                 if err is None:
                     continue

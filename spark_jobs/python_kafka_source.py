@@ -254,7 +254,7 @@ def read_range(
     last_progress = time.monotonic()
     try:
         while position < partition.until_offset:
-            messages = consumer.consume(ARROW_BATCH_ROWS, timeout=0.2)
+            messages = consumer.consume(ARROW_BATCH_ROWS, timeout=0.05)
             if messages:
                 last_progress = time.monotonic()
             for msg in messages:

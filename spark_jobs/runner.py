@@ -146,6 +146,8 @@ class JobRun:
                 written[spec.name] = rows
             failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
+            for frame in context.cached:
+                frame.unpersist()
             batch_df.unpersist()
         self.summary.batches += 1
         late = written.get(LATE_EVENTS.name) or 0

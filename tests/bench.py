@@ -3,7 +3,8 @@
 In one run, on one broker: producer rates (kafka-python, confluent-kafka), the raw consume
 ceiling of the fastest Python client (confluent-kafka), then each job's end-to-end events
 per second over the same topic from a fresh checkpoint, and its ratio to that ceiling;
-ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the stateful
+ingest's rate under a 10% malformed storm; ingest's batch latency (p50, p95) at a fixed
+offered load; the state rows of the stateful
 jobs after 10 and after 60 minutes of event time at --devices devices; the JVM's peak memory. The figures are appended to docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 20000] [--devices 1000] [--no-write]
@@ -141,6 +142,30 @@ def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple
     return {job: tuple(rows) for job, rows in stages.items()}
 
 
+def storm_rate(spark, settings, events: int) -> tuple[float, int]:
+    """ingest over `events` records of which 10% are garbage of every kind (binary,
+    truncated JSON, 300 KiB payloads, wrong types, far-future and far-past times):
+    events per second, and the records quarantined."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runner import JobRun
+
+    s = settings.replace(events_topic="bench-storm", alerts_topic="bench-storm-alerts",
+                         checkpoint_root=settings.checkpoint_root_uri + "-storm",
+                         delta_root=settings.delta_root_uri + "-storm")
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic],
+                               s.topic_partitions, s.topic_retention_ms)
+    records = generate_events(events, devices=1000, seed=3, malformed_ratio=0.10)
+    confluent_produce(s.kafka_bootstrap_servers, s.events_topic, [(r.key, r.value) for r in records])
+    started = time.perf_counter()
+    summary = JobRun(get_job("ingest"), s, spark).run_available_now()
+    rate = _rate(events, time.perf_counter() - started)
+    quarantined = summary.rows_written.get("quarantined_events", 0)
+    print(f"  ingest under a 10% malformed storm: {rate:,.0f} events/s, {quarantined:,} quarantined "
+          f"of {sum(r.kind not in ('event', 'duplicate', 'late', 'out_of_order') for r in records):,} malformed",
+          flush=True)
+    return rate, quarantined
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
@@ -190,6 +215,7 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - started
             per_job[job] = _rate(args.events, seconds)
             print(f"  {job}: {seconds:.1f} s, {summary.line()}", flush=True)
+        figures["ingest under a 10% malformed storm (events/s)"], _ = storm_rate(spark, s, args.events)
         latency = batch_latency(spark, s, rate=500, seconds=30)
         print(f"  ingest batch latency at 500 events/s offered: p50 {latency['p50_ms']:,.0f} ms, "
               f"p95 {latency['p95_ms']:,.0f} ms over {latency['batches']} batches", flush=True)

@@ -24,6 +24,15 @@ class BatchContext:
     watermark_ms: int  # the watermark in force while this batch ran (offset log entry)
     batch_timestamp_ms: int  # Spark's batch timestamp: stable when a batch is replayed
     kafka_end_offsets: dict = field(default_factory=dict)
+    cached: list = field(default_factory=list, compare=False)
+
+    def cache(self, frame: DataFrame) -> DataFrame:
+        """Persist a frame that several of the batch's tables read (ingest parses each record
+        once for its valid and its quarantined rows); the runner unpersists it after the
+        writes."""
+        frame = frame.persist()
+        self.cached.append(frame)
+        return frame
 
 
 @dataclass(frozen=True)

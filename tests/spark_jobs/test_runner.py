@@ -1,7 +1,16 @@
 """Exactly-once and restart behaviour of the runner, with real processes killed mid-batch."""
 
 import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
 from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +22,7 @@ from spark_jobs.jobs import JOBS, get_job
 from spark_jobs.runner import JobRun
 from spark_jobs.simulate import generate_alerts, generate_events
 from tests.conftest import make_settings
-from tests.helpers import produce, run_job, sigflow, table
+from tests.helpers import REPO, cli_env, produce, run_job, sigflow, table
 
 # columns that say when a row was written, not what it holds
 WRITE_TIME_COLUMNS = {"ingest_time", "batch_id"}
@@ -91,20 +100,17 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     assert len(table(s, "device_events_raw")) == 69
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture
 def durable_broker(tmp_path, monkeypatch):
     """A broker of this test's own whose records live in an S3 store (moto) and so survive
     stopping and starting it again on the same port, as a real Kafka's would."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-    from pathlib import Path
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        s3_port = sock.getsockname()[1]
+    s3_port = _free_port()
     store = subprocess.Popen(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -123,9 +129,7 @@ def durable_broker(tmp_path, monkeypatch):
     for name, value in {"AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "sigflow",
                         "AWS_SECRET_ACCESS_KEY": "sigflow", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)  # inherited by the broker process
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        broker_port = sock.getsockname()[1]
+    broker_port = _free_port()  # fixed, so the restarted broker is where the job looks
     s = make_settings(tmp_path / "broker", "", broker_port=broker_port, broker_storage="s3://tansu/")
     yield s
     embedded.stop(s)
@@ -134,21 +138,20 @@ def durable_broker(tmp_path, monkeypatch):
 
 
 class _Lines:
-    """Collects a child's stderr lines as they come, so a test can wait for one."""
+    """A child's output as it comes (both pipes drained, so it never blocks on a full one),
+    so a test can wait for a line."""
 
     def __init__(self, process):
-        import threading
-
         self.process = process
-        self.lines: list[str] = []
-        threading.Thread(target=lambda: self.lines.extend(iter(process.stderr.readline, "")), daemon=True).start()
+        self.lines: list[str] = []  # stderr
+        self.out: list[str] = []  # stdout
+        for stream, into in ((process.stderr, self.lines), (process.stdout, self.out)):
+            threading.Thread(target=lambda s=stream, i=into: i.extend(iter(s.readline, "")), daemon=True).start()
 
     def check_alive(self) -> None:
         assert self.process.poll() is None, f"the job exited early: {self.lines[-20:]}"
 
     def wait_for(self, text: str, timeout_s: float) -> str:
-        import time
-
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             found = next((line for line in self.lines if text in line), None)
@@ -159,54 +162,59 @@ class _Lines:
         raise AssertionError(f"no line with {text!r} in {timeout_s:g} s; stderr tail: {self.lines[-20:]}")
 
 
-def _wait_for_rows(settings, name, rows, stderr, timeout_s=90):
-    import time
+@contextmanager
+def _continuous_ingest(settings):
+    """`sigflow run ingest --processing-time 1s` as an operator starts it; killed if a test
+    leaves it running."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
+        env=cli_env(settings), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        yield _Lines(job)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
 
+
+def _stop_gracefully(output: _Lines) -> None:
+    output.process.send_signal(signal.SIGTERM)
+    output.process.wait(timeout=120)
+    time.sleep(0.5)  # the reader threads take the last lines
+    assert output.process.returncode == 0, "".join(output.lines[-30:])
+
+
+def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=180):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stderr.check_alive()
+        output.check_alive()
         try:
             if len(table(settings, name)) >= rows:
                 return
         except Exception:  # table not created yet
             pass
         time.sleep(1)
-    raise AssertionError(f"{name} did not reach {rows} rows in {timeout_s} s; stderr tail: {stderr.lines[-20:]}")
+    raise AssertionError(f"{name} did not reach {rows} rows in {timeout_s} s; stderr tail: {output.lines[-20:]}")
 
 
 def test_broker_stopped_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, durable_broker):
-    import signal
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO, cli_env
-
     info = embedded.start(durable_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)
     kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
     before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
     produce(s, before)
-    job = subprocess.Popen(
-        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
-        env=cli_env(s), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        stderr = _Lines(job)
-        _wait_for_rows(s, "device_events_raw", len(before), stderr)
+    with _continuous_ingest(s) as output:
+        _wait_for_rows(s, "device_events_raw", len(before), output)
         embedded.stop(durable_broker)
-        retry = stderr.wait_for("is unreachable; retry 1 in", timeout_s=120)
+        retry = output.wait_for("is unreachable; retry 1 in", timeout_s=120)
         assert "sigflow broker status" in retry and "resumes from its" in retry
-        stderr.wait_for("is unreachable; retry 2 in", timeout_s=60)  # backs off, keeps trying
+        output.wait_for("is unreachable; retry 2 in", timeout_s=60)  # backs off, keeps trying
         embedded.start(durable_broker)  # same port, same S3 store: the records are still there
-        stderr.wait_for("is back after", timeout_s=120)
+        output.wait_for("is back after", timeout_s=120)
         produce(s, after)
-        _wait_for_rows(s, "device_events_raw", len(before) + len(after), stderr)
-        job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 0, "".join(stderr.lines[-30:])
+        _wait_for_rows(s, "device_events_raw", len(before) + len(after), output)
+        _stop_gracefully(output)
     written = Counter(bytes(value) for value in table(s, "device_events_raw")["value"])
     assert written == Counter(r.value for r in before + after)  # each once: none lost, none twice
 
@@ -222,44 +230,20 @@ def test_a_job_stops_with_a_clear_message_once_the_broker_outage_budget_is_spent
 
 
 def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.helpers import REPO, cli_env
-
-    job = subprocess.Popen(
-        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
-        env=cli_env(settings), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
+    with _continuous_ingest(settings) as output:
         produce(settings, generate_events(100, malformed_ratio=0))
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # the running query picks up data as it comes
-            try:
-                if len(table(settings, "device_events_raw")) == 100:
-                    break
-            except Exception:  # table not created yet
-                pass
-            time.sleep(1)
+        _wait_for_rows(settings, "device_events_raw", 100, output)  # picks up data as it comes
         produce(settings, generate_events(50, seed=9, malformed_ratio=0))
-        while time.monotonic() < deadline and len(table(settings, "device_events_raw")) < 150:
-            time.sleep(1)
-        job.send_signal(signal.SIGTERM)
-        out, err = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 0, err[-2000:]
-    assert "ingest:" in out and "150 rows in" in out
+        _wait_for_rows(settings, "device_events_raw", 150, output)
+        _stop_gracefully(output)
+    summary = "".join(output.out)
+    assert "ingest:" in summary and "150 rows in" in summary
     assert len(table(settings, "device_events_raw")) == 150
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     """A 16 MiB tmpfs: a real file system that really fills up."""
-    import subprocess
 
     mount_point = tmp_path / "small-disk"
     mount_point.mkdir()

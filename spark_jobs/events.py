@@ -150,8 +150,11 @@ def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
     ).drop(*helpers)
 
 
+Keep = Callable[[DataFrame], DataFrame]  # BatchContext.cache: persist a frame for this batch
+
+
 def _split(
-    kafka_df: DataFrame, contract: Contract, columns: list[str], keep: Callable[[DataFrame], DataFrame] | None
+    kafka_df: DataFrame, contract: Contract, columns: list[str], keep: Keep | None
 ) -> tuple[DataFrame, DataFrame]:
     checked = with_contract_columns(kafka_df, contract).withColumn("kafka_timestamp", F.col("timestamp"))
     checked = keep(checked) if keep else checked
@@ -165,12 +168,12 @@ def _split(
     return valid, quarantined
 
 
-def parse_device_events(kafka_df: DataFrame, keep: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame]:
+def parse_device_events(kafka_df: DataFrame, keep: Keep | None = None) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed events, quarantined records with reasons).
     ``keep`` (a micro-batch's ``BatchContext.cache``) makes both read one parse."""
     return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], keep)
 
 
-def parse_device_alerts(kafka_df: DataFrame, keep: Callable[[DataFrame], DataFrame] | None = None) -> tuple[DataFrame, DataFrame]:
+def parse_device_alerts(kafka_df: DataFrame, keep: Keep | None = None) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed alerts, quarantined records with reasons)."""
     return _split(kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"], keep)

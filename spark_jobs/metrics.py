@@ -11,6 +11,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 QUERY_PREFIX = "sigflow_"  # query names are sigflow_<job>
 progress_log = logging.getLogger("sigflow.progress")
+batch_log = logging.getLogger("sigflow.batches")  # the same, as a sentence for people
 
 
 def _time(text: str | None) -> datetime | None:
@@ -85,6 +86,24 @@ def progress_line(job: str, progress: dict[str, Any], scans: int = 1) -> dict[st
     return {"event": "batch_progress", **line}
 
 
+def progress_sentence(line: dict[str, Any]) -> str:
+    """A progress line as people read it: counts, rate, watermark, state, records behind."""
+    seconds = line["duration_ms"] / 1000
+    rate = line["input_rows"] / seconds if seconds > 0 else 0.0
+    behind = [sum(lag.values()) for source in line["sources"] if (lag := source.get("lag")) is not None]
+    parts = [f"{line['job']} batch {line['batch_id']}: {line['input_rows']:,} records in {seconds:.1f} s "
+             f"({rate:,.0f}/s)"]
+    if line["watermark"]:
+        parts.append(f"watermark {line['watermark']}")
+    if line["state_operators"]:
+        parts.append(f"{line['state_rows']:,} state rows")
+    if line["rows_dropped_by_watermark"]:
+        parts.append(f"{line['rows_dropped_by_watermark']:,} dropped late")
+    if behind:
+        parts.append(f"{sum(behind):,} records behind in Kafka")
+    return ", ".join(parts)
+
+
 def _offsets(value) -> dict | None:
     if isinstance(value, str):
         try:
@@ -125,7 +144,9 @@ class ProgressLog(StreamingQueryListener):
         name = progress.get("name") or ""
         if name.startswith(QUERY_PREFIX) and "addBatch" in (progress.get("durationMs") or {}):
             job = name[len(QUERY_PREFIX):]
-            progress_log.info(json.dumps(progress_line(job, progress, self.scans.get(job, 1)), default=str))
+            line = progress_line(job, progress, self.scans.get(job, 1))
+            progress_log.info(json.dumps(line, default=str))
+            batch_log.info(progress_sentence(line))
 
     def onQueryIdle(self, event) -> None:
         pass

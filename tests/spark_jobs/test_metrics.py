@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from spark_jobs.metrics import progress_line
+from spark_jobs.metrics import progress_line, progress_sentence
 from spark_jobs.simulate import generate_alerts, generate_events
 from tests.helpers import produce, run_job, table
 
@@ -86,3 +86,16 @@ def test_lag_per_partition_is_what_the_source_had_not_yet_read():
     line = progress_line("ingest", progress)
     assert line["sources"][0]["lag"] == {"t[0]": 60, "t[1]": 0}
     assert line["batch_id"] == 4 and line["input_rows"] == 10 and line["duration_ms"] == 9
+
+
+def test_the_sentence_for_people_says_counts_rate_state_and_lag():
+    progress = {
+        "batchId": 7, "numInputRows": 3000, "durationMs": {"addBatch": 1400, "triggerExecution": 1500},
+        "eventTime": {"watermark": "2026-11-22T12:00:00.000Z"},
+        "stateOperators": [{"numRowsTotal": 1200, "numRowsDroppedByWatermark": 4}],
+        "sources": [{"description": "kafka", "endOffset": '{"t": {"0": 40}}', "latestOffset": '{"t": {"0": 540}}'}],
+    }
+    assert progress_sentence(progress_line("dedup", progress)) == (
+        "dedup batch 7: 3,000 records in 1.5 s (2,000/s), watermark 2026-11-22T12:00:00.000Z, "
+        "1,200 state rows, 4 dropped late, 500 records behind in Kafka"
+    )

@@ -59,7 +59,8 @@ def _is_tansu(pid: int) -> bool:
     return b"tansu" in cmdline.split(b"\0")[0]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -85,7 +86,7 @@ def start(settings: Settings, timeout_s: float = 15.0) -> BrokerInfo:
     running = status(settings)
     if running:
         return running
-    port = settings.broker_port or _free_port()
+    port = settings.broker_port or free_port()
     if _port_open("127.0.0.1", port):
         raise BrokerUnavailable(
             f"port {port} on 127.0.0.1 is already taken by another process",

@@ -94,7 +94,6 @@ class JobRun:
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # JSON progress lines per batch
-        self.source_scans = 1
         self.engines = detect_engines(self.spark, settings)
         self.sink = DeltaSink(self.spark, settings, self.engines)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
@@ -111,7 +110,7 @@ class JobRun:
             self.spark, self.settings, self.engines, self.bootstrap, self.job.topics(self.settings)
         )
         plan = self.job.build(self.settings, records)
-        self.source_scans = self.progress_log.scans[self.job.name] = source_scans(plan)
+        self.progress_log.scans[self.job.name] = source_scans(plan)  # read by record_metrics too
         return plan
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -192,7 +191,9 @@ class JobRun:
             if batch_id in self.metrics:
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
-            self.metrics[batch_id] = row = progress_row(self.job.name, progress, output, late, self.source_scans)
+            self.metrics[batch_id] = row = progress_row(
+                self.job.name, progress, output, late, self.progress_log.scans.get(self.job.name, 1)
+            )
             fresh.append(row)
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
@@ -271,10 +272,10 @@ class JobRun:
                 "checkpoint when Kafka is back (docs/runbooks/broker-outage.md)",
                 self.job.name, self.bootstrap, attempt, pause, self.settings.broker_outage_budget,
             )
-            if stop is not None and stop.wait(pause):
-                return False
             if stop is None:
                 time.sleep(pause)
+            elif stop.wait(pause):
+                return False
             if kafka_client.is_reachable(self.bootstrap, timeout_s=3):
                 log.warning(
                     "%s: Kafka at %s is back after %.0f s; resuming from the checkpoint",

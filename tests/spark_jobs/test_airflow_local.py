@@ -6,6 +6,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs import airflow_local
+from spark_jobs.broker import free_port
 from spark_jobs.errors import SigflowError
 from spark_jobs.tables import ALL_TABLES
 from tests.dags.chromium import screenshot
@@ -20,20 +21,12 @@ def standalone(settings, monkeypatch):
     # other test modules configure Airflow for dag.test() in this process; the standalone
     # gets its own home and settings (airflow_local.environment), not theirs
     monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
-    airflow = airflow_local.start(settings, port=_free_port(), extra_env=settings_env(settings))
+    airflow = airflow_local.start(settings, port=free_port(), extra_env=settings_env(settings))
     try:
         airflow.wait_ready(progress=lambda line: None)
         yield airflow
     finally:
         airflow.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_dag_triggered_over_rest_runs_to_success_and_the_ui_lists_every_dag(standalone, settings):

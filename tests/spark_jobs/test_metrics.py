@@ -66,8 +66,9 @@ def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_tw
     """Spark's numInputRows counts every scan of the source; these jobs scan theirs twice."""
     events = generate_events(120, seed=12, malformed_ratio=0.0)
     produce(settings, events)
-    produce(settings, generate_alerts(events, every=10, seed=12), settings.alerts_topic)
-    records = 120 + (len(generate_alerts(events, every=10, seed=12)) if job == "alert-join" else 0)
+    alerts = generate_alerts(events, every=10, seed=12)
+    produce(settings, alerts, settings.alerts_topic)
+    records = len(events) + (len(alerts) if job == "alert-join" else 0)
 
     summary = run_job(spark, settings, job)
 

@@ -2,7 +2,6 @@
 
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -100,17 +99,11 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     assert len(table(s, "device_events_raw")) == 69
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def durable_broker(tmp_path, monkeypatch):
     """A broker of this test's own whose records live in an S3 store (moto) and so survive
     stopping and starting it again on the same port, as a real Kafka's would."""
-    s3_port = _free_port()
+    s3_port = embedded.free_port()
     store = subprocess.Popen(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -129,7 +122,7 @@ def durable_broker(tmp_path, monkeypatch):
     for name, value in {"AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "sigflow",
                         "AWS_SECRET_ACCESS_KEY": "sigflow", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)  # inherited by the broker process
-    broker_port = _free_port()  # fixed, so the restarted broker is where the job looks
+    broker_port = embedded.free_port()  # fixed, so the restarted broker is where the job looks
     s = make_settings(tmp_path / "broker", "", broker_port=broker_port, broker_storage="s3://tansu/")
     yield s
     embedded.stop(s)

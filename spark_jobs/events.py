@@ -51,19 +51,19 @@ ALERT_CONTRACT = Contract(
 
 
 def _vtype(name: str) -> Column:
-    """JSON type of a top-level field: STRING, BIGINT, DOUBLE, DECIMAL(p,s), VOID (null)…"""
-    return F.expr(f"schema_of_variant(variant_get(_v, '$.{name}'))")
+    """JSON type of a top-level field: STRING, BIGINT, DOUBLE, DECIMAL(p,s), VOID (null)…
+    (a column computed once per record by ``with_contract_columns``)."""
+    return F.col(f"_k_{name}")
 
 
 def _text(name: str) -> Column:
-    return F.expr(f"try_variant_get(_v, '$.{name}', 'string')")
+    return F.col(f"_s_{name}")
 
 
 def _time(name: str) -> Column:
     kind = _vtype(name)
     return F.when(
-        (kind == "STRING") & _text(name).rlike(_ZONED_ISO),
-        F.expr(f"try_to_timestamp(try_variant_get(_v, '$.{name}', 'string'))"),
+        (kind == "STRING") & _text(name).rlike(_ZONED_ISO), F.try_to_timestamp(_text(name)),
     ).when(
         kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT"),
         F.expr(f"timestamp_millis(try_variant_get(_v, '$.{name}', 'bigint'))"),
@@ -75,7 +75,10 @@ def _number(name: str) -> Column:
 
 
 def _reason(contract: Contract) -> Column:
-    top_type = F.expr("schema_of_variant(_v)")
+    top_type = F.expr("schema_of_variant(_v)")  # only computed for the records that fail
+    # valid JSON is an object exactly when it opens with "{"; schema_of_variant(_v) would
+    # walk every field of every record to say the same
+    is_object = F.ltrim(F.col("value").cast("string"), F.lit(" \t\r\n")).startswith("{")
     missing = F.concat_ws(", ", *[
         F.when(_vtype(f).isNull() | (_vtype(f) == "VOID"), F.lit(f)) for f in contract.required
     ])
@@ -85,7 +88,7 @@ def _reason(contract: Contract) -> Column:
             F.lit("payload of "), F.length("value").cast("string"),
             F.lit(f" bytes is over the {MAX_PAYLOAD_BYTES // 1024} KiB limit"))),
         F.when(F.col("_v").isNull(), F.lit("not valid JSON")),
-        F.when(~top_type.startswith("OBJECT"), F.concat(
+        F.when(~is_object, F.concat(
             F.lit("not a JSON object (got "), F.regexp_extract(top_type, r"^(\w+)", 1), F.lit(")"))),
         F.when(missing != "", F.concat(F.lit("missing required field(s): "), missing)),
     ]
@@ -132,18 +135,28 @@ def _reason(contract: Contract) -> Column:
 def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
     """Add the typed contract columns, ``extras`` and ``reason`` (NULL when valid)."""
     v = kafka_df.withColumn("_v", F.expr("try_parse_json(CAST(value AS STRING))"))
-    v = v.withColumns({
+    # Each field's JSON type and text are computed once, in their own projection: the
+    # checks below read them many times, inside CASE branches that codegen's common
+    # subexpression elimination does not share (inlined, each check walked the variant
+    # again: 4.3 s against 3.5 s for 200,000 records on 2 cores).
+    kinds = {f"_k_{f}": F.expr(f"schema_of_variant(variant_get(_v, '$.{f}'))") for f in contract.required}
+    texts = {f"_s_{f}": F.expr(f"try_variant_get(_v, '$.{f}', 'string')")
+             for f in (*contract.strings, *contract.times)}
+    v = v.withColumns({**kinds, **texts})
+    values = {
         **{f"_n_{f}": _number(f) for f in contract.numbers},
         **{f"_t_{f}": _time(f) for f in contract.times},
-    })
+    }
+    v = v.withColumns(values)
+    # from the parsed variant rather than a second JSON parse (from_json gives the same map)
     extras = F.map_filter(
-        F.from_json(F.col("value").cast("string"), "map<string,string>"),
+        F.expr("try_variant_get(_v, '$', 'map<string,string>')"),
         lambda k, _: ~k.isin(*contract.required),
     )
     typed = {f: _text(f) for f in contract.strings}
     typed.update({f: F.col(f"_n_{f}") for f in contract.numbers})
     typed.update({f: F.col(f"_t_{f}") for f in contract.times})
-    helpers = ["_v", *[f"_n_{f}" for f in contract.numbers], *[f"_t_{f}" for f in contract.times]]
+    helpers = ["_v", *kinds, *texts, *values]
     return v.select(
         "*", *[col.alias(name) for name, col in typed.items()],
         extras.alias("extras"), _reason(contract).alias("reason"),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections import Counter
 
 from spark_jobs.config import Settings, load_settings
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import DriverDied, SigflowError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -346,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sigflow: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"sigflow: hint: {exc.hint}", file=sys.stderr)
+        if isinstance(exc, DriverDied):
+            # py4j's threads still wait on the JVM that is gone, and a normal interpreter
+            # exit can abort on them (seen here: SIGABRT instead of exit code 2)
+            sys.stderr.flush()
+            os._exit(2)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -28,6 +28,7 @@ CHOICES = {
     "multiple_watermark_policy": ("min", "max"),
 }
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
+_JVM_MEMORY = re.compile(r"^\d+[kmgt]$", re.IGNORECASE)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -66,7 +67,10 @@ class Settings:
     topic_partitions: int = 3
     topic_retention_ms: int = 7 * 24 * 3600 * 1000
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int = 0  # 0: no limit
+    # Records per micro-batch (0: no limit). Bounded by default: the embedded path collects
+    # each batch to the driver for delta-rs, and a 1,000,000-record backlog read as one
+    # batch ran a 1 GiB driver out of memory (measured, docs/streaming-facts.md).
+    max_offsets_per_trigger: int = 100_000
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0
     broker_port: int = 19092  # embedded broker; 0 picks a free port
@@ -81,6 +85,9 @@ class Settings:
     kafka_source: str = "auto"
     delta_writer: str = "auto"
     spark_master: str = "local[2]"
+    # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
+    # --driver-memory wins); the embedded path's batches pass through it on their way to delta-rs.
+    spark_driver_memory: str = "2g"
     shuffle_partitions: int = 4
     spark_ui: bool = False
     spark_log_level: str = "ERROR"
@@ -194,6 +201,11 @@ def _validate(s: Settings) -> None:
     for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")
+    if not _JVM_MEMORY.match(s.spark_driver_memory):
+        raise ConfigError(
+            f"setting spark_driver_memory={s.spark_driver_memory!r} is not a JVM memory size",
+            "write it as Spark does: 2g, 4096m (env SIGFLOW_SPARK_DRIVER_MEMORY)",
+        )
     if s.max_offsets_per_trigger < 0:
         raise ConfigError("setting max_offsets_per_trigger must be 0 (no limit) or positive")
     if s.starting_offsets not in ("earliest", "latest") and not s.starting_offsets.lstrip().startswith("{"):

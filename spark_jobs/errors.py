@@ -26,3 +26,7 @@ class BrokerUnavailable(SigflowError):
 
 class DataLossError(SigflowError):
     """Offsets a checkpoint needs are no longer in Kafka and failOnDataLoss is true."""
+
+
+class DriverDied(SigflowError):
+    """The Spark driver JVM exited during a batch (out of memory, as measured so far)."""

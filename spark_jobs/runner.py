@@ -20,6 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from py4j.protocol import Py4JNetworkError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,7 +30,7 @@ from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.delta_sink import DeltaSink
 from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
-from spark_jobs.errors import BrokerUnavailable, DataLossError, SigflowError
+from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.metrics import (
     QUERY_PREFIX,
@@ -221,16 +222,23 @@ class JobRun:
         """The query for the duration of a run: errors explained, stopped and metered after."""
         query = self.start(trigger_interval)
         status.mark_running(self.settings, self.job.name, trigger_interval)
+        jvm_alive = True
         try:
             yield query
         except StreamingQueryException as exc:
             raise self._failure(query, exc) from None
+        except (Py4JNetworkError, ConnectionRefusedError):  # py4j finds no JVM to talk to
+            jvm_alive = False
+            raise _jvm_died(self.job.name, self.settings) from None
         finally:
-            query.stop()
+            if jvm_alive:  # a dead driver JVM has no query left to stop
+                query.stop()
             status.mark_stopped(self.settings, self.job.name)
         self.record_metrics(query)
 
     def _failure(self, query, exc: Exception) -> Exception:
+        if "OutOfMemoryError" in str(exc):
+            return _jvm_died(self.job.name, self.settings)
         if kafka_client.is_reachable(self.bootstrap, timeout_s=3):
             return _explain(self.job.name, exc)
         self.record_metrics(query)  # the batches done before Kafka went away
@@ -312,6 +320,20 @@ def _stop_on_signals() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+def _jvm_died(job: str, settings: Settings) -> DriverDied:
+    """The driver JVM died in a batch. Measured cause: a batch too big for its heap (the
+    JVM exits on OutOfMemoryError, and py4j then finds no one answering). The batch keeps
+    the offsets it was planned with, so only more memory gets it through."""
+    limit = settings.max_offsets_per_trigger or "no limit"
+    return DriverDied(
+        f"job {job} stopped: the Spark driver died during a batch, most likely out of memory "
+        f"(max_offsets_per_trigger {limit}, spark_driver_memory {settings.spark_driver_memory})",
+        "raise SIGFLOW_SPARK_DRIVER_MEMORY and rerun: the job redoes the batch from its checkpoint "
+        "with the offsets it was planned with, exactly once; lower SIGFLOW_MAX_OFFSETS_PER_TRIGGER "
+        "to keep later batches smaller (docs/runbooks/job-crashed.md)",
+    )
 
 
 def _explain(job: str, exc: Exception) -> Exception:

@@ -61,7 +61,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # A driver out of memory can hang on a lost task result (measured: 1,000,000
+        # records in one batch at 2g); exiting instead lets the job fail with advice.
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError")
+        .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins

@@ -26,6 +26,7 @@ import psutil
 from spark_jobs import broker, kafka_client
 from spark_jobs.config import load_settings
 from spark_jobs.simulate import generate_alerts, generate_events, produce_records
+from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -33,21 +34,6 @@ REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 def _rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
-
-
-def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
-    for key, value in pairs:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(60)
-    return len(pairs)
 
 
 def consume_all(bootstrap: str, topic: str) -> int:

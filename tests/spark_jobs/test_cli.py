@@ -1,5 +1,8 @@
 """The CLI as operators meet it: one actionable line on failure, exit code non-zero."""
 
+import json
+import time
+
 from spark_jobs.config import load_settings
 from tests.helpers import sigflow
 
@@ -46,3 +49,30 @@ def test_produce_publishes_each_line_as_is(settings, tmp_path):
     parts = kafka_client.topic_partitions(settings.kafka_bootstrap_servers, settings.events_topic)
     bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic, parts)
     assert sum(end for _, end in bounds.values()) == 2
+
+
+def test_a_driver_out_of_memory_stops_with_advice_and_leaves_the_batch_to_redo(settings):
+    """1000 records of 200 KiB in one batch are more than a 512m driver holds on the way to
+    delta-rs: the JVM exits (ExitOnOutOfMemoryError) instead of hanging, the command says
+    which two settings to change, and the batch is left uncommitted with no rows visible."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.checkpoint import Checkpoint
+    from tests.helpers import confluent_produce
+
+    now_ms = int(time.time() * 1000)
+    pad = "x" * (200 * 1024)
+    confluent_produce(settings.kafka_bootstrap_servers, settings.events_topic, [
+        (b"device-1", json.dumps({"event_id": f"big-{i}", "device_id": "device-1",
+                                  "event_time": now_ms - i, "signal": 1.0, "note": pad}).encode())
+        for i in range(1000)
+    ])
+    result = sigflow(settings, "run", "ingest", extra_env={
+        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": "0", "SIGFLOW_SPARK_DRIVER_MEMORY": "512m"})
+    assert result.returncode == 2
+    error, hint = [line for line in result.stderr.splitlines() if line.startswith("sigflow:")][-2:]
+    assert "driver died during a batch, most likely out of memory" in error and "512m" in error
+    assert "raise SIGFLOW_SPARK_DRIVER_MEMORY" in hint and "docs/runbooks/job-crashed.md" in hint
+    checkpoint = Checkpoint(settings.checkpoint_uri("ingest"))
+    assert checkpoint.offsets(0) is not None and checkpoint.committed_batches() == []
+    assert DeltaTable(settings.table_uri("device_events_raw")).to_pyarrow_table().num_rows == 0

@@ -34,6 +34,7 @@ def test_object_store_roots_are_accepted():
         ({"SIGFLOW_KAFKA_SOURCE": "jdbc"}, "kafka_source"),
         ({"SIGFLOW_STARTING_OFFSETS": "yesterday"}, "starting_offsets"),
         ({"SIGFLOW_WATERMARK": "10m"}, "watermark"),
+        ({"SIGFLOW_SPARK_DRIVER_MEMORY": "2 GB"}, "spark_driver_memory"),
     ],
 )
 def test_bad_settings_name_the_setting(env, names):

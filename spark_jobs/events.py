@@ -134,7 +134,11 @@ def _reason(contract: Contract) -> Column:
 
 def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
     """Add the typed contract columns, ``extras`` and ``reason`` (NULL when valid)."""
-    v = kafka_df.withColumn("_v", F.expr("try_parse_json(CAST(value AS STRING))"))
+    # An oversized payload is quarantined for its size before anything else is looked at,
+    # so it is not parsed: in a 10% malformed storm the 1% of 300 KiB payloads were most
+    # of the parsing work.
+    v = kafka_df.withColumn("_v", F.when(
+        F.length("value") <= MAX_PAYLOAD_BYTES, F.expr("try_parse_json(CAST(value AS STRING))")))
     # Each field's JSON type and text are computed once, in their own projection: the
     # checks below read them many times, inside CASE branches that codegen's common
     # subexpression elimination does not share (inlined, each check walked the variant

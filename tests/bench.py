@@ -2,7 +2,8 @@
 
 In one run, on one broker: producer rates (kafka-python, confluent-kafka), the raw consume
 ceiling of the fastest Python client (confluent-kafka), then each job's end-to-end events
-per second over the same topic from a fresh checkpoint, and its ratio to that ceiling;
+per second over the same topic from a fresh checkpoint, and its ratio to that ceiling (beside
+the rate at which the jobs' Kafka source alone delivers the topic to Spark, their bound);
 ingest's rate under a 10% malformed storm beside its rate over as many clean records;
 ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the stateful
 jobs after 10 and after 60 minutes of event time at --devices devices; the JVM's peak
@@ -64,6 +65,21 @@ def consume_all(bootstrap: str, topic: str) -> int:
                     done.add(msg.partition())
     consumer.close()
     return seen
+
+
+def source_into_spark(spark, settings, topic: str) -> int:
+    """Count one topic's records through the Kafka source the jobs use (the Python source
+    here, the JVM one where its JAR is on the classpath): the rate at which records reach
+    Spark before any job does anything, so no job can beat it."""
+    from spark_jobs.engines import detect_engines, read_kafka_range
+
+    bootstrap = settings.kafka_bootstrap_servers
+    partitions = kafka_client.topic_partitions(bootstrap, topic)
+    ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
+    start = {topic: {str(p): ends[p][0] for p in partitions}}
+    end = {topic: {str(p): ends[p][1] for p in partitions}}
+    engines = detect_engines(spark, settings)
+    return read_kafka_range(spark, settings, engines, bootstrap, [topic], start, end).count()
 
 
 def jvm_peak_rss_mb() -> float:
@@ -215,6 +231,11 @@ def main(argv=None) -> int:
         # next one (the JIT compiles the parse for large batches only once it sees them).
         warm = s.replace(checkpoint_root=str(data / "warm-cp"), delta_root=str(data / "warm-delta"))
         JobRun(get_job("ingest"), warm, spark).run_available_now()
+        source = figures["Kafka source into Spark, count only (best of 3)"] = max(
+            _timed_rate(lambda: source_into_spark(spark, s, s.events_topic)) for _ in range(3)
+        )
+        print(f"  Kafka source into Spark, count only: {source:,.0f} events/s "
+              f"({source / ceiling:.2f} of the ceiling)", flush=True)
         per_job = {}
         for job in JOBS:
             started = time.perf_counter()

@@ -10,7 +10,8 @@ jobs after 10 and after 60 minutes of event time at --devices devices; the JVM's
 memory. The figures are appended to
 docs/benchmarks.md (earlier runs are kept).
 
-    python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000] [--no-write]
+    python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
+                          [--latency-seconds 30] [--no-write]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -191,6 +193,8 @@ def main(argv=None) -> int:
     parser.add_argument("--storm-events", type=int, default=20_000,
                         help="records of the malformed storm: 10%% garbage, 1%% of all 300 KiB payloads")
     parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--latency-seconds", type=int, default=30,
+                        help="how long the fixed load of 500 events/s is offered")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
@@ -246,7 +250,7 @@ def main(argv=None) -> int:
         clean, storm = storm_rates(spark, s, args.storm_events)
         figures[f"ingest, {args.storm_events} clean records (events/s)"] = clean
         figures[f"ingest under a 10% malformed storm, {args.storm_events} records (events/s)"] = storm
-        latency = batch_latency(spark, s, rate=500, seconds=30)
+        latency = batch_latency(spark, s, rate=500, seconds=args.latency_seconds)
         print(f"  ingest batch latency at 500 events/s offered: p50 {latency['p50_ms']:,.0f} ms, "
               f"p95 {latency['p95_ms']:,.0f} ms over {latency['batches']} batches", flush=True)
         figures["ingest batch p50 ms at 500 events/s"] = latency["p50_ms"]
@@ -257,6 +261,7 @@ def main(argv=None) -> int:
         figures["jvm peak rss MB"] = jvm_peak_rss_mb()
     finally:
         broker.stop(base)
+        shutil.rmtree(data, ignore_errors=True)
 
     print(f"  peak JVM memory: {figures['jvm peak rss MB']:,.0f} MB")
     lines = [f"bench {job} events_per_s={eps:.0f} ratio={eps / ceiling:.2f}" for job, eps in per_job.items()]

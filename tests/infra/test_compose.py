@@ -121,3 +121,15 @@ def test_dockerfiles_pass_hadolint(dockerfile):
     hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
     result = subprocess.run([hadolint, dockerfile], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_spark_submit_drivers_get_the_same_java_options_as_embedded_ones():
+    """Under spark-submit the driver JVM starts before get_spark runs, so its options come
+    from the image's spark-defaults.conf: out of memory must exit there too, not hang."""
+    from spark_jobs.spark import DRIVER_JAVA_OPTIONS
+
+    conf = dict(
+        line.split(None, 1) for line in (REPO / "infra/spark/spark-defaults.conf").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    assert conf["spark.driver.extraJavaOptions"].strip() == DRIVER_JAVA_OPTIONS

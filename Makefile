@@ -7,9 +7,12 @@ export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 
 .PHONY: install system-deps run test bench airflow lint clean stop up down
 
+# The Python packages, then the pinned Maven JARs (Spark's Kafka connector, delta-spark,
+# Apache Kafka): fetched once, verified against infra/jars/lock.txt on every install.
 install: $(STAMP)
+	@$(BIN)/sigflow jars fetch
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml infra/jars/lock.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade uv
 	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[dev]'

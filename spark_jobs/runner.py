@@ -28,8 +28,7 @@ from pyspark.sql import functions as F
 from spark_jobs import broker, failpoints, kafka_client, restart, status
 from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings, duration_seconds, spark_interval
-from spark_jobs.delta_sink import DeltaSink
-from spark_jobs.engines import detect_engines, read_kafka, read_kafka_range
+from spark_jobs.engines import detect_engine
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.metrics import (
@@ -95,8 +94,8 @@ class JobRun:
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # JSON progress lines per batch
-        self.engines = detect_engines(self.spark, settings)
-        self.sink = DeltaSink(self.spark, settings, self.engines)
+        self.engine = detect_engine(self.spark, settings)
+        self.sink = self.engine.sink(self.spark, settings)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
         for spec in self.tables + (PIPELINE_METRICS,):
             self.sink.ensure_table(spec)
@@ -107,8 +106,8 @@ class JobRun:
         self.metrics: dict[int, dict] = {}  # batch -> its pipeline_metrics row
 
     def plan(self) -> DataFrame:
-        records = read_kafka(
-            self.spark, self.settings, self.engines, self.bootstrap, self.job.topics(self.settings)
+        records = self.engine.read_kafka(
+            self.spark, self.settings, self.bootstrap, self.job.topics(self.settings)
         )
         plan = self.job.build(self.settings, records)
         self.progress_log.scans[self.job.name] = source_scans(plan)  # read by record_metrics too
@@ -173,8 +172,8 @@ class JobRun:
         late_watermark_ms = previous.watermark_ms if previous else 0
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)
-        records = read_kafka_range(
-            self.spark, self.settings, self.engines, self.bootstrap,
+        records = self.engine.read_kafka_range(
+            self.spark, self.settings, self.bootstrap,
             self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
         )
         late = self.job.late_rule(self.settings, records, late_watermark_ms)

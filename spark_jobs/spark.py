@@ -71,12 +71,36 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
         builder = builder.master(settings.spark_master)
+        for key, value in jvm_engine_conf(settings).items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     configure_session(spark, settings)
     return spark
+
+
+# delta-spark's session settings; also in infra/spark/spark-defaults.conf for spark-submit.
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def jvm_engine_conf(settings: Settings) -> dict[str, str]:
+    """The pinned JARs on the classpath and delta-spark's settings, unless the python engine
+    is asked for or no JAR is installed. A missing or corrupt JAR fails here, naming it."""
+    from spark_jobs import jars
+
+    if settings.engine == "python":
+        return {}
+    paths = jars.spark_jar_paths(settings.jars_path)
+    if paths is None:
+        if settings.engine == "jvm":
+            jars.verified_paths(("spark",), settings.jars_path)  # raises, naming the first missing
+        return {}
+    return {"spark.jars": ",".join(str(p) for p in paths), **DELTA_SESSION_CONF}
 
 
 def configure_session(spark: SparkSession, settings: Settings) -> None:
@@ -84,14 +108,18 @@ def configure_session(spark: SparkSession, settings: Settings) -> None:
     conf = spark.conf
     conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
     conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.multiple_watermark_policy)
-    from spark_jobs.python_kafka_source import KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
+    # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
+    # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores
+    # (docs/streaming-facts.md).
+    conf.set("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
 
 
 def class_available(spark: SparkSession, class_name: str) -> bool:
+    """Whether the JVM can load the class, from spark.jars too (the context class loader
+    sees them; Class.forName from py4j would ask the system class loader only)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(class_name)  # noqa: SLF001
+        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(class_name)
         return True
     except Exception:  # py4j wraps ClassNotFoundException
         return False

@@ -78,15 +78,15 @@ def source_into_spark(spark, settings, topic: str) -> int:
     """Count one topic's records through the Kafka source the jobs use (the Python source
     here, the JVM one where its JAR is on the classpath): the rate at which records reach
     Spark before any job does anything, so no job can beat it."""
-    from spark_jobs.engines import detect_engines, read_kafka_range
+    from spark_jobs.engines import detect_engine
 
     bootstrap = settings.kafka_bootstrap_servers
     partitions = kafka_client.topic_partitions(bootstrap, topic)
     ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
     start = {topic: {str(p): ends[p][0] for p in partitions}}
     end = {topic: {str(p): ends[p][1] for p in partitions}}
-    engines = detect_engines(spark, settings)
-    return read_kafka_range(spark, settings, engines, bootstrap, [topic], start, end).count()
+    engine = detect_engine(spark, settings)
+    return engine.read_kafka_range(spark, settings, bootstrap, [topic], start, end).count()
 
 
 def jvm_peak_rss_mb() -> float:

@@ -1,4 +1,4 @@
-"""Shared, real test infrastructure: one Tansu broker and one SparkSession per test session.
+"""Shared, real test infrastructure: one Apache Kafka broker and one SparkSession per test session.
 
 Each test gets its own topics, data directory (Delta tables, checkpoints) and settings, so
 tests stay isolated while paying the JVM and broker start-up once.

@@ -6,10 +6,8 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -65,7 +63,7 @@ def test_sigkill_of_any_job_at_random_points_loses_and_duplicates_nothing(spark,
 
 @pytest.fixture
 def private_broker(tmp_path):
-    """A broker of this test's own, to lose its (in-memory) data on restart."""
+    """An Apache Kafka broker of this test's own, to stop, kill and restart."""
     s = make_settings(tmp_path / "broker", "", broker_port=0)
     yield s
     embedded.stop(s)
@@ -78,13 +76,23 @@ def _fresh_topic(broker_settings, settings):
     return s
 
 
+def _recreate_topic(settings, topic):
+    """Delete the topic and create it anew, empty: its old offsets are gone for good."""
+    admin = kafka_client.admin(settings.kafka_bootstrap_servers)
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while topic in admin.list_topics(timeout=10).topics or "exists" in kafka_client.create_topics(
+        settings.kafka_bootstrap_servers, [topic], 3, 60000)[topic]:
+        assert time.monotonic() < deadline, f"{topic} was not deleted within 60 s"
+        time.sleep(0.5)  # the deletion completes asynchronously
+
+
 def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark, tmp_path, private_broker):
     s = _fresh_topic(private_broker, make_settings(tmp_path / "data", ""))
     produce(s, generate_events(60, malformed_ratio=0))
     assert run_job(spark, s).rows_in == 60
 
-    embedded.stop(private_broker)  # memory storage: the topic and its records are gone
-    s = _fresh_topic(private_broker, s)
+    _recreate_topic(s, s.events_topic)  # offsets 0..59 are gone; the new topic starts at 0
     produce(s, generate_events(9, seed=3, malformed_ratio=0))
     with pytest.raises(DataLossError, match="no longer has offsets") as err:
         run_job(spark, s)
@@ -97,37 +105,6 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     assert skipped and all(f"{s.events_topic}[" in line and "resuming at" in line for line in skipped)
     assert "9 rows in" in lenient.stdout
     assert len(table(s, "device_events_raw")) == 69
-
-
-@pytest.fixture
-def durable_broker(tmp_path, monkeypatch):
-    """A broker of this test's own whose records live in an S3 store (moto) and so survive
-    stopping and starting it again on the same port, as a real Kafka's would."""
-    s3_port = embedded.free_port()
-    store = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{s3_port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{endpoint}/tansu", method="PUT"), timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                store.kill()
-                raise
-            time.sleep(0.2)
-    for name, value in {"AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "sigflow",
-                        "AWS_SECRET_ACCESS_KEY": "sigflow", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)  # inherited by the broker process
-    broker_port = embedded.free_port()  # fixed, so the restarted broker is where the job looks
-    s = make_settings(tmp_path / "broker", "", broker_port=broker_port, broker_storage="s3://tansu/")
-    yield s
-    embedded.stop(s)
-    store.kill()
-    store.wait()
 
 
 class _Lines:
@@ -191,19 +168,19 @@ def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=180):
     raise AssertionError(f"{name} did not reach {rows} rows in {timeout_s} s; stderr tail: {output.lines[-20:]}")
 
 
-def test_broker_stopped_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, durable_broker):
-    info = embedded.start(durable_broker)
+def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, private_broker):
+    info = embedded.start(private_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)
     kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
     before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
     produce(s, before)
     with _continuous_ingest(s) as output:
         _wait_for_rows(s, "device_events_raw", len(before), output)
-        embedded.stop(durable_broker)
+        embedded.kill(private_broker)  # SIGKILL, as a crash would
         retry = output.wait_for("is unreachable; retry 1 in", timeout_s=120)
         assert "sigflow broker status" in retry and "resumes from its" in retry
         output.wait_for("is unreachable; retry 2 in", timeout_s=60)  # backs off, keeps trying
-        embedded.start(durable_broker)  # same port, same S3 store: the records are still there
+        embedded.start(private_broker)  # same ports, same log directory: the records are there
         output.wait_for("is back after", timeout_s=120)
         produce(s, after)
         _wait_for_rows(s, "device_events_raw", len(before) + len(after), output)

@@ -45,7 +45,17 @@ class Engine:
     delta_writer: str
 
     def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
-        return kafka_options(settings, bootstrap, topics)
+        # Fail a planning or a read within kafka_read_timeout_s when Kafka is gone (the
+        # defaults wait 3 x 60 s to plan and 120 s to read): the runner then backs off and
+        # restarts the query from its checkpoint, so one try here is enough.
+        timeout_ms = str(int(settings.kafka_read_timeout_s * 1000))
+        return {
+            **kafka_options(settings, bootstrap, topics),
+            "kafka.default.api.timeout.ms": timeout_ms,
+            "kafka.request.timeout.ms": timeout_ms,
+            "kafkaConsumer.pollTimeoutMs": timeout_ms,
+            "fetchOffset.numRetries": "1",
+        }
 
     def prepare(self, spark: SparkSession) -> None:
         """Make the source known to the session (nothing to do for Spark's own)."""

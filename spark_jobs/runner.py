@@ -115,6 +115,8 @@ class JobRun:
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         offsets = self.checkpoint.offsets(batch_id)
+        if not self.settings.fail_on_data_loss and offsets and batch_id > 0:
+            self._report_skipped_offsets(batch_id, offsets)
         context = BatchContext(
             job=self.job.name,
             batch_id=batch_id,
@@ -159,6 +161,30 @@ class JobRun:
             f"{t} {'already written' if n is None else n}" for t, n in written.items()
         )
         log.info("%s batch %d: %d result rows -> %s", self.job.name, batch_id, rows_out, described)
+
+    def _report_skipped_offsets(self, batch_id: int, offsets) -> None:
+        """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
+        partition whose end went backwards (topic recreated) or whose earliest offset is
+        past where the previous batch ended (retention)."""
+        previous = self.checkpoint.offsets(batch_id - 1)
+        if not previous or not previous.sources or not offsets.sources:
+            return
+        for topic, parts in offsets.sources[0].items():
+            before = previous.sources[0].get(topic, {})
+            earliest = {p: low for p, (low, _) in kafka_client.offset_bounds(
+                self.bootstrap, topic, [int(p) for p in parts]).items()}
+            for p, end in parts.items():
+                was = before.get(p)
+                if was is None:
+                    continue
+                if end < was:
+                    what = f"{topic}[{p}] is back at offset {end} after {was} (topic recreated?)"
+                elif earliest[int(p)] > was:
+                    what = f"offsets {was}..{earliest[int(p)] - 1} of {topic}[{p}] are no longer in Kafka"
+                else:
+                    continue
+                log.warning("data loss skipped (failOnDataLoss=false): %s; resuming at %s",
+                            what, min(end, max(was, earliest[int(p)])))
 
     def late_events(self, batch: BatchContext) -> DataFrame:
         """The valid events of this batch that the job's stateful operators dropped as late.
@@ -337,7 +363,7 @@ def _jvm_died(job: str, settings: Settings) -> DriverDied:
 
 def _explain(job: str, exc: Exception) -> Exception:
     text = str(exc)
-    if DATA_LOSS_MARKER in text or "might have been lost" in text or "OffsetOutOfRange" in text:
+    if DATA_LOSS_MARKER in text or "have been lost" in text or "OffsetOutOfRange" in text:
         detail = text.split(DATA_LOSS_MARKER + ":", 1)[-1].split("\n")[0].strip()
         return DataLossError(
             f"job {job} stopped: Kafka no longer has offsets its checkpoint needs: {detail}",

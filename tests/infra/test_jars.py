@@ -1,76 +1,85 @@
-"""infra/spark/fetch-jars.sh and pin-jars.sh against a local Maven-layout repository.
+"""The pinned JARs: versions follow the installed packages, every file matches its pin, and a
+missing or corrupt one fails with its name and the fix."""
 
-Maven Central is unreachable here, so the scripts' verification logic is proven on a
-file:// repository with the same layout (curl reads it like the real one).
-"""
-
-import hashlib
-import os
+import re
+import shutil
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
+import pyspark
 import pytest
 
-from tests.helpers import REPO
+from spark_jobs import jars
+from spark_jobs.config import load_settings
+from spark_jobs.spark import jvm_engine_conf
+from tests.helpers import REPO, sigflow
 
-FETCH = REPO / "infra/spark/fetch-jars.sh"
-PIN = REPO / "infra/spark/pin-jars.sh"
+
+def _root(artifact_prefix: str) -> jars.Jar:
+    return next(j for j in jars.roots() if j.artifact.startswith(artifact_prefix))
+
+
+def test_the_kafka_connector_is_at_the_installed_pysparks_version():
+    assert _root("spark-sql-kafka-0-10_2.13").version == pyspark.__version__
+
+
+def test_delta_is_the_artifact_built_for_the_installed_spark_at_the_pip_delta_version():
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    delta = _root("delta-spark")
+    assert (delta.artifact, delta.version) == (f"delta-spark_{spark_minor}_2.13", version("delta-spark"))
+
+
+def test_hadoop_aws_matches_the_hadoop_client_pyspark_ships():
+    shipped = [p.name for p in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")]
+    assert shipped == [f"hadoop-client-api-{_root('hadoop-aws').version}.jar"]
+
+
+def test_nothing_pyspark_ships_is_pinned_again_for_its_classpath():
+    ours = {j.artifact for j in jars.locked(jars.SPARK_CLASSPATH_SETS)}
+    assert ours and not ours & jars.pyspark_artifacts()
+
+
+def test_every_installed_jar_matches_its_pin():
+    paths = jars.verified_paths(jars.DEFAULT_SETS)
+    assert len(paths) == len(jars.locked(jars.DEFAULT_SETS))
+    for jar, path in zip(jars.locked(jars.DEFAULT_SETS), paths):
+        assert jars.sha256(path) == jar.sha256
+
+
+def test_no_repository_host_is_written_in_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    hosts = re.compile(r"repo1?\.maven|maven\.org|mvnrepository|https?://repo\.")
+    offenders = [name for name in tracked if (REPO / name).is_file() and hosts.search(
+        (REPO / name).read_text(errors="ignore"))]
+    assert offenders == []
 
 
 @pytest.fixture
-def maven(tmp_path) -> Path:
-    """A repository holding org.example:probe:1.0 and its .sha1, as Maven Central lays it out."""
-    folder = tmp_path / "maven/org/example/probe/1.0"
-    folder.mkdir(parents=True)
-    jar = folder / "probe-1.0.jar"
-    jar.write_bytes(b"PK probe jar")
-    (folder / "probe-1.0.jar.sha1").write_text(hashlib.sha1(jar.read_bytes()).hexdigest() + "\n")
-    return tmp_path / "maven"
-
-
-def run(script: Path, *args, maven: Path, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(script), *map(str, args)], capture_output=True, text=True,
-        env={**os.environ, "MAVEN_REPO": maven.as_uri(), **env},
-    )
-
-
-def listing(tmp_path, line: str) -> Path:
-    path = tmp_path / "jars.txt"
-    path.write_text(f"# test\n{line}\n")
-    return path
-
-
-def test_pinning_records_the_sha256_and_fetch_then_checks_it(tmp_path, maven):
-    jars = listing(tmp_path, "org.example:probe:1.0")
-    assert run(PIN, jars, maven=maven).returncode == 0
-    expected = hashlib.sha256(b"PK probe jar").hexdigest()
-    assert jars.read_text().splitlines() == ["# test", f"org.example:probe:1.0:{expected}"]
+def jars_copy(tmp_path) -> Path:
+    """A copy of the installed Spark JARs that a test may damage."""
     dest = tmp_path / "jars"
-    dest.mkdir()
-    result = run(FETCH, jars, dest, maven=maven, REQUIRE_PINNED="1")
-    assert result.returncode == 0, result.stderr
-    assert (dest / "probe-1.0.jar").read_bytes() == b"PK probe jar"
+    shutil.copytree(jars.default_dir() / "spark", dest / "spark")
+    return dest
 
 
-def test_a_jar_that_differs_from_its_pin_fails_the_build(tmp_path, maven):
-    jars = listing(tmp_path, "org.example:probe:1.0:" + "0" * 64)
-    result = run(FETCH, jars, tmp_path, maven=maven)
-    assert result.returncode != 0
-    assert "FAILED" in result.stdout + result.stderr
+def test_a_corrupt_jar_stops_the_session_start_naming_it_and_the_fix(jars_copy):
+    victim = next(j for j in jars.locked(("spark",)) if j.artifact.startswith("delta-spark"))
+    (jars_copy / "spark" / victim.file_name).write_bytes(b"not a jar")
+    settings = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
+    with pytest.raises(jars.JarError, match=re.escape(victim.coordinate) + " is corrupt") as err:
+        jvm_engine_conf(settings)
+    assert "sigflow jars fetch" in err.value.hint
 
 
-def test_an_unpinned_jar_is_refused_when_pins_are_required(tmp_path, maven):
-    jars = listing(tmp_path, "org.example:probe:1.0")
-    refused = run(FETCH, jars, tmp_path, maven=maven, REQUIRE_PINNED="1")
-    assert refused.returncode != 0 and "run infra/spark/pin-jars.sh" in refused.stderr
-    # without the requirement it is checked against Maven's .sha1 and its SHA-256 printed to pin
-    allowed = run(FETCH, jars, tmp_path, maven=maven)
-    assert allowed.returncode == 0, allowed.stderr
-    assert hashlib.sha256(b"PK probe jar").hexdigest() in allowed.stderr
-
-
-def test_the_listed_connectors_are_the_ones_the_images_need():
-    jars = (REPO / "infra/spark/jars.txt").read_text()
-    for artifact in ("spark-sql-kafka-0-10_2.13:4.2.0", "delta-spark_2.13:4.4.1", "delta-storage:4.4.1", "hadoop-aws:"):
-        assert artifact in jars
+def test_fetch_restores_a_missing_and_a_corrupt_jar_and_check_then_passes(jars_copy):
+    missing, corrupt = jars.locked(("spark",))[:2]
+    (jars_copy / "spark" / missing.file_name).unlink()
+    (jars_copy / "spark" / corrupt.file_name).write_bytes(b"PK truncated")
+    env = {"SIGFLOW_JARS_DIR": str(jars_copy)}
+    check = sigflow(None, "jars", "check", "spark", extra_env=env)
+    assert check.returncode == 2 and missing.coordinate in check.stderr and "sigflow jars fetch" in check.stderr
+    fetched = sigflow(None, "jars", "fetch", "spark", extra_env=env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert "2 fetched" in fetched.stdout
+    assert sigflow(None, "jars", "check", "spark", extra_env=env).returncode == 0

@@ -53,8 +53,10 @@ def test_produce_publishes_each_line_as_is(settings, tmp_path):
 
 def test_a_driver_out_of_memory_stops_with_advice_and_leaves_the_batch_to_redo(settings):
     """1000 records of 200 KiB in one batch are more than a 512m driver holds on the way to
-    delta-rs: the JVM exits (ExitOnOutOfMemoryError) instead of hanging, the command says
-    which two settings to change, and the batch is left uncommitted with no rows visible."""
+    delta-rs (the python engine collects each batch to the driver; the JVM engine wrote the
+    same batch in 512m, measured): the JVM exits (ExitOnOutOfMemoryError) instead of
+    hanging, the command says which two settings to change, and the batch is left
+    uncommitted with no rows visible."""
     from deltalake import DeltaTable
 
     from spark_jobs.checkpoint import Checkpoint
@@ -68,7 +70,7 @@ def test_a_driver_out_of_memory_stops_with_advice_and_leaves_the_batch_to_redo(s
         for i in range(1000)
     ])
     result = sigflow(settings, "run", "ingest", extra_env={
-        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": "0", "SIGFLOW_SPARK_DRIVER_MEMORY": "512m"})
+        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": "0", "SIGFLOW_SPARK_DRIVER_MEMORY": "512m", "SIGFLOW_ENGINE": "python"})
     assert result.returncode == 2
     error, hint = [line for line in result.stderr.splitlines() if line.startswith("sigflow:")][-2:]
     assert "driver died during a batch, most likely out of memory" in error and "512m" in error

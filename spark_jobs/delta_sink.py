@@ -58,7 +58,7 @@ class DeltaSink:
             return None
         return self._append(df, spec, app_id, batch_id, json.dumps({METADATA_KEY: metadata}))
 
-    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int:
+    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
         raise NotImplementedError
 
 
@@ -75,17 +75,29 @@ class DeltaSparkSink(DeltaSink):
         empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(uri)
         return True
 
-    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int:
-        rows = df.count()
+    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
+        uri = self.uri(spec)
         (
             df.write.format("delta")
             .mode("append")
             .option("txnAppId", app_id)
             .option("txnVersion", batch_id)
             .option("userMetadata", commit_info)
-            .save(self.uri(spec))
+            .save(uri)
         )
-        return rows
+        return _rows_committed(uri, commit_info)
+
+
+def _rows_committed(uri: str, commit_info: str) -> int | None:
+    """The rows our commit wrote, from its commit info (no second Spark job to count them);
+    None when there is no such commit: Delta found the transaction already applied.
+    Other drivers may have committed since (shared tables): ours carries our metadata."""
+    from deltalake import DeltaTable
+
+    for entry in DeltaTable(uri).history(20):
+        if entry.get("userMetadata") == commit_info:
+            return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
+    return None
 
 
 class DeltaRsSink(DeltaSink):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -91,20 +92,21 @@ def _parse_offsets_option(text: str) -> dict[str, dict[str, int]]:
 
 
 def split_limit(available: dict[tuple[str, str], int], max_rows: int) -> dict[tuple[str, str], int]:
-    """Share ``max_rows`` across partitions in proportion to their backlog (as Kafka's source
-    does), never giving a partition more than it has and always making progress."""
-    total = sum(available.values())
-    if total <= max_rows:
+    """Share ``max_rows`` across partitions exactly as Spark's Kafka source does
+    (``KafkaMicroBatchStream.rateLimit``), so both engines cut the same micro-batches: each
+    partition with a backlog gets ``floor(max_rows * backlog / total)``, at least 1 when
+    that share is below 1 (no partition starves), never more than its backlog."""
+    total = sum(n for n in available.values() if n > 0)
+    if total < 1:
         return dict(available)
-    share = {k: (n * max_rows) // total for k, n in available.items()}
-    leftover = max_rows - sum(share.values())
-    for key in sorted(available, key=lambda k: available[k] - share[k], reverse=True):
-        if leftover == 0:
-            break
-        if share[key] < available[key]:
-            share[key] += 1
-            leftover -= 1
-    return share
+    grant = {}
+    for key, backlog in available.items():
+        if backlog <= 0:
+            grant[key] = backlog
+            continue
+        prorate = max_rows * (backlog / total)
+        grant[key] = min(backlog, math.ceil(prorate) if prorate < 1 else math.floor(prorate))
+    return grant
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -12,7 +12,7 @@ the Spark driver and of the broker. The figures are appended to
 docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
-                          [--latency-rate 5000] [--latency-seconds 30] [--no-write]
+                          [--latency-rate 5000] [--latency-seconds 30] [--no-fallback] [--no-write]
 """
 
 from __future__ import annotations
@@ -206,6 +206,8 @@ def main(argv=None) -> int:
                         help="events per second offered while ingest's batch latency is measured")
     parser.add_argument("--latency-seconds", type=int, default=30,
                         help="how long that load is offered")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="skip the python engine's per-job figures")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
@@ -261,7 +263,7 @@ def main(argv=None) -> int:
             per_job[job] = _rate(args.events, seconds)
             print(f"  {job}: {seconds:.1f} s, {summary.line()}", flush=True)
         fallback = {}
-        if engine != "python":  # the fallback's figures beside, over the same topic
+        if engine != "python" and not args.no_fallback:  # the fallback's figures beside, same topic
             py = s.replace(engine="python", checkpoint_root=str(data / "py-cp"), delta_root=str(data / "py-delta"))
             figures["python engine: Kafka source into Spark, count only"] = _timed_rate(
                 lambda: source_into_spark(spark, py, py.events_topic))

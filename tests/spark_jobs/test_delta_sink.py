@@ -38,7 +38,7 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     sink = DeltaSparkSink(spark, settings)
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0)], READINGS.schema)
-    sink._append(batch, READINGS, "app", 3, "{}")
-    sink._append(batch, READINGS, "app", 3, "{}")  # the replay
-    sink._append(batch, READINGS, "app", 2, "{}")  # an older batch of the same checkpoint
+    assert sink._append(batch, READINGS, "app", 3, '{"try": 1}') == 1
+    assert sink._append(batch, READINGS, "app", 3, '{"try": 2}') is None  # the replay
+    assert sink._append(batch, READINGS, "app", 2, '{"try": 3}') is None  # an older batch
     assert DeltaTable(settings.table_uri("readings")).to_pyarrow_table().num_rows == 1

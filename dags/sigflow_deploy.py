@@ -24,7 +24,12 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
+from spark_jobs import jars
 from spark_jobs.jobs import JOBS
+
+# The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
+# submitted driver; empty when none is installed (the job then runs the python engine).
+SUBMIT_JARS, SUBMIT_CONF = jars.submit_options()
 
 RUN_MODE = (
     "{{ '--available-now' if params.mode == 'available-now' "
@@ -94,5 +99,6 @@ with DAG(
             application_args=["run", name, RUN_MODE],
             conn_id="spark_default",
             name=f"sigflow-{name}",
-            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable)},
+            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF},
+            jars=SUBMIT_JARS or None,
         )

@@ -32,6 +32,14 @@ SPARK_CLASSPATH_SETS = ("spark", "s3")
 FIX = "run `sigflow jars fetch` (or `make install`)"
 
 
+# delta-spark's session settings: static, so given when a session starts (get_spark, or
+# spark-submit's --conf); also in infra/spark/spark-defaults.conf.
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
 class JarError(SigflowError):
     pass
 
@@ -263,6 +271,17 @@ def pin() -> list[Jar]:
     lines += [f"{j.set:<13} {j.coordinate:<{width}} {j.sha256}" for j in lock]
     LOCK.write_text("\n".join(lines) + "\n")
     return lock
+
+
+def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
+    """``--jars`` and the Delta ``--conf`` for a spark-submit of a sigflow job, from the
+    installed JARs (checked for presence only: cheap enough for a DAG file); nothing when
+    none is installed, and the job then runs the python engine."""
+    dest = dest or Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
+    present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
+    if not any(p.parent.name == "spark" for p in present):
+        return "", {}
+    return ",".join(map(str, present)), dict(DELTA_SESSION_CONF)
 
 
 def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:

@@ -81,13 +81,6 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     return spark
 
 
-# delta-spark's session settings; also in infra/spark/spark-defaults.conf for spark-submit.
-DELTA_SESSION_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-
-
 def jvm_engine_conf(settings: Settings) -> dict[str, str]:
     """The pinned JARs on the classpath and delta-spark's settings, unless the python engine
     is asked for or no JAR is installed. A missing or corrupt JAR fails here, naming it."""
@@ -100,7 +93,7 @@ def jvm_engine_conf(settings: Settings) -> dict[str, str]:
         if settings.engine == "jvm":
             jars.verified_paths(("spark",), settings.jars_path)  # raises, naming the first missing
         return {}
-    return {"spark.jars": ",".join(str(p) for p in paths), **DELTA_SESSION_CONF}
+    return {"spark.jars": ",".join(str(p) for p in paths), **jars.DELTA_SESSION_CONF}
 
 
 def configure_session(spark: SparkSession, settings: Settings) -> None:

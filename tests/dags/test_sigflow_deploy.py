@@ -33,6 +33,8 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     produce(s, records)
     state, tasks = run_dag("sigflow_deploy", conf)  # starts ingest: processes what arrived
     assert state == "success" and tasks["start_ingest"] == "success" and tasks["start_dedup"] == "skipped"
+    engines = {c.get("engineInfo", "") for c in DeltaTable(s.table_uri("device_events_raw")).history()}
+    assert any("Delta-Lake/" in e for e in engines), engines  # the submitted job wrote with delta-spark
     versions = {name: DeltaTable(s.table_uri(name)).version() for name in ALL_TABLES}
     state, _ = run_dag("sigflow_deploy", conf)
     assert state == "success"

@@ -41,7 +41,8 @@ def test_max_offsets_per_trigger_caps_each_batch(settings):
     assert reader.getDefaultReadLimit() == ReadMaxRows(300)
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(300))
-    assert sum(end[settings.events_topic].values()) == 300
+    # floored shares of 300 over 3 partitions (Spark's rounding): at most 300, at least 298
+    assert 298 <= sum(end[settings.events_topic].values()) <= 300
     # The engine may ask for everything (e.g. to respect a trigger) and must get it.
     assert sum(reader.latestOffset(start, ReadAllAvailable())[settings.events_topic].values()) == 1000
 

@@ -13,9 +13,9 @@ from spark_jobs.engines import (
     kafka_options,
 )
 from spark_jobs.errors import ConfigError
-from spark_jobs.spark import class_available
 from spark_jobs.jobs import get_job
 from spark_jobs.runner import JobRun
+from spark_jobs.spark import class_available
 from tests.helpers import at, send
 from tests.oracle import Event
 

@@ -50,7 +50,8 @@ def test_every_installed_jar_matches_its_pin():
 def test_no_repository_host_is_written_in_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
     hosts = re.compile(r"repo1?\.maven|maven\.org|mvnrepository|https?://repo\.")
-    offenders = [name for name in tracked if (REPO / name).is_file() and hosts.search(
+    this_test = Path(__file__).resolve().relative_to(REPO).as_posix()  # it names the patterns
+    offenders = [name for name in tracked if name != this_test and (REPO / name).is_file() and hosts.search(
         (REPO / name).read_text(errors="ignore"))]
     assert offenders == []
 

@@ -1,7 +1,7 @@
 """A Kafka source for Spark written with the Python Data Source API (Spark 4.2).
 
-Used when Spark's own Kafka connector JAR is not on the classpath (Maven is unreachable on
-the embedded machines). It mirrors the native source where sigflow depends on it:
+The python engine's source (``SIGFLOW_ENGINE=python``, or when Spark's own Kafka connector
+JAR is not installed). It mirrors Spark's source where sigflow depends on it:
 
 * the same schema: key, value, topic, partition, offset, timestamp, timestampType;
 * offsets in Spark's checkpoint, in the native JSON form ``{"topic": {"0": 42}}``;

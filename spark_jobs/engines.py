@@ -18,6 +18,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
+from spark_jobs.delta_sink import DeltaRsSink, DeltaSink, DeltaSparkSink
 from spark_jobs.errors import ConfigError
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -42,7 +43,7 @@ def kafka_options(settings: Settings, bootstrap_servers: str, topics: list[str])
 class Engine:
     name: str
     kafka_format: str
-    delta_writer: str
+    writer: type[DeltaSink]
 
     def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
         # Fail a planning or a read within kafka_read_timeout_s when Kafka is gone (the
@@ -76,10 +77,8 @@ class Engine:
         options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
         return spark.read.format(self.kafka_format).options(**options).load()
 
-    def sink(self, spark: SparkSession, settings: Settings):
-        from spark_jobs.delta_sink import DeltaRsSink, DeltaSparkSink
-
-        return (DeltaSparkSink if self.delta_writer == "delta-spark" else DeltaRsSink)(spark, settings)
+    def sink(self, spark: SparkSession, settings: Settings) -> DeltaSink:
+        return self.writer(spark, settings)
 
 
 @dataclass(frozen=True)
@@ -96,8 +95,8 @@ class PythonEngine(Engine):
         spark.dataSource.register(KafkaDataSource)
 
 
-JVM = Engine("jvm", "kafka", "delta-spark")
-PYTHON = PythonEngine("python", "sigflow_kafka", "delta-rs")
+JVM = Engine("jvm", "kafka", DeltaSparkSink)
+PYTHON = PythonEngine("python", "sigflow_kafka", DeltaRsSink)
 
 
 def choose_engine(settings: Settings, has_class: Callable[[str], bool]) -> Engine:

@@ -53,12 +53,14 @@ def test_end_offsets_count_every_record_and_a_consumer_group_resumes_where_it_co
         return c
 
     first, seen = group_consumer(), []
-    while len(seen) < 500:
-        seen += [m for m in first.consume(500 - len(seen), timeout=10) if not m.error()]
+    deadline = time.monotonic() + 60
+    while len(seen) < 500 and time.monotonic() < deadline:
+        seen += [m for m in first.consume(500 - len(seen), timeout=2) if not m.error()]
+    assert len(seen) == 500
     first.commit(asynchronous=False)
     first.close()
     second, rest = group_consumer(), []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60  # a fresh member joins the group, then reads
     while len(seen) + len(rest) < sent and time.monotonic() < deadline:
         rest += [m for m in second.consume(1000, timeout=2) if not m.error()]
     second.close()

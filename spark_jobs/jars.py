@@ -125,10 +125,6 @@ def verified_paths(sets: tuple[str, ...] | list[str], dest: Path | None = None) 
     return [path_of(jar, dest) for jar in jars]
 
 
-def available(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> bool:
-    return not problems(locked(sets), dest or default_dir())
-
-
 @dataclass(frozen=True)
 class FetchResult:
     directory: Path
@@ -285,13 +281,11 @@ def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
 
 
 def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:
-    """The verified Spark-classpath JARs, or None when none of them is installed (fallback)."""
+    """The verified Spark-classpath JARs, or None when none of them is installed (fallback).
+    The s3 set joins when it was fetched; each JAR is hashed once (the AWS SDK is large)."""
     dest = dest or default_dir()
-    if not any(path_of(j, dest).exists() for j in locked(("spark",))):
-        return None
-    paths = verified_paths(("spark",), dest)
-    if available(("s3",), dest):
-        paths += verified_paths(("s3",), dest)
-    return paths
+    installed = [name for name in SPARK_CLASSPATH_SETS
+                 if any(path_of(j, dest).exists() for j in locked((name,)))]
+    return verified_paths(installed, dest) if "spark" in installed else None
 
 

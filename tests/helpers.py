@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -70,6 +71,14 @@ def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> 
 
 def table(settings: Settings, name: str) -> pd.DataFrame:
     return DeltaTable(settings.table_uri(name)).to_pandas()
+
+
+def contents(settings: Settings, name: str, ignore: frozenset[str] = frozenset({"ingest_time"})) -> Counter:
+    """A table's rows as a multiset, without the columns that say when a row was written:
+    what two runs that should agree are compared by."""
+    frame = table(settings, name)
+    columns = sorted(set(frame.columns) - ignore)
+    return Counter(tuple(map(repr, row)) for row in frame[columns].itertuples(index=False))
 
 
 def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[str, str]:

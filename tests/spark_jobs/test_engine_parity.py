@@ -3,7 +3,6 @@ Kafka source + delta-spark): the same stream, in several micro-batches with late
 out-of-order, duplicate and malformed events, then a replayed batch, must give the same
 tables. One shared SparkSession serves both: the engine is chosen per run by the setting."""
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,9 @@ from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.jobs import JOBS
 from spark_jobs.simulate import generate_alerts, generate_events
 from tests.conftest import make_settings
-from tests.helpers import produce, run_job, single_partition, table
+from tests.helpers import contents, produce, run_job, single_partition, table
 
 PARITY_JOBS = ["ingest", "dedup", "windowed-averages", "sessions", "alert-join"]
-WRITE_TIME_COLUMNS = {"ingest_time"}
-
-
-def _contents(settings, name) -> Counter:
-    frame = table(settings, name)
-    columns = sorted(set(frame.columns) - WRITE_TIME_COLUMNS)
-    return Counter(tuple(map(repr, row)) for row in frame[columns].itertuples(index=False))
-
-
 def _undo_last_commit(settings, job) -> int:
     """As a crash after the Delta commit but before Spark's: the batch runs again."""
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
@@ -65,7 +55,7 @@ def test_both_engines_write_the_same_tables(runs, job):
     engines, _ = runs
     tables = [spec.name for spec in JOBS[job].tables] + (["late_events"] if JOBS[job].late_rule else [])
     for name in tables:
-        assert _contents(engines["jvm"], name) == _contents(engines["python"], name), f"{job}: {name}"
+        assert contents(engines["jvm"], name) == contents(engines["python"], name), f"{job}: {name}"
 
 
 def test_the_runs_had_several_batches_late_rows_and_a_replay_that_wrote_nothing(runs):

@@ -19,16 +19,14 @@ from spark_jobs.jobs import JOBS, get_job
 from spark_jobs.runner import JobRun
 from spark_jobs.simulate import generate_alerts, generate_events
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job, sigflow, table
+from tests.helpers import REPO, cli_env, contents, produce, run_job, sigflow, table
 
 # columns that say when a row was written, not what it holds
-WRITE_TIME_COLUMNS = {"ingest_time", "batch_id"}
+WRITE_TIME_COLUMNS = frozenset({"ingest_time", "batch_id"})
 
 
 def _contents(settings, name):
-    frame = table(settings, name)
-    columns = sorted(set(frame.columns) - WRITE_TIME_COLUMNS)
-    return Counter(tuple(map(repr, row)) for row in frame[columns].itertuples(index=False))
+    return contents(settings, name, WRITE_TIME_COLUMNS)
 
 
 def test_sigkill_of_any_job_at_random_points_loses_and_duplicates_nothing(spark, settings, tmp_path):

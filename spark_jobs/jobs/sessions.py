@@ -1,23 +1,28 @@
 """Job ``sessions``: per-device activity sessions with arbitrary state -> device_sessions.
 
-A session ends when a device sends nothing for ``session_gap`` of event time. It is written
-once, when closed: by a new event more than the gap after its last one (same batch), or by
-the event-time timeout once the watermark passes ``last_event_time + gap``.
+A session is a run of a device's events with no silence longer than ``session_gap`` of event
+time. Events arrive out of order and across batches, so a device may have several open
+sessions at once: an event that falls within the gap of two of them bridges them into one.
+A session is written once, when it can no longer change: when the watermark reaches
+``last_event_time + gap``. No on-time event can join it after that, because any event not
+behind the watermark is more than the gap after its last event (docs/semantics.md, sessions).
 
 Why ``applyInPandasWithState`` with an event-time timeout: it is the stable API of the two
 (``transformWithStateInPandas`` needs the RocksDB state store provider and is younger), and
-one timeout per device is all a session needs.
+one timeout per device (its earliest open session's end) is all this needs.
 
 The first-batch trap (docs/first-batch-trap.md): in the first micro-batch the watermark is
 0, so a timeout of ``watermark + gap`` would be 1970-01-01 00:30 and fire at the next batch,
-closing every session after one event. The timeout is therefore derived from the event times
-the state has seen (``last_event_time + gap``), which is right in the first batch, in any
-later batch and after a restart, because it never depends on when the batch ran.
+closing every session after one event. Closing is therefore decided from the event times
+the state holds (``last_event_time + gap``) against the watermark, which is right in the
+first batch, in any later batch and after a restart, because it never depends on when the
+batch ran.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+import json
+from typing import Iterator, NamedTuple
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -28,61 +33,96 @@ from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 from spark_jobs.tables import DEVICE_SESSIONS
 
-STATE_SCHEMA = "start_ms LONG, last_ms LONG, event_count LONG, signal_sum DOUBLE, signal_min DOUBLE, signal_max DOUBLE"
+# One device's open sessions, ordered by start, as a JSON list of Session fields. Not typed
+# arrays: PySpark 4.2's worker cannot read an ARRAY field back from a state schema
+# (KeyError 'elementType' in ArrayType.fromJson, measured).
+STATE_SCHEMA = "open_sessions STRING"
 OUTPUT_SCHEMA = DEVICE_SESSIONS.ddl
 CLOSED_BY_GAP = "no event for the session gap"
-CLOSED_BY_NEW_EVENT = "next event came after the session gap"
 
 
-def _closed(device_id: str, s: tuple, reason: str) -> dict:
-    start_ms, last_ms, count, total, low, high = s
+class Session(NamedTuple):
+    start_ms: int
+    last_ms: int
+    event_count: int
+    signal_sum: float
+    signal_min: float
+    signal_max: float
+
+    @classmethod
+    def of_event(cls, t_ms: int, signal: float) -> "Session":
+        return cls(t_ms, t_ms, 1, signal, signal, signal)
+
+    def merged(self, other: "Session") -> "Session":
+        return Session(
+            min(self.start_ms, other.start_ms), max(self.last_ms, other.last_ms),
+            self.event_count + other.event_count, self.signal_sum + other.signal_sum,
+            min(self.signal_min, other.signal_min), max(self.signal_max, other.signal_max),
+        )
+
+
+def merge_sessions(sessions: list[Session], gap_ms: int) -> list[Session]:
+    """Sessions ordered by start, with every two separated by no more than the gap merged."""
+    merged: list[Session] = []
+    for session in sorted(sessions):
+        if merged and session.start_ms - merged[-1].last_ms <= gap_ms:
+            merged[-1] = merged[-1].merged(session)
+        else:
+            merged.append(session)
+    return merged
+
+
+def _from_state(value: tuple) -> list[Session]:
+    return [Session(*fields) for fields in json.loads(value[0])]
+
+
+def _to_state(sessions: list[Session]) -> tuple:
+    return (json.dumps([list(s) for s in sessions]),)
+
+
+def _closed_row(device_id: str, s: Session) -> dict:
     return {
         "device_id": device_id,
-        "session_start": pd.Timestamp(start_ms, unit="ms", tz="UTC"),
-        "session_end": pd.Timestamp(last_ms, unit="ms", tz="UTC"),
-        "event_count": count,
-        "avg_signal": total / count,
-        "min_signal": low,
-        "max_signal": high,
-        "closed_reason": reason,
+        "session_start": pd.Timestamp(s.start_ms, unit="ms", tz="UTC"),
+        "session_end": pd.Timestamp(s.last_ms, unit="ms", tz="UTC"),
+        "event_count": s.event_count,
+        "avg_signal": s.signal_sum / s.event_count,
+        "min_signal": s.signal_min,
+        "max_signal": s.signal_max,
+        "closed_reason": CLOSED_BY_GAP,
     }
 
 
 def session_updater(gap_ms: int, timeout_from: str = "event_time"):
     """The per-device state function. ``timeout_from="watermark"`` is the naive variant
-    (timeout = current watermark + gap), kept only to show the first-batch trap in tests."""
+    (timeout = current watermark + gap, and a timeout closes everything), kept only to show
+    the first-batch trap in tests."""
+    naive = timeout_from == "watermark"
 
     def update(key: tuple, batches: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         (device_id,) = key
-        closed: list[dict] = []
-        if state.hasTimedOut:
-            closed.append(_closed(device_id, state.get, CLOSED_BY_GAP))
-            state.remove()
-        else:
-            session = state.get if state.exists else None
-            events = pd.concat(list(batches)).sort_values("event_time")
+        watermark = state.getCurrentWatermarkMs()
+        sessions = _from_state(state.get) if state.exists else []
+        if not state.hasTimedOut:
+            events = pd.concat(list(batches))
             times = pd.to_datetime(events["event_time"], utc=True).dt.as_unit("ms").astype("int64").tolist()
-            for t_ms, signal in zip(times, events["signal"].tolist(), strict=True):
-                if session is not None and t_ms > session[1] + gap_ms:
-                    closed.append(_closed(device_id, session, CLOSED_BY_NEW_EVENT))
-                    session = None
-                if session is None:
-                    session = (t_ms, t_ms, 1, signal, signal, signal)
-                else:
-                    start, last, count, total, low, high = session
-                    session = (min(start, t_ms), max(last, t_ms), count + 1, total + signal,
-                               min(low, signal), max(high, signal))
-            watermark = state.getCurrentWatermarkMs()
-            timeout = session[1] + gap_ms if timeout_from == "event_time" else watermark + gap_ms
-            if timeout <= watermark:  # already past its gap (a late-arriving session)
-                closed.append(_closed(device_id, session, CLOSED_BY_GAP))
-                if state.exists:
-                    state.remove()
-            else:
-                state.update(session)
-                state.setTimeoutTimestamp(timeout)
+            arrivals = [Session.of_event(t, s) for t, s in zip(times, events["signal"].tolist(), strict=True)]
+            sessions = merge_sessions(sessions + arrivals, gap_ms)
+        if naive:
+            closed, still_open = (sessions, []) if state.hasTimedOut else ([], sessions)
+        else:
+            closed = [s for s in sessions if s.last_ms + gap_ms <= watermark]
+            still_open = [s for s in sessions if s.last_ms + gap_ms > watermark]
+        if still_open:
+            state.update(_to_state(still_open))
+            # Spark fires an event-time timeout once the watermark is past the timestamp:
+            # minus 1 ms makes it fire exactly when the earliest open session may close.
+            earliest_end = min(s.last_ms for s in still_open) + gap_ms - 1
+            state.setTimeoutTimestamp(watermark + gap_ms if naive else earliest_end)
+        elif state.exists:
+            state.remove()
         if closed:
-            yield pd.DataFrame(closed)
+            yield pd.DataFrame([_closed_row(device_id, s) for s in closed])
 
     return update
 
@@ -105,7 +145,7 @@ def device_sessions(settings: Settings, events: DataFrame, timeout_from: str = "
 
 SESSIONS = StreamingJob(
     name="sessions",
-    summary="per-device activity sessions closed after an event-time gap -> device_sessions",
+    summary="per-device activity sessions closed once the watermark passes last event + gap -> device_sessions",
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_sessions(settings, valid_events(records)),
     split=lambda settings, rows, batch: {DEVICE_SESSIONS.name: rows},

@@ -97,6 +97,9 @@ class Settings:
     # Streaming semantics (see docs/jobs/*.md and shared semantics reference).
     trigger_interval: str = "10 seconds"
     watermark_delay: str = "10 minutes"
+    # An event or alert time more than this after its Kafka timestamp is quarantined: one
+    # device clock ahead would otherwise move the watermark of every job (docs/semantics.md).
+    max_clock_ahead: str = "1 minute"
     multiple_watermark_policy: str = "min"
     tumbling_window: str = "5 minutes"
     sliding_window: str = "10 minutes"
@@ -201,7 +204,7 @@ def _validate(s: Settings) -> None:
                 f"setting {name}={getattr(s, name)!r} is not one of {', '.join(allowed)}",
                 f"env {ENV_PREFIX}{name.upper()}",
             )
-    for name in ("trigger_interval", "watermark_delay", "tumbling_window", "sliding_window",
+    for name in ("trigger_interval", "watermark_delay", "max_clock_ahead", "tumbling_window", "sliding_window",
                  "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
                  "alert_context", "quality_freshness", "vacuum_retention", "quarantine_retention",
                  "broker_outage_budget"):

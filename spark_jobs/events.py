@@ -17,16 +17,18 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.config import duration_seconds
+
 _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
 _ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$"
 
 
-# Plausibility limits, part of the contract (docs/event-contract.md). A time far ahead of the
-# record's Kafka timestamp would drag the watermark forward and make every later event
-# "late", so one such record could silence a job: it is quarantined instead. Far-behind
-# times and oversized payloads are defects too, not data.
+# Plausibility limits, part of the contract (docs/event-contract.md). A time ahead of the
+# record's Kafka timestamp drags the watermark forward and makes every later event "late",
+# so one device with a bad clock could silence a job: a time more than the setting
+# max_clock_ahead ahead is quarantined instead. Far-behind times and oversized payloads are
+# defects too, not data.
 MAX_PAYLOAD_BYTES = 256 * 1024
-MAX_AHEAD_HOURS = 24
 MAX_BEHIND_DAYS = 365
 
 
@@ -74,7 +76,7 @@ def _number(name: str) -> Column:
     return F.expr(f"try_variant_get(_v, '$.{name}', 'double')")
 
 
-def _reason(contract: Contract) -> Column:
+def _reason(contract: Contract, max_ahead: str) -> Column:
     top_type = F.expr("schema_of_variant(_v)")  # only computed for the records that fail
     # valid JSON is an object exactly when it opens with "{"; schema_of_variant(_v) would
     # walk every field of every record to say the same
@@ -117,12 +119,13 @@ def _reason(contract: Contract) -> Column:
             F.coalesce(F.concat(F.lit("'"), F.substring(_text(f), 1, 60), F.lit("'")), _vtype(f))))
         for f in contract.times
     ]
+    ahead_ms = int(duration_seconds(max_ahead, "max_clock_ahead") * 1000)
     checks += [
         check
         for f in contract.times
         for check in (
-            F.when(F.col(f"_t_{f}") > F.col("timestamp") + F.expr(f"INTERVAL {MAX_AHEAD_HOURS} HOURS"), F.concat(
-                F.lit(f"field '{f}' is more than {MAX_AHEAD_HOURS} hours after the record's Kafka timestamp: "),
+            F.when(F.col(f"_t_{f}") > F.col("timestamp") + F.expr(f"INTERVAL {ahead_ms} MILLISECONDS"), F.concat(
+                F.lit(f"field '{f}' is more than {max_ahead} (max_clock_ahead) after the record's Kafka timestamp: "),
                 F.col(f"_t_{f}").cast("string"))),
             F.when(F.col(f"_t_{f}") < F.col("timestamp") - F.expr(f"INTERVAL {MAX_BEHIND_DAYS} DAYS"), F.concat(
                 F.lit(f"field '{f}' is more than {MAX_BEHIND_DAYS} days before the record's Kafka timestamp: "),
@@ -132,8 +135,9 @@ def _reason(contract: Contract) -> Column:
     return F.coalesce(*checks)
 
 
-def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
-    """Add the typed contract columns, ``extras`` and ``reason`` (NULL when valid)."""
+def with_contract_columns(kafka_df: DataFrame, contract: Contract, max_ahead: str) -> DataFrame:
+    """Add the typed contract columns, ``extras`` and ``reason`` (NULL when valid).
+    ``max_ahead``: how far a time may be after the record's Kafka timestamp."""
     # An oversized payload is quarantined for its size before anything else is looked at,
     # so it is not parsed: in a 10% malformed storm the 1% of 300 KiB payloads were most
     # of the parsing work.
@@ -163,7 +167,7 @@ def with_contract_columns(kafka_df: DataFrame, contract: Contract) -> DataFrame:
     helpers = ["_v", *kinds, *texts, *values]
     return v.select(
         "*", *[col.alias(name) for name, col in typed.items()],
-        extras.alias("extras"), _reason(contract).alias("reason"),
+        extras.alias("extras"), _reason(contract, max_ahead).alias("reason"),
     ).drop(*helpers)
 
 
@@ -171,9 +175,9 @@ Keep = Callable[[DataFrame], DataFrame]  # BatchContext.cache: persist a frame f
 
 
 def _split(
-    kafka_df: DataFrame, contract: Contract, columns: list[str], keep: Keep | None
+    kafka_df: DataFrame, contract: Contract, columns: list[str], max_ahead: str, keep: Keep | None
 ) -> tuple[DataFrame, DataFrame]:
-    checked = with_contract_columns(kafka_df, contract).withColumn("kafka_timestamp", F.col("timestamp"))
+    checked = with_contract_columns(kafka_df, contract, max_ahead).withColumn("kafka_timestamp", F.col("timestamp"))
     checked = keep(checked) if keep else checked
     coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
     valid = checked.where(F.col("reason").isNull()).select(*columns, "extras", *coordinates)
@@ -185,12 +189,18 @@ def _split(
     return valid, quarantined
 
 
-def parse_device_events(kafka_df: DataFrame, keep: Keep | None = None) -> tuple[DataFrame, DataFrame]:
+def parse_device_events(
+    kafka_df: DataFrame, max_ahead: str, keep: Keep | None = None
+) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed events, quarantined records with reasons).
     ``keep`` (a micro-batch's ``BatchContext.cache``) makes both read one parse."""
-    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], keep)
+    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], max_ahead, keep)
 
 
-def parse_device_alerts(kafka_df: DataFrame, keep: Keep | None = None) -> tuple[DataFrame, DataFrame]:
+def parse_device_alerts(
+    kafka_df: DataFrame, max_ahead: str, keep: Keep | None = None
+) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed alerts, quarantined records with reasons)."""
-    return _split(kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"], keep)
+    return _split(
+        kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"], max_ahead, keep
+    )

@@ -26,11 +26,11 @@ ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
 
 def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
-    alerts = parse_device_alerts(alert_records)[0].select(*ALERT_COLUMNS).withWatermark(
+    alerts = parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS).withWatermark(
         "alert_time", spark_interval(settings.alert_watermark_delay, "alert_watermark_delay")
     )
     events = (
-        valid_events(event_records)
+        valid_events(settings, event_records)
         .select(F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal")
         .withWatermark("event_time", spark_interval(settings.watermark_delay, "watermark_delay"))
     )
@@ -62,7 +62,7 @@ def dropped_by_the_join(settings: Settings, records: DataFrame, watermark_ms: in
     the two apart.
     """
     events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms)
-    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic))[0].where(
+    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0].where(
         F.col("alert_time") <= F.timestamp_millis(F.lit(watermark_ms))
     )
     return events.withColumn("missed", F.lit("event time at or behind the watermark: joined with no alert")).unionByName(

@@ -13,9 +13,9 @@ from spark_jobs.config import Settings, spark_interval
 from spark_jobs.events import parse_device_events
 
 
-def valid_events(records: DataFrame) -> DataFrame:
+def valid_events(settings: Settings, records: DataFrame) -> DataFrame:
     """Typed events from Kafka records; malformed ones are the ingest job's to quarantine."""
-    return parse_device_events(records)[0]
+    return parse_device_events(records, settings.max_clock_ahead)[0]
 
 
 def deduplicate(settings: Settings, events: DataFrame) -> DataFrame:
@@ -67,6 +67,6 @@ def behind_watermark(settings: Settings, records: DataFrame, watermark_ms: int) 
     Every windowed job deduplicates first, so this is also their lateness rule: an event is
     kept whole or dropped whole, never counted in some of its windows only.
     """
-    return valid_events(records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
+    return valid_events(settings, records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
         "missed", F.lit("event time at or behind the watermark")
     )

@@ -24,8 +24,8 @@ def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchConte
         ingest_time.alias("ingest_time"),
         F.lit(batch.batch_id).cast("bigint").alias("batch_id"),
     )
-    events, bad_events = parse_device_events(records.where(F.col("topic") == settings.events_topic), batch.cache)
-    alerts, bad_alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), batch.cache)
+    events, bad_events = parse_device_events(records.where(F.col("topic") == settings.events_topic), settings.max_clock_ahead, batch.cache)
+    alerts, bad_alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead, batch.cache)
     return {
         DEVICE_EVENTS_RAW.name: raw,
         DEVICE_EVENTS.name: events.withColumn("ingest_time", ingest_time),

@@ -10,15 +10,18 @@ VALID = '{"event_id": "e1", "device_id": "d1", "event_time": "2026-11-22T12:04:0
 HUGE = '{"event_id": "e", "device_id": "d", "event_time": 1, "signal": 1, "blob": "' + "x" * 300_000 + '"}'
 
 
-def kafka_rows(spark, values):
-    now = datetime(2026, 11, 22, tzinfo=timezone.utc)
+KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)  # when these records reached Kafka
+MAX_AHEAD = "1 minute"
+
+
+def kafka_rows(spark, values, now=KAFKA_TIME):
     rows = [(b"k", v if isinstance(v, (bytes, type(None))) else v.encode(), "t", 0, i, now, 0)
             for i, v in enumerate(values)]
     return spark.createDataFrame(rows, KAFKA_SCHEMA)
 
 
 def test_valid_event_is_typed_and_keeps_extra_fields(spark):
-    valid, quarantined = parse_device_events(kafka_rows(spark, [VALID]))
+    valid, quarantined = parse_device_events(kafka_rows(spark, [VALID]), MAX_AHEAD)
     assert quarantined.count() == 0
     row = valid.collect()[0]
     assert (row.event_id, row.device_id, row.signal) == ("e1", "d1", 1.5)
@@ -36,7 +39,7 @@ def test_valid_event_is_typed_and_keeps_extra_fields(spark):
 )
 def test_event_time_forms_accepted(spark, event_time, expected):
     value = f'{{"event_id": "e", "device_id": "d", "event_time": {event_time}, "signal": 2}}'
-    valid, _ = parse_device_events(kafka_rows(spark, [value]))
+    valid, _ = parse_device_events(kafka_rows(spark, [value]), MAX_AHEAD)
     assert valid.collect()[0].event_time == expected
 
 
@@ -58,16 +61,17 @@ def test_event_time_forms_accepted(spark, event_time, expected):
          "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: 'yesterday'"),
         ('{"event_id": "e", "device_id": "d", "event_time": "2026-11-22T12:04:00", "signal": 1}',
          "field 'event_time' is neither ISO-8601 with a zone nor integer epoch milliseconds: '2026-11-22T12:04:00'"),
-        # the Kafka timestamp of these rows is 2026-11-22 00:00 UTC
-        ('{"event_id": "e", "device_id": "d", "event_time": "2099-01-01T00:00:00Z", "signal": 1}',
-         "field 'event_time' is more than 24 hours after the record's Kafka timestamp: 2099-01-01 00:00:00"),
+        # the Kafka timestamp of these rows is 2026-11-22 13:00 UTC
+        ('{"event_id": "e", "device_id": "d", "event_time": "2026-11-23T09:00:00Z", "signal": 1}',
+         "field 'event_time' is more than 1 minute (max_clock_ahead) after the record's Kafka timestamp: "
+         "2026-11-23 09:00:00"),
         ('{"event_id": "e", "device_id": "d", "event_time": 0, "signal": 1}',
          "field 'event_time' is more than 365 days before the record's Kafka timestamp: 1970-01-01 00:00:00"),
         (HUGE, f"payload of {len(HUGE)} bytes is over the 256 KiB limit"),
     ],
 )
 def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
-    valid, quarantined = parse_device_events(kafka_rows(spark, [value]))
+    valid, quarantined = parse_device_events(kafka_rows(spark, [value]), MAX_AHEAD)
     assert valid.count() == 0
     row = quarantined.collect()[0]
     assert row.reason == reason
@@ -86,6 +90,18 @@ def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
 def test_alert_contract(spark, value, reason):
     from spark_jobs.events import parse_device_alerts
 
-    valid, quarantined = parse_device_alerts(kafka_rows(spark, [value]))
+    valid, quarantined = parse_device_alerts(kafka_rows(spark, [value]), MAX_AHEAD)
     assert [r.reason for r in quarantined.collect()] == ([reason] if reason else [])
     assert valid.count() == (0 if reason else 1)
+
+
+@pytest.mark.parametrize(
+    "event_time, ahead_allowed",
+    [("2026-11-22T13:01:00Z", True), ("2026-11-22T13:01:00.001Z", False), ("2026-11-23T09:00:00Z", False)],
+)
+def test_a_time_at_most_max_clock_ahead_after_kafka_is_kept_and_one_beyond_is_quarantined(
+    spark, event_time, ahead_allowed
+):
+    value = f'{{"event_id": "e", "device_id": "d", "event_time": "{event_time}", "signal": 1}}'
+    valid, quarantined = parse_device_events(kafka_rows(spark, [value]), MAX_AHEAD)
+    assert (valid.count(), quarantined.count()) == ((1, 0) if ahead_allowed else (0, 1))

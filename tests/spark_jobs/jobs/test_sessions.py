@@ -76,7 +76,7 @@ def test_naive_watermark_timeout_fails_the_same_scenario(spark, settings):
     s = single_partition(settings)
     naive = dataclasses.replace(
         SESSIONS, name="sessions-naive",
-        build=lambda st, records: device_sessions(st, valid_events(records), timeout_from="watermark"),
+        build=lambda st, records: device_sessions(st, valid_events(st, records), timeout_from="watermark"),
     )
     play(spark, s, FIRST_BATCH_TRAP_STEPS, naive)
     naive_closed = closed_sessions(s)

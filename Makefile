@@ -37,7 +37,7 @@ run: install
 	$(BIN)/sigflow broker start
 	$(BIN)/sigflow topics create
 	$(BIN)/sigflow simulate --events 5000 --devices 25
-	$(BIN)/sigflow pipeline
+	SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1000 $(BIN)/sigflow pipeline  # several batches: late data shows
 	$(BIN)/sigflow report
 
 airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_AIRFLOW_PORT)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -31,6 +31,7 @@ class BatchOffsets:
     watermark_ms: int
     batch_timestamp_ms: int
     sources: list[Any]  # one parsed JSON offset per source, in the query's source order
+    conf: dict[str, str] = field(default_factory=dict)  # the Spark confs the query keeps for good
 
 
 class Checkpoint:
@@ -78,7 +79,12 @@ class Checkpoint:
             watermark_ms=int(meta.get("batchWatermarkMs", 0)),
             batch_timestamp_ms=int(meta.get("batchTimestampMs", 0)),
             sources=sources,
+            conf=meta.get("conf") or {},
         )
+
+    def latest_offsets(self) -> BatchOffsets | None:
+        batches = self.offset_batches()
+        return self.offsets(batches[-1]) if batches else None
 
     # ---- sigflow's own record in the checkpoint (sigflow.json) --------------------------
     def identity(self) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class Settings:
     spark_ui: bool = False
     spark_log_level: str = "ERROR"
 
-    # Streaming semantics (see docs/jobs/*.md and shared semantics reference).
+    # Streaming semantics (docs/semantics.md, docs/jobs/*.md).
     trigger_interval: str = "10 seconds"
     watermark_delay: str = "10 minutes"
     # An event or alert time more than this after its Kafka timestamp is quarantined: one

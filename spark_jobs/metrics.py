@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -20,37 +21,60 @@ def _time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+@dataclass(frozen=True)
+class Counting:
+    """How one batch's progress of a job turns into job-level figures, decided in one place.
+
+    ``scans``: how many times the plan reads its source. Spark's numInputRows counts the rows
+    of every scan (measured, Spark 4.2): a job that reads its topics in two branches
+    (windowed-averages: tumbling and sliding; alert-join: events and alerts) reports every
+    Kafka record twice. ``branches``: how many branches push every record through the same
+    operators (windowed-averages: a dedup per window kind). Each of their dedup operators
+    drops the same duplicates and late rows, so a job-level count takes one branch's share.
+    """
+
+    scans: int = 1
+    branches: int = 1
+
+
 def source_scans(frame) -> int:
-    """How many times one batch of ``frame`` reads its source. Spark's numInputRows counts
-    the rows of every scan (measured, Spark 4.2): a job that reads its topics in two
-    branches (windowed-averages: tumbling and sliding; alert-join: events and alerts)
-    reports every Kafka record twice. Dividing by this gives records read."""
+    """How many times one batch of ``frame`` reads its source (see Counting)."""
     leaves = frame._jdf.queryExecution().logical().collectLeaves()
     return max(1, sum(1 for i in range(leaves.size()) if leaves.apply(i).isStreaming()))
 
 
+def operator_figures(progress: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stateful operator's own figures, in Spark's order."""
+    return [
+        {"operator": op.get("operatorName"), "state_rows": int(op.get("numRowsTotal") or 0),
+         "memory_bytes": int(op.get("memoryUsedBytes") or 0),
+         "dropped_by_watermark": int(op.get("numRowsDroppedByWatermark") or 0),
+         "duplicates_dropped": int((op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0)}
+        for op in progress.get("stateOperators") or []
+    ]
+
+
 def progress_row(
-    job: str, progress: dict[str, Any], output_rows: int, late_events: int, scans: int = 1
+    job: str, progress: dict[str, Any], output_rows: int, late_events: int, counting: Counting = Counting()
 ) -> dict[str, Any]:
-    operators = progress.get("stateOperators") or []
+    operators = operator_figures(progress)
     watermark = (progress.get("eventTime") or {}).get("watermark")
     return {
         "job": job,
         "batch_id": int(progress["batchId"]),
         "batch_time": _time(progress.get("timestamp")),
-        "input_rows": int(progress.get("numInputRows") or 0) // scans,  # Kafka records
+        "input_rows": int(progress.get("numInputRows") or 0) // counting.scans,  # Kafka records
         "output_rows": output_rows,
-        "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
-        "duplicates_dropped": sum(
-            int((op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0) for op in operators
-        ),
+        "rows_dropped_by_watermark": sum(op["dropped_by_watermark"] for op in operators) // counting.branches,
+        "duplicates_dropped": sum(op["duplicates_dropped"] for op in operators) // counting.branches,
         "late_events": late_events,
-        "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
-        "state_memory_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
+        # all the state the job holds, every operator's (per operator: progress_line)
+        "state_rows": sum(op["state_rows"] for op in operators),
+        "state_memory_bytes": sum(op["memory_bytes"] for op in operators),
         "watermark": _time(watermark),
         "duration_ms": int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
-        "input_rows_per_second": float(progress.get("inputRowsPerSecond") or 0.0) / scans,
-        "processed_rows_per_second": float(progress.get("processedRowsPerSecond") or 0.0) / scans,
+        "input_rows_per_second": float(progress.get("inputRowsPerSecond") or 0.0) / counting.scans,
+        "processed_rows_per_second": float(progress.get("processedRowsPerSecond") or 0.0) / counting.scans,
         "progress_json": json.dumps(progress),
     }
 
@@ -66,18 +90,14 @@ def progress_dicts(query) -> Iterable[dict[str, Any]]:
             yield parsed
 
 
-def progress_line(job: str, progress: dict[str, Any], scans: int = 1) -> dict[str, Any]:
+def progress_line(job: str, progress: dict[str, Any], counting: Counting = Counting()) -> dict[str, Any]:
     """One batch as a JSON log line: the pipeline_metrics figures plus what a table row
-    flattens away (state per operator, offsets per source, records behind per partition)."""
-    row = progress_row(job, progress, output_rows=0, late_events=0, scans=scans)
+    flattens away (figures per operator, offsets per source, records behind per partition)."""
+    row = progress_row(job, progress, output_rows=0, late_events=0, counting=counting)
     line = {k: v for k, v in row.items() if k not in ("progress_json", "output_rows", "late_events")}
     line["batch_time"] = progress.get("timestamp")
     line["watermark"] = (progress.get("eventTime") or {}).get("watermark")
-    line["state_operators"] = [
-        {"operator": op.get("operatorName"), "rows": op.get("numRowsTotal"), "memory_bytes": op.get("memoryUsedBytes"),
-         "dropped_by_watermark": op.get("numRowsDroppedByWatermark")}
-        for op in progress.get("stateOperators") or []
-    ]
+    line["state_operators"] = operator_figures(progress)
     line["sources"] = [
         {"source": source.get("description"), "end_offsets": _offsets(source.get("endOffset")),
          "lag": _lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))}
@@ -99,6 +119,8 @@ def progress_sentence(line: dict[str, Any]) -> str:
         parts.append(f"{line['state_rows']:,} state rows")
     if line["rows_dropped_by_watermark"]:
         parts.append(f"{line['rows_dropped_by_watermark']:,} dropped late")
+    if line["duplicates_dropped"]:
+        parts.append(f"{line['duplicates_dropped']:,} duplicates removed")
     if behind:
         parts.append(f"{sum(behind):,} records behind in Kafka")
     return ", ".join(parts)
@@ -134,7 +156,7 @@ class ProgressLog(StreamingQueryListener):
 
     def __init__(self):
         super().__init__()
-        self.scans: dict[str, int] = {}  # job -> source scans per batch (see source_scans)
+        self.counting: dict[str, Counting] = {}  # job -> how its progress is counted
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -144,7 +166,7 @@ class ProgressLog(StreamingQueryListener):
         name = progress.get("name") or ""
         if name.startswith(QUERY_PREFIX) and "addBatch" in (progress.get("durationMs") or {}):
             job = name[len(QUERY_PREFIX):]
-            line = progress_line(job, progress, self.scans.get(job, 1))
+            line = progress_line(job, progress, self.counting.get(job, Counting()))
             progress_log.info(json.dumps(line, default=str))
             batch_log.info(progress_sentence(line))
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from spark_jobs import broker, kafka_client, status
-from spark_jobs.checkpoint import Checkpoint
+from spark_jobs.checkpoint import BatchOffsets, Checkpoint
 from spark_jobs.config import Settings
 from spark_jobs.delta_sink import commit_metadata
 from spark_jobs.errors import SigflowError
@@ -229,18 +229,27 @@ def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]
     return values
 
 
+# Settings Spark itself keeps in the checkpoint's offset log and uses on every restart,
+# whatever the session says: a change is silently ignored unless sigflow refuses it.
+SPARK_KEEPS = {"multiple_watermark_policy": "spark.sql.streaming.multipleWatermarkPolicy"}
+
+
 def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, settings: Settings) -> None:
     """Refuse to resume a checkpoint built with settings its state depends on, now changed.
 
-    Spark would either fail deep in the JVM (a different state schema) or, worse, carry on
-    with state built under the old windows or topics. Recorded at the first run.
+    Spark would either fail deep in the JVM (a different state schema), carry on with state
+    built under the old windows or topics, or keep the old value without a word (SPARK_KEEPS).
+    Recorded at the first run; a setting recorded by an older sigflow is read from the offset
+    log when Spark keeps it, else taken as it is now.
     """
     current = checkpoint_settings(job, settings)
     identity = checkpoint.identity()
     recorded = identity.get("settings")
-    if recorded is None:
-        checkpoint.save_identity({**identity, "settings": current})
-        return
+    if recorded is None or set(current) - set(recorded):
+        kept = (checkpoint.latest_offsets() or BatchOffsets(0, 0, 0, [])).conf
+        from_spark = {k: kept[conf] for k, conf in SPARK_KEEPS.items() if k in current and conf in kept}
+        recorded = {**current, **from_spark, **(recorded or {})}
+        checkpoint.save_identity({**identity, "settings": recorded})
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:
         what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
@@ -261,7 +270,8 @@ def plan_recover(
 
     ``source="delta"`` starts after the last batch its tables committed (offsets from the
     Delta commit metadata): exact for stateless jobs. ``source="earliest"`` empties the job's
-    tables and re-runs it over everything Kafka still holds: exact for every job.
+    tables and re-runs it over everything Kafka still holds: nothing lost or counted twice,
+    but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
     """
     job = get_job(job_name)
     plan = Plan(job.name, "recover", runbook=RECOVER_RUNBOOK)

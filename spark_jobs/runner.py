@@ -33,6 +33,7 @@ from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, Sigf
 from spark_jobs.jobs import BatchContext, StreamingJob, get_job
 from spark_jobs.metrics import (
     QUERY_PREFIX,
+    Counting,
     listen,
     progress_dicts,
     progress_row,
@@ -50,8 +51,10 @@ STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only
 @dataclass
 class RunSummary:
     job: str
+    counts_late: bool = False  # the job has a lateness rule (every stateful event job)
     batches: int = 0
     batches_skipped: int = 0  # replayed batches whose rows Delta already held
+    batches_behind_a_watermark: int = 0  # batches with records that ran after a watermark was set
     rows_in: int = 0
     rows_written: dict[str, int] = field(default_factory=dict)
     rows_dropped_by_watermark: int = 0
@@ -64,11 +67,14 @@ class RunSummary:
     def line(self) -> str:
         written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
         skipped = f", {self.batches_skipped} replayed batch(es) already in Delta" if self.batches_skipped else ""
-        stateful = (
-            f"; {self.duplicates_dropped} duplicates removed, {self.rows_dropped_by_watermark} "
-            f"rows dropped by watermark, {self.state_rows} state rows"
-            if self.state_rows or self.rows_dropped_by_watermark else ""
-        )
+        stateful = ""
+        if self.counts_late:
+            late = f"{self.rows_dropped_by_watermark} dropped late"
+            if not self.rows_dropped_by_watermark:  # say why a zero is a zero
+                late += (" (none behind the watermark)" if self.batches_behind_a_watermark else
+                         " (all records came before a watermark was set: cut the stream into "
+                         "batches with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped)")
+            stateful = f"; {self.duplicates_dropped} duplicates removed, {late}, {self.state_rows} state rows"
         return (
             f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
             f"written: {written}{stateful}{skipped}"
@@ -101,22 +107,30 @@ class JobRun:
             self.sink.ensure_table(spec)
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
-        self.summary = RunSummary(job.name)
+        self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
         self.metrics: dict[int, dict] = {}  # batch -> its pipeline_metrics row
+        self.metrics_lock = threading.Lock()  # batches (Spark's thread) and the driving loop record
+        self.query = None
 
     def plan(self) -> DataFrame:
         records = self.engine.read_kafka(
             self.spark, self.settings, self.bootstrap, self.job.topics(self.settings)
         )
         plan = self.job.build(self.settings, records)
-        self.progress_log.scans[self.job.name] = source_scans(plan)  # read by record_metrics too
+        self.counting = Counting(scans=source_scans(plan), branches=self.job.branches)
+        self.progress_log.counting[self.job.name] = self.counting
         return plan
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        if self.query is not None:  # the batches before this one have their progress by now
+            self.record_metrics(self.query)
         offsets = self.checkpoint.offsets(batch_id)
-        if not self.settings.fail_on_data_loss and offsets and batch_id > 0:
-            self._report_skipped_offsets(batch_id, offsets)
+        previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
+        if not self.settings.fail_on_data_loss and offsets and previous:
+            self._report_skipped_offsets(offsets, previous)
+        if previous and offsets and previous.watermark_ms > 0 and offsets.sources != previous.sources:
+            self.summary.batches_behind_a_watermark += 1
         context = BatchContext(
             job=self.job.name,
             batch_id=batch_id,
@@ -162,12 +176,11 @@ class JobRun:
         )
         log.info("%s batch %d: %d result rows -> %s", self.job.name, batch_id, rows_out, described)
 
-    def _report_skipped_offsets(self, batch_id: int, offsets) -> None:
+    def _report_skipped_offsets(self, offsets, previous) -> None:
         """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
         partition whose end went backwards (topic recreated) or whose earliest offset is
         past where the previous batch ended (retention)."""
-        previous = self.checkpoint.offsets(batch_id - 1)
-        if not previous or not previous.sources or not offsets.sources:
+        if not previous.sources or not offsets.sources:
             return
         for topic, parts in offsets.sources[0].items():
             before = previous.sources[0].get(topic, {})
@@ -210,16 +223,20 @@ class JobRun:
         )
 
     def record_metrics(self, query) -> None:
-        """Append finished batches' progress to pipeline_metrics, once per batch."""
+        """Append finished batches' progress to pipeline_metrics, once per batch: at the start
+        of the next batch, every 0.5 s of a processing-time run, and when a run stops. The
+        Delta txn (app id, last batch id) makes a repeat a no-op."""
+        with self.metrics_lock:
+            self._record_metrics(query)
+
+    def _record_metrics(self, query) -> None:
         fresh = []
         for progress in progress_dicts(query):
             batch_id = int(progress["batchId"])
             if batch_id in self.metrics:
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
-            self.metrics[batch_id] = row = progress_row(
-                self.job.name, progress, output, late, self.progress_log.scans.get(self.job.name, 1)
-            )
+            self.metrics[batch_id] = row = progress_row(self.job.name, progress, output, late, self.counting)
             fresh.append(row)
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
@@ -233,7 +250,7 @@ class JobRun:
             self.sink.append(frame, PIPELINE_METRICS, self.app_id, last, {"job": self.job.name})
 
     def start(self, trigger_interval: str):
-        return (
+        self.query = (
             self.plan()
             .writeStream.queryName(f"{QUERY_PREFIX}{self.job.name}")
             .foreachBatch(self.write_batch)
@@ -241,6 +258,7 @@ class JobRun:
             .trigger(processingTime=trigger_interval)
             .start()
         )
+        return self.query
 
     @contextmanager
     def _running(self, trigger_interval: str):

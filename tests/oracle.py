@@ -1,4 +1,4 @@
-"""A plain-Python model of the event-time rules (shared semantics, sections 1, 2 and 4).
+"""The event-time rules of docs/semantics.md (sections 1 to 4), in plain Python.
 
 It knows nothing of Spark: batch by batch, it drops events at or behind the watermark of
 the previous batch (measured: Spark 4.2 filters late rows with offset-log entry N-1), keeps

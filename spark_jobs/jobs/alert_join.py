@@ -4,9 +4,10 @@ Alerts and events are both watermarked (``alert_watermark_delay``, ``watermark_d
 and joined on ``device_id`` with a time range: the events of the device with
 ``event_time`` in ``[alert_time - alert_context, alert_time]``. The range bounds both sides,
 so Spark evicts each side's state once the other side's watermark makes a match impossible
-(state value watermark, shared semantics section 5).
+(a state value watermark, docs/semantics.md).
 
-One left outer join from alerts serves both tables: matched rows are emitted as soon as
+Events are deduplicated by ``event_id`` before the join, as in the dedup job. One left outer
+join from alerts serves both tables: matched rows are emitted as soon as
 both sides are there (-> alert_signal_context), and an alert with no event in its range
 is emitted with nulls once the watermark proves none can come (-> alerts_without_telemetry).
 """
@@ -19,7 +20,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.events import parse_device_alerts
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import behind_watermark, valid_events
+from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 from spark_jobs.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
@@ -29,10 +30,10 @@ def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_recor
     alerts = parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS).withWatermark(
         "alert_time", spark_interval(settings.alert_watermark_delay, "alert_watermark_delay")
     )
-    events = (
-        valid_events(settings, event_records)
-        .select(F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal")
-        .withWatermark("event_time", spark_interval(settings.watermark_delay, "watermark_delay"))
+    # A re-sent event would join every alert in its range once more: events are deduplicated
+    # first, as in the dedup job, so each (alert, event) pair is one row.
+    events = deduplicate(settings, valid_events(settings, event_records)).select(
+        F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal"
     )
     context = F.expr(f"INTERVAL {int(duration_seconds(settings.alert_context, 'alert_context'))} SECONDS")
     condition = (
@@ -92,5 +93,5 @@ ALERT_JOIN = StreamingJob(
     split=split,
     tables=(ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
     late_rule=dropped_by_the_join,
-    checkpoint_settings=("alert_context",),
+    checkpoint_settings=("alert_context", "multiple_watermark_policy"),
 )

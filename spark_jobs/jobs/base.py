@@ -53,3 +53,6 @@ class StreamingJob:
     stateful: bool = True
     # settings the checkpoint's state was built with: changing one needs a new checkpoint
     checkpoint_settings: tuple[str, ...] = ()
+    # branches that each push every record through the same operators (windowed-averages:
+    # one dedup per window kind); job-level counts take one branch's share (metrics.Counting)
+    branches: int = 1

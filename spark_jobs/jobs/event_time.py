@@ -1,4 +1,4 @@
-"""Event-time building blocks shared by the stateful jobs (see shared semantics, sections 1-4).
+"""Event-time building blocks shared by the stateful jobs (rules: docs/semantics.md).
 
 Every stateful job reads Kafka itself and applies the ingest job's contract parsing, so it
 does not wait on ingest and works with both Delta writers (delta-rs has no streaming source).

@@ -2,7 +2,7 @@
 
 Spark 3.4+ keeps a watermark per stateful operator, so rows the first aggregation emits
 (stamped with their window's time via ``window_time``) are counted by the second one, not
-dropped as late (shared semantics, section 3).
+dropped as late (docs/semantics.md, windows).
 """
 
 from __future__ import annotations

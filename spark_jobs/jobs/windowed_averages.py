@@ -41,4 +41,5 @@ WINDOWED_AVERAGES = StreamingJob(
     tables=(DEVICE_SIGNAL_AVERAGES,),
     late_rule=behind_watermark,
     checkpoint_settings=("tumbling_window", "sliding_window", "sliding_step"),
+    branches=2,
 )

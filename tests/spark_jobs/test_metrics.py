@@ -100,3 +100,41 @@ def test_the_sentence_for_people_says_counts_rate_state_and_lag():
         "dedup batch 7: 3,000 records in 1.5 s (2,000/s), watermark 2026-11-22T12:00:00.000Z, "
         "1,200 state rows, 4 dropped late, 500 records behind in Kafka"
     )
+
+
+@pytest.mark.parametrize("job", ["dedup", "windowed-averages", "fleet-rollup", "sessions"])
+def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, settings, job):
+    """The simulator knows which records are re-sent duplicates: every job that deduplicates
+    counts each exactly once (windowed-averages has a dedup per window kind), and the rows
+    Spark reports dropped by the watermark are exactly the job's late_events rows."""
+    records = generate_events(900, devices=5, seed=31, malformed_ratio=0.0, late_ratio=0.05, duplicate_ratio=0.05)
+    produce(settings, records)
+    s = settings.replace(max_offsets_per_trigger=200)  # five batches: later ones see late records
+
+    summary = run_job(spark, s, job)
+
+    metrics = table(s, "pipeline_metrics")
+    late = table(s, "late_events")
+    duplicates_sent = sum(r.kind == "duplicate" for r in records)
+    assert duplicates_sent > 20 and len(late) > 10
+    assert metrics.duplicates_dropped.sum() == summary.duplicates_dropped == duplicates_sent
+    assert metrics.rows_dropped_by_watermark.sum() == summary.rows_dropped_by_watermark == len(late)
+    per_batch_late = late.groupby("batch_id").size()
+    by_batch = metrics.set_index("batch_id")
+    assert all(by_batch.rows_dropped_by_watermark[b] == n for b, n in per_batch_late.items())
+
+
+def test_every_batch_has_its_metrics_row_even_past_sparks_progress_memory(spark, settings):
+    """Spark keeps the progress of the last few batches only (numRecentProgressUpdates, 100
+    by default, 3 here): each batch's row is written as the next batch starts, so a run of
+    more batches than that still has one row per batch."""
+    produce(settings, generate_events(160, seed=32, malformed_ratio=0.0))
+    key = "spark.sql.streaming.numRecentProgressUpdates"
+    spark.conf.set(key, "3")
+    try:
+        run_job(spark, settings.replace(max_offsets_per_trigger=20), "ingest")
+    finally:
+        spark.conf.unset(key)
+    metrics = table(settings, "pipeline_metrics")
+    assert len(metrics) >= 8 and sorted(metrics.batch_id) == list(range(len(metrics)))
+    assert metrics.input_rows.sum() == 160

@@ -170,3 +170,23 @@ def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(
     assert "tumbling_window was '5 minutes', now '10 minutes'" in out.stderr
     assert "docs/runbooks/incompatible-change.md" in out.stderr and "Traceback" not in out.stderr
     run_job(spark, settings.replace(trigger_interval="1 second"), "windowed-averages")  # compatible change
+
+
+def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spark, settings):
+    """Spark keeps multipleWatermarkPolicy in the offset log and silently uses the old one on
+    restart; so sigflow refuses the change, also for a checkpoint recorded before it knew."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runner import JobRun
+
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings.replace(multiple_watermark_policy="min"), "alert-join")
+    checkpoint = Checkpoint(settings.checkpoint_uri("alert-join"))
+    assert checkpoint.latest_offsets().conf["spark.sql.streaming.multipleWatermarkPolicy"] == "min"
+
+    with pytest.raises(SigflowError, match="multiple_watermark_policy was 'min', now 'max'"):
+        JobRun(get_job("alert-join"), settings.replace(multiple_watermark_policy="max"), spark)
+    identity = checkpoint.identity()
+    del identity["settings"]["multiple_watermark_policy"]  # as an older sigflow recorded it
+    checkpoint.save_identity(identity)
+    with pytest.raises(SigflowError, match="multiple_watermark_policy was 'min', now 'max'"):
+        JobRun(get_job("alert-join"), settings.replace(multiple_watermark_policy="max"), spark)

@@ -73,9 +73,10 @@ def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
         for m in range(0, 15, 5):
             alert(s, f"a{step}-{m}", "d0", base + m * 60_000)
         run_job(spark, s, "alert-join")
-    metrics = table(s, "pipeline_metrics").sort_values("batch_id")
+    last = json.loads(table(s, "pipeline_metrics").sort_values("batch_id").progress_json.iloc[-1])
+    join_rows = [op["numRowsTotal"] for op in last["stateOperators"] if op["operatorName"] == "symmetricHashJoin"]
     # buffered rows cover about the watermark delay plus the context range, not the hour
-    assert 0 < metrics.state_rows.iloc[-1] < 3 * 60 * 0.6
+    assert len(join_rows) == 1 and 0 < join_rows[0] < 3 * 60 * 0.6
     # 12 alerts x 6 d0 events in [t - 5 min, t], except the first (06:00) which has one
     assert len(table(s, "alert_signal_context")) == 11 * 6 + 1
 
@@ -105,3 +106,21 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
     assert sorted(late.event_id) == (["a3", "e_late"] if policy == "max" else [])
     assert len(late) == dropped
     assert set(late.topic) == ({s.events_topic, s.alerts_topic} if policy == "max" else set())
+
+
+def test_a_re_sent_event_joins_each_alert_once(spark, settings):
+    """The same event sent twice in one batch and again in the next: one row per
+    (alert, event) pair, and the repeats are counted as duplicates."""
+    s = one_partition_topics(settings)
+    e1, e2 = Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 2), 2.0)
+    send(s, [e1, e1, e2])
+    alert(s, "a1", "d1", at(12, 4))
+    run_job(spark, s, "alert-join")
+    send(s, [e2, Event("e3", "d1", at(12, 3), 3.0)])
+    alert(s, "a2", "d1", at(12, 5))
+    run_job(spark, s, "alert-join")
+    context = table(s, "alert_signal_context")
+    assert sorted(zip(context.alert_id, context.event_id)) == [
+        ("a1", "e1"), ("a1", "e2"), ("a1", "e3"), ("a2", "e1"), ("a2", "e2"), ("a2", "e3"),
+    ]
+    assert table(s, "pipeline_metrics").duplicates_dropped.sum() == 2

@@ -1,4 +1,4 @@
-"""Job fleet-rollup: the chained aggregation counts what the first one emits (section 3)."""
+"""Job fleet-rollup: the chained aggregation counts what the first one emits (docs/semantics.md, windows)."""
 
 from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event

@@ -31,6 +31,7 @@ def settings_env(settings) -> dict[str, str]:
         "SIGFLOW_ALERTS_TOPIC": settings.alerts_topic,
         "SIGFLOW_TOPIC_PARTITIONS": str(settings.topic_partitions),
         "SIGFLOW_SHUFFLE_PARTITIONS": "2",
+        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
     }
 
 

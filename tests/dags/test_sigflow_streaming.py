@@ -1,6 +1,8 @@
 """The streaming DAG loads, and a real dag.test() run writes the Delta tables."""
 
+import json
 from collections import Counter
+from datetime import datetime
 
 from tests.dags.conftest import DAGS, run_dag
 
@@ -15,12 +17,24 @@ def test_jobs_run_in_dependency_order_and_emit_their_tables_as_assets(airflow_ho
 
 
 def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
-    from spark_jobs.simulate import generate_events
+    """100 minutes of events with late ones, a device that falls silent and alerts (some for
+    devices that send nothing), read in several batches: every job's every table, the
+    late_events and pipeline_metrics get rows, and the raw table holds every record."""
+    from spark_jobs.jobs import JOBS
+    from spark_jobs.simulate import event_payload, generate_alerts, generate_events
     from tests.helpers import produce, table
 
-    records = generate_events(200, malformed_ratio=0.05)
-    produce(dag_env(settings), records)
+    records = generate_events(400, devices=4, spacing_ms=15_000, malformed_ratio=0.05, late_ratio=0.03)
+    first = json.loads(next(r.value for r in records if r.kind == "event"))["event_time"]
+    first_ms = int(datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() * 1000)
+    quiet = (b"quiet", event_payload("quiet-1", "quiet", first_ms, 1.0))  # its session closes
+    s = dag_env(settings.replace(max_offsets_per_trigger=150))
+    produce(s, [quiet] + [(r.key, r.value) for r in records])
+    produce(s, generate_alerts(records, every=15), s.alerts_topic)
     state, tasks = run_dag("sigflow_streaming")
     assert state == "success" and set(tasks.values()) == {"success"}
-    assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
-    assert len(table(settings, "device_events_deduplicated")) > 0
+
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter([quiet[1]] + [r.value for r in records])
+    every_table = {spec.name for job in JOBS.values() for spec in job.tables} | {"late_events", "pipeline_metrics"}
+    empty = sorted(name for name in every_table if len(table(s, name)) == 0)
+    assert empty == []

@@ -41,22 +41,29 @@ def progress_lines():
     logger.setLevel(level)
 
 
-def test_every_batch_is_logged_as_json_and_matches_its_metrics_row(spark, settings, progress_lines):
+def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkpoint(
+    spark, settings, progress_lines
+):
+    """The JSON lines against the checkpoint's offset log (what Spark committed to read):
+    one line per committed batch, its end offsets, and its records = the offsets it covers."""
+    from spark_jobs.checkpoint import Checkpoint
+
     s = settings.replace(max_offsets_per_trigger=100)
     produce(s, generate_events(250, seed=11, malformed_ratio=0.0))
-    run_job(spark, s, "ingest")
     run_job(spark, s, "dedup")
 
-    metrics = table(s, "pipeline_metrics")
-    dedup_rows = metrics[metrics.job == "dedup"].sort_values("batch_id")
-    lines = progress_lines.of("dedup", len(dedup_rows))
-
-    assert len(dedup_rows) >= 3  # 250 events at 100 per trigger
-    assert [line["batch_id"] for line in lines] == dedup_rows.batch_id.tolist()
-    assert [line["input_rows"] for line in lines] == dedup_rows.input_rows.tolist()
-    assert [line["state_rows"] for line in lines] == dedup_rows.state_rows.tolist()
-    assert all(line["state_operators"] and line["sources"][0]["end_offsets"] for line in lines)
-    assert lines[-1]["watermark"] is not None
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    committed = checkpoint.committed_batches()
+    lines = progress_lines.of("dedup", len(committed))
+    assert [line["batch_id"] for line in lines] == committed and len(committed) >= 3
+    ends = {b: checkpoint.offsets(b).sources[0][s.events_topic] for b in committed}
+    for line in lines:
+        batch = line["batch_id"]
+        start = ends.get(batch - 1) or {p: 0 for p in ends[batch]}
+        assert line["sources"][0]["end_offsets"] == {s.events_topic: ends[batch]}
+        assert line["input_rows"] == sum(ends[batch][p] - start[p] for p in ends[batch])
+    assert sum(line["input_rows"] for line in lines) == 250
+    assert all(line["state_operators"] for line in lines) and lines[-1]["watermark"] is not None
 
 
 @pytest.mark.parametrize("job", ["windowed-averages", "alert-join"])
@@ -76,6 +83,20 @@ def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_tw
     assert summary.rows_in == records
     assert metrics[metrics.job == job].input_rows.sum() == records
     assert sum(line["input_rows"] for line in progress_lines.of(job, len(metrics))) == records
+
+
+def test_a_real_run_reports_the_records_still_behind_after_each_batch(spark, settings, progress_lines):
+    """Spark's Kafka source reports the latest offsets it saw; all 250 records were in Kafka
+    before the run, so after each batch the lag is what the batches so far had not read."""
+    s = settings.replace(max_offsets_per_trigger=100)
+    produce(s, generate_events(250, seed=13, malformed_ratio=0.0))
+    run_job(spark, s, "ingest")
+    lines = [line for line in progress_lines.of("ingest", 3) if line["input_rows"]]
+    read = 0
+    for line in lines:
+        read += line["input_rows"]
+        assert sum(line["sources"][0]["lag"].values()) == 250 - read
+    assert read == 250 and len(lines) >= 3
 
 
 def test_lag_per_partition_is_what_the_source_had_not_yet_read():

@@ -30,11 +30,13 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     quiet = (b"quiet", event_payload("quiet-1", "quiet", first_ms, 1.0))  # its session closes
     s = dag_env(settings.replace(max_offsets_per_trigger=150))
     produce(s, [quiet] + [(r.key, r.value) for r in records])
-    produce(s, generate_alerts(records, every=15), s.alerts_topic)
+    alerts = generate_alerts(records, every=15)
+    produce(s, alerts, s.alerts_topic)
     state, tasks = run_dag("sigflow_streaming")
     assert state == "success" and set(tasks.values()) == {"success"}
 
-    assert Counter(table(s, "device_events_raw")["value"]) == Counter([quiet[1]] + [r.value for r in records])
+    sent = [quiet[1]] + [r.value for r in records + alerts]
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter(sent)
     every_table = {spec.name for job in JOBS.values() for spec in job.tables} | {"late_events", "pipeline_metrics"}
     empty = sorted(name for name in every_table if len(table(s, name)) == 0)
     assert empty == []

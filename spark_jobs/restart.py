@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from spark_jobs import broker, kafka_client, status
-from spark_jobs.checkpoint import BatchOffsets, Checkpoint
+from spark_jobs.checkpoint import Checkpoint
 from spark_jobs.config import Settings
 from spark_jobs.delta_sink import commit_metadata
 from spark_jobs.errors import SigflowError
@@ -224,7 +224,7 @@ INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
 
 
 def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]:
-    values = {"topics": ",".join(job.topics(settings))}
+    values = {"topics": ",".join(job.topics(settings)), "state_format": str(job.state_format)}
     values.update({name: str(getattr(settings, name)) for name in job.checkpoint_settings})
     return values
 
@@ -232,6 +232,8 @@ def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]
 # Settings Spark itself keeps in the checkpoint's offset log and uses on every restart,
 # whatever the session says: a change is silently ignored unless sigflow refuses it.
 SPARK_KEEPS = {"multiple_watermark_policy": "spark.sql.streaming.multipleWatermarkPolicy"}
+# What a checkpoint that ran before sigflow recorded an entry was built with.
+BEFORE_RECORDED = {"state_format": "1"}
 
 
 def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, settings: Settings) -> None:
@@ -239,16 +241,19 @@ def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, setting
 
     Spark would either fail deep in the JVM (a different state schema), carry on with state
     built under the old windows or topics, or keep the old value without a word (SPARK_KEEPS).
-    Recorded at the first run; a setting recorded by an older sigflow is read from the offset
-    log when Spark keeps it, else taken as it is now.
+    Recorded at the first run. For a checkpoint that ran before an entry was recorded, the
+    entry is read from the offset log when Spark keeps it, else taken from BEFORE_RECORDED,
+    else as it is now.
     """
     current = checkpoint_settings(job, settings)
     identity = checkpoint.identity()
     recorded = identity.get("settings")
     if recorded is None or set(current) - set(recorded):
-        kept = (checkpoint.latest_offsets() or BatchOffsets(0, 0, 0, [])).conf
+        latest = checkpoint.latest_offsets()
+        kept = latest.conf if latest else {}
+        earlier = {k: v for k, v in BEFORE_RECORDED.items() if latest and k in current}
         from_spark = {k: kept[conf] for k, conf in SPARK_KEEPS.items() if k in current and conf in kept}
-        recorded = {**current, **from_spark, **(recorded or {})}
+        recorded = {**current, **earlier, **from_spark, **(recorded or {})}
         checkpoint.save_identity({**identity, "settings": recorded})
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:

@@ -53,6 +53,9 @@ class StreamingJob:
     stateful: bool = True
     # settings the checkpoint's state was built with: changing one needs a new checkpoint
     checkpoint_settings: tuple[str, ...] = ()
+    # the layout of the job's state: raised when the code changes it, so a checkpoint built
+    # with the old layout is refused with the runbook instead of failing in the JVM
+    state_format: int = 1
     # branches that each push every record through the same operators (windowed-averages:
     # one dedup per window kind); job-level counts take one branch's share (metrics.Counting)
     branches: int = 1

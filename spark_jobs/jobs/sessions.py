@@ -152,4 +152,5 @@ SESSIONS = StreamingJob(
     tables=(DEVICE_SESSIONS,),
     late_rule=behind_watermark,
     checkpoint_settings=("session_gap",),
+    state_format=2,  # 2: a device's open sessions as one JSON list (1: a single session's fields)
 )

@@ -190,3 +190,21 @@ def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spa
     checkpoint.save_identity(identity)
     with pytest.raises(SigflowError, match="multiple_watermark_policy was 'min', now 'max'"):
         JobRun(get_job("alert-join"), settings.replace(multiple_watermark_policy="max"), spark)
+
+
+def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_runbook(spark, settings):
+    """Sessions keep every open session of a device since state format 2; a checkpoint
+    built before (no state_format recorded) is refused by sigflow, not failed in the JVM."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runner import JobRun
+
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings, "sessions")
+    checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
+    identity = checkpoint.identity()
+    assert identity["settings"]["state_format"] == "2"
+    del identity["settings"]["state_format"]  # as a sigflow before state formats recorded it
+    checkpoint.save_identity(identity)
+    with pytest.raises(SigflowError, match="state_format was '1', now '2'") as err:
+        JobRun(get_job("sessions"), settings, spark)
+    assert "incompatible-change.md" in err.value.hint

@@ -151,7 +151,7 @@ class JobRun:
             rows_out = batch_df.count()
             outputs = self.job.split(self.settings, batch_df, context)
             if self.job.late_rule:
-                outputs[LATE_EVENTS.name] = self.late_events(context)
+                outputs[LATE_EVENTS.name] = self.late_events(context, previous)
             failpoints.hit("before_delta_commit", batch_id, self.job.name)
             written = {}
             for index, spec in enumerate(self.tables):
@@ -199,15 +199,15 @@ class JobRun:
                 log.warning("data loss skipped (failOnDataLoss=false): %s; resuming at %s",
                             what, min(end, max(was, earliest[int(p)])))
 
-    def late_events(self, batch: BatchContext) -> DataFrame:
+    def late_events(self, batch: BatchContext, previous) -> DataFrame:
         """The valid events of this batch that the job's stateful operators dropped as late.
 
         The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
         the same records are read again and the job's lateness rule applied. Measured on
-        Spark 4.2: stateful operators drop late rows using the watermark of entry N-1 (the
-        previous batch's) and evict state with entry N's (docs/streaming-facts.md).
+        Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
+        (``previous``, the batch before's offsets) and evict state with entry N's
+        (docs/streaming-facts.md).
         """
-        previous = self.checkpoint.offsets(batch.batch_id - 1) if batch.batch_id > 0 else None
         late_watermark_ms = previous.watermark_ms if previous else 0
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)

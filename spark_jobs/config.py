@@ -161,10 +161,6 @@ class Settings:
     def broker_dir(self) -> Path:
         return Path(self.data_dir) / "broker"
 
-    @property
-    def watermark_seconds(self) -> float:
-        return duration_seconds(self.watermark_delay, "watermark_delay")
-
     def replace(self, **changes: Any) -> "Settings":
         return load_settings(env={}, overrides={**_as_dict(self), **changes})
 

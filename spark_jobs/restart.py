@@ -55,10 +55,9 @@ class Plan:
     runbook: str = RUNBOOK
     changes: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
-    def step(self, text: str, change: Callable[[], object] | None = None) -> None:
+    def step(self, text: str, change: Callable[[], object]) -> None:
         self.steps.append(text)
-        if change is not None:
-            self.changes.append(change)
+        self.changes.append(change)
 
     def refuse(self, reason: str) -> None:
         self.refusals.append(reason)

@@ -24,8 +24,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
-from spark_jobs import jars
 from spark_jobs.jobs import JOBS
+from spark_jobs.runtime import jars
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
 # submitted driver; empty when none is installed (the job then runs the python engine).
@@ -40,7 +40,7 @@ RUN_MODE = (
 @task
 def validate_config() -> None:
     from spark_jobs.config import load_settings
-    from spark_jobs.deploy import describe_settings
+    from spark_jobs.ops.deploy import describe_settings
 
     print("\n".join(describe_settings(load_settings())))
 
@@ -48,7 +48,7 @@ def validate_config() -> None:
 @task
 def ensure_topics() -> list[str]:
     from spark_jobs.config import load_settings
-    from spark_jobs.deploy import ensure_topics as ensure
+    from spark_jobs.ops.deploy import ensure_topics as ensure
 
     lines = ensure(load_settings())
     print("\n".join(lines))
@@ -58,7 +58,7 @@ def ensure_topics() -> list[str]:
 @task
 def ensure_tables() -> list[str]:
     from spark_jobs.config import load_settings
-    from spark_jobs.deploy import ensure_tables as ensure
+    from spark_jobs.ops.deploy import ensure_tables as ensure
 
     lines = ensure(load_settings())
     print("\n".join(lines))

@@ -16,8 +16,8 @@ from airflow.sdk import DAG, task
 
 @task
 def maintain_tables_and_checkpoints() -> list[str]:
-    from spark_jobs import maintenance
     from spark_jobs.config import load_settings
+    from spark_jobs.ops import maintenance
 
     lines = maintenance.run(load_settings())
     print("\n".join(lines))

@@ -15,15 +15,15 @@ from datetime import datetime
 from airflow.sdk import DAG, Asset, AssetAny, task
 
 from spark_jobs.config import load_settings
-from spark_jobs.quality import suites
+from spark_jobs.ops.quality import suites
 
 CHECKED_TABLES = list(suites(load_settings(env={})))
 
 
 @task
 def check_table(table: str) -> str:
-    from spark_jobs import quality
     from spark_jobs.config import load_settings
+    from spark_jobs.ops import quality
 
     settings = load_settings()
     try:

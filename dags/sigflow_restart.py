@@ -28,9 +28,9 @@ from spark_jobs.jobs import JOBS
 
 
 def _plan(params):
-    from spark_jobs import restart
     from spark_jobs.cli import _utc
     from spark_jobs.config import load_settings
+    from spark_jobs.ops import restart
 
     settings = load_settings()
     if params["action"] == "resume":
@@ -66,8 +66,8 @@ def apply_plan(params=None) -> None:
 
 @task
 def run_job(params=None) -> str:
-    from spark_jobs import runner
     from spark_jobs.config import load_settings
+    from spark_jobs.runtime import runner
 
     summary = runner.run(params["job"], load_settings())
     print(summary.line())

@@ -22,8 +22,8 @@ TABLE_ASSETS = {
 
 @task
 def run_job(job: str) -> str:
-    from spark_jobs import runner
     from spark_jobs.config import load_settings
+    from spark_jobs.runtime import runner
 
     summary = runner.run(job, load_settings())
     print(summary.line())

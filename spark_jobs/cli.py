@@ -18,7 +18,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from spark_jobs import broker
+    from spark_jobs.local import broker
 
     settings = _settings(args)
     if args.action == "start":
@@ -34,7 +34,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
-    from spark_jobs import jars
+    from spark_jobs.runtime import jars
 
     settings = _settings(args)
     if args.action == "pin":
@@ -56,7 +56,8 @@ def cmd_jars(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from spark_jobs import broker, kafka_client
+    from spark_jobs.local import broker
+    from spark_jobs.runtime import kafka_client
 
     settings = _settings(args)
     bootstrap = broker.bootstrap_servers(settings)
@@ -71,7 +72,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from spark_jobs import broker, simulate
+    from spark_jobs.local import broker, simulate
 
     settings = _settings(args)
     bootstrap = broker.bootstrap_servers(settings)
@@ -83,7 +84,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from spark_jobs import broker, simulate
+    from spark_jobs.local import broker, simulate
 
     settings = _settings(args)
     bootstrap = broker.bootstrap_servers(settings)
@@ -115,7 +116,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from spark_jobs import runner
+    from spark_jobs.runtime import runner
 
     overrides = {"trigger_interval": args.processing_time} if args.processing_time else {}
     settings = load_settings(config_file=args.config, overrides=overrides)
@@ -125,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from spark_jobs import runner
+    from spark_jobs.runtime import runner
 
     summaries = runner.run_pipeline(_settings(args), args.jobs or None)
     print("summary:")
@@ -135,7 +136,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from spark_jobs import status
+    from spark_jobs.ops import status
 
     for job_status in status.all_status(_settings(args)):
         print("\n".join(job_status.lines()))
@@ -143,8 +144,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from spark_jobs import restart, status
     from spark_jobs.jobs import get_job
+    from spark_jobs.ops import restart, status
 
     settings = _settings(args)
     get_job(args.job)
@@ -178,7 +179,7 @@ def _utc(text: str | None):
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from spark_jobs import restart
+    from spark_jobs.ops import restart
 
     pid = restart.stop_running(_settings(args), args.job, args.timeout)
     print(f"{args.job}: stopped pid {pid} after its batch in flight" if pid else f"{args.job}: not running")
@@ -186,7 +187,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_quality(args: argparse.Namespace) -> int:
-    from spark_jobs import quality
+    from spark_jobs.ops import quality
 
     settings = _settings(args)
     try:
@@ -202,7 +203,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    from spark_jobs import maintenance
+    from spark_jobs.ops import maintenance
 
     for line in maintenance.run(_settings(args), dry_run=args.dry_run):
         print(line)
@@ -210,14 +211,14 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    from spark_jobs import status
+    from spark_jobs.ops import status
 
     print("\n".join(status.quarantine_summary(_settings(args), args.since, args.samples)))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from spark_jobs import report
+    from spark_jobs.ops import report
 
     out = report.write(_settings(args), args.out)
     print(f"report written: {out.resolve()} (open it in a browser)")
@@ -229,7 +230,7 @@ def _interrupt(signum, frame):
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
-    from spark_jobs import airflow_local
+    from spark_jobs.local import airflow_local
 
     settings = _settings(args)
     airflow = airflow_local.start(settings, args.port)

@@ -153,7 +153,7 @@ class Settings:
 
     @property
     def jars_path(self) -> Path:
-        from spark_jobs.jars import default_dir
+        from spark_jobs.runtime.jars import default_dir
 
         return Path(self.jars_dir) if self.jars_dir else default_dir()
 

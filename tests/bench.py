@@ -28,14 +28,15 @@ from pathlib import Path
 
 import psutil
 
-from spark_jobs import broker, kafka_client
 from spark_jobs.config import load_settings
-from spark_jobs.simulate import (
+from spark_jobs.local import broker
+from spark_jobs.local.simulate import (
     MALFORMED_KINDS,
     generate_alerts,
     generate_events,
     produce_records,
 )
+from spark_jobs.runtime import kafka_client
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
@@ -81,7 +82,7 @@ def source_into_spark(spark, settings, topic: str) -> int:
     """Count one topic's records through the Kafka source the jobs use (the Python source
     here, the JVM one where its JAR is on the classpath): the rate at which records reach
     Spark before any job does anything, so no job can beat it."""
-    from spark_jobs.engines import detect_engine
+    from spark_jobs.runtime.engines import detect_engine
 
     bootstrap = settings.kafka_bootstrap_servers
     partitions = kafka_client.topic_partitions(bootstrap, topic)
@@ -124,7 +125,7 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     import threading
 
     from spark_jobs.jobs import get_job
-    from spark_jobs.runner import JobRun
+    from spark_jobs.runtime.runner import JobRun
 
     s = _own_topics(settings, "latency").replace(trigger_interval="1 second")
     run, stop = JobRun(get_job("ingest"), s, spark), threading.Event()
@@ -149,7 +150,7 @@ def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple
     `devices` devices each reading every 2 minutes: flat state means the second figure is
     not six times the first."""
     from spark_jobs.jobs import get_job
-    from spark_jobs.runner import JobRun
+    from spark_jobs.runtime.runner import JobRun
 
     s = _own_topics(settings, "state")
     start = int(time.time() * 1000) - 3_600_000
@@ -178,7 +179,7 @@ def storm_rates(spark, settings, events: int) -> tuple[float, float]:
     far-future and far-past times); the quarantined count is printed beside the malformed
     count. Same volume, same batch shape: the two rates compare."""
     from spark_jobs.jobs import get_job
-    from spark_jobs.runner import JobRun
+    from spark_jobs.runtime.runner import JobRun
 
     rates = []
     for name, malformed_ratio in (("clean", 0.0), ("storm", 0.10)):
@@ -211,10 +212,10 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
-    from spark_jobs.engines import detect_engine
     from spark_jobs.jobs import get_job
-    from spark_jobs.runner import JobRun
-    from spark_jobs.spark import get_spark
+    from spark_jobs.runtime.engines import detect_engine
+    from spark_jobs.runtime.runner import JobRun
+    from spark_jobs.runtime.spark import get_spark
 
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
     base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0, "shuffle_partitions": 2})

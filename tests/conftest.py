@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from spark_jobs import broker as embedded
-from spark_jobs import kafka_client
 from spark_jobs.config import Settings, load_settings
+from spark_jobs.local import broker as embedded
+from spark_jobs.runtime import kafka_client
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # py4j logs at interpreter exit, after pytest has closed the captured streams.
@@ -33,7 +33,7 @@ def embedded_broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from spark_jobs.spark import get_spark
+    from spark_jobs.runtime.spark import get_spark
 
     session = get_spark(load_settings(env={}, overrides={"shuffle_partitions": 2}), "sigflow-tests")
     yield session

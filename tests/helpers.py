@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 from deltalake import DeltaTable
 
-from spark_jobs import kafka_client
 from spark_jobs.config import Settings
 from spark_jobs.jobs import StreamingJob, get_job
-from spark_jobs.runner import JobRun, RunSummary
-from spark_jobs.simulate import SimRecord, event_payload, produce_records
+from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
+from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.runner import JobRun, RunSummary
 
 REPO = Path(__file__).resolve().parent.parent
 DAY_MS = int(datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp() * 1000)

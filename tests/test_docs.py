@@ -4,9 +4,9 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from spark_jobs import tables
 from spark_jobs.cli import build_parser
 from spark_jobs.config import Settings
+from spark_jobs.contracts import tables
 from spark_jobs.jobs import JOBS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -18,10 +18,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings, duration_seconds, spark_interval
-from spark_jobs.events import parse_device_alerts
+from spark_jobs.contracts.events import parse_device_alerts
+from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
-from spark_jobs.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 

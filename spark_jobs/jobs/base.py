@@ -1,6 +1,6 @@
 """What a job is: a pure plan over input streams, and a pure split of each micro-batch.
 
-Sources, sinks, triggers and checkpoints are wired around a job in ``spark_jobs.runner``
+Sources, sinks, triggers and checkpoints are wired around a job in ``spark_jobs.runtime.runner``
 only, so the same job runs in tests, in the embedded mode and on a cluster.
 """
 
@@ -12,7 +12,7 @@ from typing import Callable
 from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
-from spark_jobs.tables import TableSpec
+from spark_jobs.contracts.tables import TableSpec
 
 
 @dataclass(frozen=True)

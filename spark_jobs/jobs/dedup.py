@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
-from spark_jobs.tables import DEVICE_EVENTS_DEDUPLICATED
 
 
 def split(settings: Settings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:

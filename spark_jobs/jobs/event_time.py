@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings, spark_interval
-from spark_jobs.events import parse_device_events
+from spark_jobs.contracts.events import parse_device_events
 
 
 def valid_events(settings: Settings, records: DataFrame) -> DataFrame:

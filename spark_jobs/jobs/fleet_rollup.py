@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings, spark_interval
+from spark_jobs.contracts.tables import FLEET_SIGNAL_ROLLUPS
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
     behind_watermark,
@@ -20,7 +21,6 @@ from spark_jobs.jobs.event_time import (
     tumbling,
     valid_events,
 )
-from spark_jobs.tables import FLEET_SIGNAL_ROLLUPS
 
 
 def fleet_signal_rollups(settings: Settings, events: DataFrame) -> DataFrame:

@@ -6,14 +6,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings
-from spark_jobs.events import parse_device_alerts, parse_device_events
-from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.tables import (
+from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
+from spark_jobs.contracts.tables import (
     DEVICE_ALERTS,
     DEVICE_EVENTS,
     DEVICE_EVENTS_RAW,
     QUARANTINED_EVENTS,
 )
+from spark_jobs.jobs.base import BatchContext, StreamingJob
 
 
 def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:

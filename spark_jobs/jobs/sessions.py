@@ -29,9 +29,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.contracts.tables import DEVICE_SESSIONS
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
-from spark_jobs.tables import DEVICE_SESSIONS
 
 # One device's open sessions, ordered by start, as a JSON list of Session fields. Not typed
 # arrays: PySpark 4.2's worker cannot read an ARRAY field back from a state schema

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
     behind_watermark,
@@ -19,7 +20,6 @@ from spark_jobs.jobs.event_time import (
     tumbling,
     valid_events,
 )
-from spark_jobs.tables import DEVICE_SIGNAL_AVERAGES
 
 
 def device_signal_averages(settings: Settings, events: DataFrame) -> DataFrame:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from spark_jobs import kafka_client
-from spark_jobs.simulate import generate_events
-from spark_jobs.tables import ALL_TABLES
+from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime import kafka_client
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, table
 

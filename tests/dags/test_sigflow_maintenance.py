@@ -1,6 +1,6 @@
 """sigflow_maintenance leaves every table's contents as they were."""
 
-from spark_jobs.simulate import generate_events
+from spark_jobs.local.simulate import generate_events
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, run_job, table
 

@@ -3,9 +3,9 @@
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from spark_jobs.delta_sink import arrow_schema
-from spark_jobs.simulate import generate_events
-from spark_jobs.tables import ALL_TABLES
+from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime.delta_sink import arrow_schema
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, run_job, table
 

@@ -6,12 +6,12 @@ import sys
 import time
 from collections import Counter
 
-from spark_jobs import status
-from spark_jobs.checkpoint import Checkpoint
-from spark_jobs.simulate import generate_events
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import status
+from spark_jobs.runtime.checkpoint import Checkpoint
 from tests.dags.conftest import run_dag
 from tests.helpers import REPO, cli_env, produce, run_job, table
-from tests.spark_jobs.test_restart import _chunks, _dedup_rows, _run_chunks
+from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks
 
 
 def _raw(settings):

@@ -21,7 +21,11 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     devices that send nothing), read in several batches: every job's every table, the
     late_events and pipeline_metrics get rows, and the raw table holds every record."""
     from spark_jobs.jobs import JOBS
-    from spark_jobs.simulate import event_payload, generate_alerts, generate_events
+    from spark_jobs.local.simulate import (
+        event_payload,
+        generate_alerts,
+        generate_events,
+    )
     from tests.helpers import produce, table
 
     records = generate_events(400, devices=4, spacing_ms=15_000, malformed_ratio=0.05, late_ratio=0.03)

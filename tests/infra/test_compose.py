@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from spark_jobs.config import load_settings
-from spark_jobs.engines import JVM, choose_engine, kafka_options
+from spark_jobs.runtime.engines import JVM, choose_engine, kafka_options
 from tests.helpers import system_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_dockerfiles_pass_hadolint(dockerfile):
 def test_spark_submit_drivers_get_the_same_java_options_as_embedded_ones():
     """Under spark-submit the driver JVM starts before get_spark runs, so its options come
     from the image's spark-defaults.conf: out of memory must exit there too, not hang."""
-    from spark_jobs.spark import DRIVER_JAVA_OPTIONS
+    from spark_jobs.runtime.spark import DRIVER_JAVA_OPTIONS
 
     conf = dict(
         line.split(None, 1) for line in (REPO / "infra/spark/spark-defaults.conf").read_text().splitlines()

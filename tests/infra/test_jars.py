@@ -10,9 +10,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from spark_jobs import jars
 from spark_jobs.config import load_settings
-from spark_jobs.spark import jvm_engine_conf
+from spark_jobs.runtime import jars
+from spark_jobs.runtime.spark import jvm_engine_conf
 from tests.helpers import REPO, sigflow
 
 

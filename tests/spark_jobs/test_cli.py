@@ -40,7 +40,7 @@ def test_unknown_job_lists_the_jobs(tmp_path):
 
 
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
-    from spark_jobs import kafka_client
+    from spark_jobs.runtime import kafka_client
 
     path = tmp_path / "events.jsonl"
     path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\nnot json\n')
@@ -59,7 +59,7 @@ def test_a_driver_out_of_memory_stops_with_advice_and_leaves_the_batch_to_redo(s
     uncommitted with no rows visible."""
     from deltalake import DeltaTable
 
-    from spark_jobs.checkpoint import Checkpoint
+    from spark_jobs.runtime.checkpoint import Checkpoint
     from tests.helpers import confluent_produce
 
     now_ms = int(time.time() * 1000)

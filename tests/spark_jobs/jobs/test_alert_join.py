@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spark_jobs import kafka_client
+from spark_jobs.runtime import kafka_client
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
 
@@ -19,7 +19,7 @@ def one_partition_topics(settings, **overrides):
 
 
 def alert(settings, alert_id, device, t_ms, severity="critical"):
-    from spark_jobs.simulate import iso
+    from spark_jobs.local.simulate import iso
 
     body = {"alert_id": alert_id, "device_id": device, "alert_time": iso(t_ms), "severity": severity, "kind": "overheat"}
     produce(settings, [(device.encode(), json.dumps(body).encode())], settings.alerts_topic)

@@ -4,7 +4,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from spark_jobs.simulate import MALFORMED_KINDS, event_payload, generate_events
+from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
 from tests.helpers import produce, run_job, send, table
 from tests.oracle import Event
 

@@ -1,0 +1,186 @@
+"""Every Delta table sigflow writes: its name and schema, declared once.
+
+Readers of these tables: see docs/tables.md. Columns are nullable in the Delta schema so
+both writers (delta-spark and delta-rs) produce identical table metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+_SIMPLE_TYPES = {
+    "STRING": StringType(), "BINARY": BinaryType(), "INT": IntegerType(), "BIGINT": LongType(),
+    "DOUBLE": DoubleType(), "TIMESTAMP": TimestampType(), "BOOLEAN": BooleanType(),
+}
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "<"
+        depth -= char == ">"
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return parts + [current.strip()] if current.strip() else parts
+
+
+def _data_type(text: str) -> DataType:
+    text = text.strip().upper()
+    if text.startswith("MAP<") and text.endswith(">"):
+        key, value = _split_top_level(text[4:-1])
+        return MapType(_data_type(key), _data_type(value), valueContainsNull=True)
+    return _SIMPLE_TYPES[text]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    ddl: str  # Spark DDL column list
+    description: str
+    partition_by: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> StructType:
+        # Parsed here rather than by StructType.fromDDL, which needs a running SparkContext.
+        fields = []
+        for column in _split_top_level(self.ddl):
+            name, kind = column.split(None, 1)
+            fields.append(StructField(name, _data_type(kind), nullable=True))
+        return StructType(fields)
+
+
+KAFKA_COORDINATES = "topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP"
+
+DEVICE_EVENTS_RAW = TableSpec(
+    "device_events_raw",
+    f"key BINARY, value BINARY, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, batch_id BIGINT",
+    "Every Kafka record of device-events and device-alerts exactly as received, valid or not.",
+)
+DEVICE_EVENTS = TableSpec(
+    "device_events",
+    "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE, "
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
+    "Valid device events, typed; extra producer fields kept in extras (JSON text values).",
+)
+DEVICE_ALERTS = TableSpec(
+    "device_alerts",
+    "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
+    "Valid device alerts, typed; extra producer fields kept in extras.",
+)
+QUARANTINED_EVENTS = TableSpec(
+    "quarantined_events",
+    f"reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
+    "source_job STRING, ingest_time TIMESTAMP",
+    "Records that broke the event or alert contract, with the raw payload and the reason.",
+)
+
+EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
+DEVICE_EVENTS_DEDUPLICATED = TableSpec(
+    "device_events_deduplicated",
+    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}",
+    "Valid device events with duplicates (same event_id within the watermark) removed.",
+)
+DEVICE_SIGNAL_AVERAGES = TableSpec(
+    "device_signal_averages",
+    "device_id STRING, window_start TIMESTAMP, window_end TIMESTAMP, window_kind STRING, "
+    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT",
+    "Per device and event-time window (tumbling and sliding), written once when final.",
+)
+FLEET_SIGNAL_ROLLUPS = TableSpec(
+    "fleet_signal_rollups",
+    "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
+    "mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT",
+    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation).",
+)
+DEVICE_SESSIONS = TableSpec(
+    "device_sessions",
+    "device_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
+    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING",
+    "Closed per-device activity sessions (no event for the session gap), written once.",
+)
+ALERT_SIGNAL_CONTEXT = TableSpec(
+    "alert_signal_context",
+    "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
+    "event_id STRING, event_time TIMESTAMP, signal DOUBLE",
+    "One row per (alert, event of that device in the range before the alert).",
+)
+ALERTS_WITHOUT_TELEMETRY = TableSpec(
+    "alerts_without_telemetry",
+    "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING",
+    "Alerts for which no event of the device arrived in the range: silent devices.",
+)
+LATE_EVENTS = TableSpec(
+    "late_events",
+    f"job STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
+    "topic STRING, partition INT, offset BIGINT",
+    "Valid events a stateful job dropped because the watermark had passed them (alert-join "
+    "also lists dropped alerts: alert_id as event_id, alert_time as event_time).",
+)
+PIPELINE_METRICS = TableSpec(
+    "pipeline_metrics",
+    "job STRING, batch_id BIGINT, batch_time TIMESTAMP, input_rows BIGINT, output_rows BIGINT, "
+    "rows_dropped_by_watermark BIGINT, duplicates_dropped BIGINT, late_events BIGINT, state_rows BIGINT, "
+    "state_memory_bytes BIGINT, watermark TIMESTAMP, duration_ms BIGINT, "
+    "input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE, progress_json STRING",
+    "One row per micro-batch per job, from Spark's query progress.",
+)
+
+DQ_RESULTS = TableSpec(
+    "dq_results",
+    "run_id STRING, run_time TIMESTAMP, table_name STRING, rows_checked BIGINT, expectation STRING, "
+    "column_name STRING, severity STRING, success BOOLEAN, unexpected_count BIGINT, "
+    "unexpected_sample STRING",
+    "One row per expectation per data-quality run (Great Expectations), appended by sigflow quality.",
+)
+
+ALL_TABLES = {
+    t.name: t
+    for t in (
+        DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
+        DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
+        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, DQ_RESULTS,
+    )
+}
+
+
+def register(*specs: TableSpec) -> None:
+    for spec in specs:
+        ALL_TABLES[spec.name] = spec
+
+
+def markdown() -> str:
+    """docs/tables.md, generated from the specs above (a test keeps the file in step)."""
+    lines = [
+        "# Delta tables",
+        "",
+        "Generated by `python -m spark_jobs.contracts.tables > docs/tables.md`; do not edit by hand.",
+        "Location: `<delta_root>/<table>` (default `data/delta/<table>`).",
+        "",
+    ]
+    for spec in ALL_TABLES.values():
+        lines += [f"## `{spec.name}`", "", spec.description, "", "| column | type |", "| --- | --- |"]
+        lines += [f"| `{f.name}` | {f.dataType.simpleString()} |" for f in spec.schema.fields]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

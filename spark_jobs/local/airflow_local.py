@@ -1,0 +1,182 @@
+"""Airflow standalone for the embedded mode: ``make airflow`` / ``sigflow airflow``.
+
+``airflow standalone`` runs the api-server, scheduler, dag-processor and triggerer on
+SQLite. Measured on Airflow 3.3: off port 8080 the UI and the task runners need
+``AIRFLOW__API__BASE_URL`` (and the execution API URL) to find the api-server, and the
+components are children of the standalone process, so it is started in its own process
+group and the whole group is stopped. Parallelism stays at 2 on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import SigflowError
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+ADMIN = "admin"
+COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
+
+
+def environment(settings: Settings, port: int) -> dict[str, str]:
+    """Airflow settings for a standalone serving sigflow's DAGs on 127.0.0.1:port."""
+    url = f"http://127.0.0.1:{port}"
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "AIRFLOW_HOME": str(settings.airflow_home.resolve()),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": url,
+        "AIRFLOW__API__WORKERS": "1",
+        # the deploy DAG's spark-submit: the local master of the embedded mode
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark_master}),
+        "PYSPARK_PYTHON": sys.executable,
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "SIGFLOW_DATA_DIR": str(Path(settings.data_dir).resolve()),
+    }
+
+
+@dataclass
+class LocalAirflow:
+    settings: Settings
+    port: int
+    process: subprocess.Popen
+    log_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def password_file(self) -> Path:
+        return self.settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+
+    def admin_password(self) -> str:
+        return json.loads(self.password_file.read_text())[ADMIN]
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as response:
+            return json.load(response)
+
+    def wait_ready(self, timeout: float = 240.0, progress=print) -> None:
+        """Wait until every component reports healthy, or fail saying which did not."""
+        deadline, last, shown = time.monotonic() + timeout, "the api-server did not answer", ""
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SigflowError(
+                    f"airflow standalone exited with code {self.process.returncode}",
+                    f"see its log: {self.log_file}",
+                )
+            try:
+                health = self.health()
+                waiting = [c for c in COMPONENTS if (health.get(c) or {}).get("status") != "healthy"]
+                if not waiting and self.password_file.exists():
+                    return
+                last = f"waiting for {', '.join(waiting) or 'the admin password file'}"
+            except (urllib.error.URLError, OSError, ValueError):
+                last = "waiting for the api-server to answer"
+            if last != shown:
+                progress(f"airflow: {last}")
+                shown = last
+            time.sleep(3)
+        raise SigflowError(f"Airflow did not become ready in {timeout:.0f} s: {last}",
+                           f"see its log: {self.log_file}")
+
+    def token(self) -> str:
+        """A JWT for the REST API, from the admin's generated password."""
+        return self.request("POST", "/auth/token", {"username": ADMIN, "password": self.admin_password()},
+                            token=None)["access_token"]
+
+    def request(self, method: str, path: str, body: dict | None = None, token: str | None = "") -> dict:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token or self.token()}"
+        data = json.dumps(body).encode() if body is not None else None
+        call = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(call, timeout=30) as response:
+            return json.load(response)
+
+    def trigger(self, dag_id: str, conf: dict, timeout: float = 120.0) -> str:
+        """Unpause a DAG once the dag-processor has parsed it and start a run; returns its id."""
+        token, deadline = self.token(), time.monotonic() + timeout
+        while True:
+            try:
+                self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, token=token)
+                break
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(2)  # not parsed yet
+        run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}, token=token)
+        return run["dag_run_id"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600.0) -> tuple[str, dict[str, str]]:
+        """Wait for a DAG run to finish; returns its state and each task's."""
+        token, deadline = self.token(), time.monotonic() + timeout
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}"
+        while (state := self.request("GET", path, token=token)["state"]) not in ("success", "failed"):
+            if time.monotonic() > deadline:
+                raise SigflowError(f"{dag_id} run {run_id} still {state} after {timeout:.0f} s",
+                                   f"see {self.url}/dags/{dag_id}")
+            time.sleep(3)
+        tasks = self.request("GET", f"{path}/taskInstances", token=token)["task_instances"]
+        return state, {t["task_id"]: t["state"] for t in tasks}
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop every component: SIGINT (its ^C) to the process group, SIGKILL if any lingers."""
+        if self.process.poll() is None:
+            self._signal_group(signal.SIGINT)  # standalone shuts its children down on ^C
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 15
+        while self._signal_group(signal.SIGKILL) and time.monotonic() < deadline:
+            time.sleep(0.5)  # killed members linger until reaped
+        if self.process.poll() is None:
+            self.process.wait(10)
+
+    def _signal_group(self, signum: int) -> bool:
+        """Signal the process group; False once no process is left in it."""
+        try:
+            os.killpg(self.process.pid, signum)
+            return True
+        except ProcessLookupError:
+            return False
+
+
+def start(settings: Settings, port: int | None = None, extra_env: dict[str, str] | None = None) -> LocalAirflow:
+    """Start ``airflow standalone`` in its own process group, logging to <airflow_home>/standalone.log."""
+    port = port or settings.airflow_port
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise SigflowError(f"port {port} on 127.0.0.1 is already in use",
+                               "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
+    home = settings.airflow_home
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {}), **environment(settings, port)}
+    log_file = home / "standalone.log"
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), "standalone"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return LocalAirflow(settings, port, process, log_file)

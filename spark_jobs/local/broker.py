@@ -1,0 +1,270 @@
+"""The embedded broker: Apache Kafka in KRaft mode (one combined broker and controller).
+
+It runs from the pinned Maven JARs (``infra/jars/lock.txt``, set ``kafka-broker``) in a JVM
+of its own, with its storage, configuration and log under ``<data_dir>/broker/``. Storage
+is formatted on the first start and kept: a stopped broker keeps its topics and records, and
+a restart comes back on the same ports, so clients and checkpoints find it where they left it.
+
+The broker's address and pid are recorded in ``<data_dir>/broker/broker.json``; ``stop``
+only ever signals the process recorded there, and only while it still is this broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.runtime import jars
+
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    pid: int
+    bootstrap_servers: str
+    log_file: str
+
+    @property
+    def alive(self) -> bool:
+        return _is_our_broker(self.pid)
+
+
+def _state_file(settings: Settings) -> Path:
+    return settings.broker_dir / "broker.json"
+
+
+def _config_file(settings: Settings) -> Path:
+    return settings.broker_dir / "server.properties"
+
+
+def _is_our_broker(pid: int) -> bool:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return MAIN_CLASS.encode() in args  # a zombie's command line is empty
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def status(settings: Settings) -> BrokerInfo | None:
+    """The broker recorded under data_dir if its process is alive, else None."""
+    path = _state_file(settings)
+    if not path.exists():
+        return None
+    info = BrokerInfo(**json.loads(path.read_text()))
+    return info if info.alive else None
+
+
+def _ports(settings: Settings) -> tuple[int, int]:
+    """(client port, controller port), chosen on the first start and kept in ports.json."""
+    path = settings.broker_dir / "ports.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if not settings.broker_port or settings.broker_port == saved["client"]:
+            return saved["client"], saved["controller"]
+    ports = (settings.broker_port or free_port(), free_port())
+    path.write_text(json.dumps({"client": ports[0], "controller": ports[1]}))
+    return ports
+
+
+def server_properties(settings: Settings, client_port: int, controller_port: int) -> str:
+    data = settings.broker_dir / "data"
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data),
+        # As in production (docker-compose.yml): topics come from `sigflow topics create`.
+        "auto.create.topics.enable": "false",
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.retention.check.interval.ms": "5000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+LOG4J2 = """\
+status = error
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def _java() -> str:
+    from spark_jobs.runtime.spark import ensure_java
+
+    ensure_java()
+    return str(Path(os.environ["JAVA_HOME"], "bin", "java"))
+
+
+def _jvm(settings: Settings, main: str, *args: str) -> list[str]:
+    classpath = ":".join(str(p) for p in jars.verified_paths(("kafka-broker",), settings.jars_path))
+    return [
+        _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
+        "-cp", classpath, main, *args,
+    ]
+
+
+def _cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64, as `random-uuid` prints; like
+    Kafka's own, never one starting with '-', which the tool would read as an option."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
+
+
+def _format_storage(settings: Settings) -> None:
+    if (settings.broker_dir / "data" / "meta.properties").exists():
+        return
+    result = subprocess.run(
+        _jvm(settings, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(_config_file(settings))),
+        capture_output=True, text=True, timeout=120,
+    )
+    if result.returncode != 0:
+        raise BrokerUnavailable(
+            "formatting the embedded broker's storage failed: "
+            + (result.stderr or result.stdout).strip().splitlines()[-1][:300],
+            f"remove {settings.broker_dir} to start afresh, or see {settings.broker_dir}/kafka.log",
+        )
+
+
+def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
+    """Start the embedded broker (idempotent: a live recorded broker is returned as is)."""
+    from spark_jobs.runtime import kafka_client
+
+    running = status(settings)
+    if running:
+        return running
+    settings.broker_dir.mkdir(parents=True, exist_ok=True)
+    client_port, controller_port = _ports(settings)
+    for port in (client_port, controller_port):
+        if _port_open("127.0.0.1", port):
+            raise BrokerUnavailable(
+                f"port {port} on 127.0.0.1 is already taken by another process",
+                f"set SIGFLOW_BROKER_PORT to a free port, or 0 to pick one (and remove "
+                f"{settings.broker_dir / 'ports.json'})",
+            )
+    log_file = settings.broker_dir / "kafka.log"
+    _config_file(settings).write_text(server_properties(settings, client_port, controller_port))
+    (settings.broker_dir / "log4j2.properties").write_text(
+        LOG4J2.format(log=log_file, level=settings.broker_log_level)
+    )
+    _format_storage(settings)
+    address = f"127.0.0.1:{client_port}"
+    with open(settings.broker_dir / "kafka.out", "ab") as out:
+        proc = subprocess.Popen(
+            _jvm(settings, MAIN_CLASS, str(_config_file(settings))),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # survives the CLI that started it; stopped by pid
+        )
+    deadline = time.monotonic() + timeout_s
+    while not (_port_open("127.0.0.1", client_port) and kafka_client.is_reachable(address, 2)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise BrokerUnavailable(
+                f"embedded Kafka did not start on {address} within {timeout_s:g}s",
+                f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
+            )
+        time.sleep(0.2)
+    info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file))
+    _state_file(settings).write_text(json.dumps(info.__dict__))
+    return info
+
+
+def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
+    """Stop the recorded broker (SIGTERM: a controlled shutdown). False when none was running."""
+    path = _state_file(settings)
+    info = status(settings)
+    if info is None:
+        path.unlink(missing_ok=True)
+        return False
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _is_our_broker(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _is_our_broker(info.pid):
+        os.kill(info.pid, signal.SIGKILL)
+    _reap(info.pid)
+    path.unlink(missing_ok=True)
+    return True
+
+
+def kill(settings: Settings) -> int:
+    """SIGKILL the recorded broker, as a crash would (fault tests). Returns its pid."""
+    info = status(settings)
+    if info is None:
+        raise SigflowError("no embedded broker is running")
+    os.kill(info.pid, signal.SIGKILL)
+    while _is_our_broker(info.pid):
+        time.sleep(0.05)
+    _reap(info.pid)
+    return info.pid
+
+
+def _reap(pid: int) -> None:
+    try:  # reap it if this process is its parent (tests start and stop in one process)
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def bootstrap_servers(settings: Settings) -> str:
+    """The Kafka to use: the configured cluster, else the embedded broker, else a clear error."""
+    if settings.kafka_bootstrap_servers:
+        return settings.kafka_bootstrap_servers
+    info = status(settings)
+    if info is None:
+        raise BrokerUnavailable(
+            "no Kafka configured and the embedded broker is not running",
+            "start it with `sigflow broker start`, or set KAFKA_BOOTSTRAP_SERVERS",
+        )
+    return info.bootstrap_servers

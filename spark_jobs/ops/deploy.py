@@ -1,0 +1,41 @@
+"""What a deployment sets up before any job starts: settings, topics, tables.
+
+Each step is idempotent and says what it found: deploying twice changes nothing. The
+``sigflow_deploy`` DAG runs these steps, then starts the jobs with spark-submit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.local import broker
+from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.delta_sink import create_table
+
+
+def describe_settings(settings: Settings) -> list[str]:
+    """The effective settings: loading them is the validation. (No setting holds a secret.)"""
+    lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
+    for name, value in asdict(settings).items():
+        lines.append(f"  {name} = {value!r}")
+    return lines
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    bootstrap = broker.bootstrap_servers(settings)
+    kafka_client.check_reachable(bootstrap)
+    outcome = kafka_client.create_topics(
+        bootstrap, [settings.events_topic, settings.alerts_topic],
+        settings.topic_partitions, settings.topic_retention_ms,
+    )
+    return [f"topic {topic}: {what}" for topic, what in outcome.items()]
+
+
+def ensure_tables(settings: Settings) -> list[str]:
+    return [
+        f"table {name}: {'created' if create_table(settings.table_uri(name), spec) else 'exists'}"
+        for name, spec in ALL_TABLES.items()
+    ]
+

@@ -1,0 +1,91 @@
+"""Daily upkeep of the Delta tables and checkpoints; never changes what a table holds,
+except quarantined records past their retention.
+
+* compact: small files (one per table per micro-batch) merged by delta-rs ``optimize.compact``;
+* vacuum: files no table version younger than ``vacuum_retention`` needs are deleted;
+* quarantine: records older than ``quarantine_retention`` are deleted;
+* checkpoints: offset and commit entries beyond the last ``checkpoint_batches_retained``.
+
+delta-rs is used in both modes: it reads and writes the same Delta protocol as delta-spark,
+needs no Spark, and runs inside an Airflow task.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
+from spark_jobs.jobs import JOBS
+from spark_jobs.ops import status
+from spark_jobs.runtime.checkpoint import Checkpoint
+
+log = logging.getLogger("sigflow.maintenance")
+
+
+@dataclass
+class TableUpkeep:
+    table: str
+    files_before: int
+    files_after: int
+    files_vacuumed: int
+    rows_pruned: int = 0
+
+    def line(self) -> str:
+        pruned = f", {self.rows_pruned} rows past retention deleted" if self.rows_pruned else ""
+        return (f"{self.table}: {self.files_before} -> {self.files_after} data files, "
+                f"{self.files_vacuumed} old files vacuumed{pruned}")
+
+
+def run(settings: Settings, dry_run: bool = False) -> list[str]:
+    """Maintain every table and checkpoint; one line per thing done (or that would be)."""
+    from deltalake import DeltaTable
+
+    lines = []
+    retention_hours = duration_seconds(settings.vacuum_retention, "vacuum_retention") / 3600
+    for name in ALL_TABLES:
+        uri = settings.table_uri(name)
+        if not DeltaTable.is_deltatable(uri):
+            continue
+        table = DeltaTable(uri)
+        before = len(table.file_uris())
+        pruned = 0
+        if name == QUARANTINED_EVENTS.name:
+            pruned = _prune_quarantine(settings, table, dry_run)
+        if not dry_run:
+            table.optimize.compact()
+        vacuumed = table.vacuum(
+            retention_hours=int(retention_hours), dry_run=dry_run, enforce_retention_duration=False,
+        )
+        after = len(DeltaTable(uri).file_uris())
+        lines.append(TableUpkeep(name, before, after, len(vacuumed), pruned).line())
+    for job in JOBS:
+        lines.append(_prune_checkpoint(settings, job, dry_run))
+    if dry_run:
+        lines.append("dry run: nothing changed")
+    return [line for line in lines if line]
+
+
+def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
+    import pyarrow.dataset as ds
+
+    seconds = duration_seconds(settings.quarantine_retention, "quarantine_retention")
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    old = table.to_pyarrow_dataset().count_rows(filter=ds.field("ingest_time") < cutoff)
+    if old and not dry_run:
+        table.delete(f"ingest_time < '{cutoff.strftime('%Y-%m-%d %H:%M:%S')}'")
+    return old
+
+
+def _prune_checkpoint(settings: Settings, job: str, dry_run: bool) -> str:
+    checkpoint = Checkpoint(settings.checkpoint_uri(job))
+    batches = checkpoint.offset_batches()
+    if len(batches) <= settings.checkpoint_batches_retained:
+        return ""
+    keep_from = batches[-settings.checkpoint_batches_retained]
+    if status.running_pid(settings, job) is not None:
+        return f"checkpoint {job}: running, left to Spark's own cleanup"
+    removed = len([b for b in batches if b < keep_from]) if dry_run else checkpoint.prune_before(keep_from)
+    return f"checkpoint {job}: {removed} batch log entries before batch {keep_from} pruned"

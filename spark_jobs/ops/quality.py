@@ -1,0 +1,260 @@
+"""Data-quality checks of the Delta tables with Great Expectations 1.x.
+
+One suite per table, declared below in plain data: schema, keys not null, signals in the
+device range, ``event_id`` unique after dedup, windows and sessions well-ordered, and
+freshness. Each expectation carries a severity: a failed ``critical`` one fails the run
+(and the Airflow task) with the expectation and a sample of the bad rows; a ``warning`` is
+recorded and printed only. Every result is appended to the ``dq_results`` Delta table and
+rendered as GX Data Docs HTML under ``quality_dir``.
+
+Tables are read with delta-rs into pandas, so a check needs no Spark: it suits an Airflow
+worker. That bounds it to tables that fit in memory, which holds for the embedded mode;
+on a cluster, point it at a recent slice (``max_rows``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pandas as pd
+
+from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
+from spark_jobs.errors import SigflowError
+
+log = logging.getLogger("sigflow.quality")
+CRITICAL, WARNING = "critical", "warning"
+SAMPLE_ROWS = 5
+
+
+@dataclass(frozen=True)
+class Check:
+    expectation: str  # a GX expectation class name, e.g. ExpectColumnValuesToNotBeNull
+    kwargs: dict[str, Any]
+    severity: str = CRITICAL
+
+
+def _not_null(*columns: str) -> list[Check]:
+    return [Check("ExpectColumnValuesToNotBeNull", {"column": c}) for c in columns]
+
+
+def _in_range(settings: Settings, *columns: str) -> list[Check]:
+    return [
+        Check("ExpectColumnValuesToBeBetween",
+              {"column": c, "min_value": settings.signal_min, "max_value": settings.signal_max})
+        for c in columns
+    ]
+
+
+def _ordered(later: str, earlier: str, or_equal: bool = False) -> Check:
+    return Check("ExpectColumnPairValuesAToBeGreaterThanB",
+                 {"column_A": later, "column_B": earlier, "or_equal": or_equal})
+
+
+def _fresh(settings: Settings, column: str) -> Check:
+    oldest = datetime.now(timezone.utc) - timedelta(seconds=duration_seconds(settings.quality_freshness, "quality_freshness"))
+    return Check("ExpectColumnMaxToBeBetween",
+                 {"column": column, "min_value": oldest}, WARNING)
+
+
+def suites(settings: Settings) -> dict[str, list[Check]]:
+    """table -> its checks (the schema check is added to every table)."""
+    severity_ok = Check("ExpectColumnValuesToBeInSet",
+                        {"column": "severity", "value_set": ["critical", "warning", "info"]})
+    return {
+        "device_events": _not_null("event_id", "device_id", "event_time")
+        + _in_range(settings, "signal") + [_fresh(settings, "ingest_time")],
+        "device_events_deduplicated": _not_null("event_id", "device_id", "event_time")
+        + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
+        + _in_range(settings, "signal") + [_fresh(settings, "event_time")],
+        "device_alerts": _not_null("alert_id", "device_id", "alert_time") + [severity_ok],
+        "quarantined_events": _not_null("reason"),
+        "device_signal_averages": _not_null("device_id", "window_start", "window_end")
+        + [_ordered("window_end", "window_start"),
+           Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
+        + _in_range(settings, "avg_signal", "min_signal", "max_signal") + [_fresh(settings, "window_end")],
+        "fleet_signal_rollups": _not_null("window_start", "window_end")
+        + [_ordered("window_end", "window_start")],
+        "device_sessions": _not_null("device_id", "session_start", "session_end")
+        + [_ordered("session_end", "session_start", or_equal=True),
+           _ordered("avg_signal", "min_signal", or_equal=True),
+           _ordered("max_signal", "avg_signal", or_equal=True),
+           Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
+        + _in_range(settings, "avg_signal"),
+        "alert_signal_context": _not_null("alert_id", "event_id") + [_ordered("alert_time", "event_time", True)],
+        "alerts_without_telemetry": _not_null("alert_id", "device_id") + [severity_ok],
+    }
+
+
+@dataclass
+class Outcome:
+    expectation: str
+    column: str | None
+    severity: str
+    success: bool
+    unexpected_count: int
+    sample: list[dict] = field(default_factory=list)
+    error: str | None = None  # the expectation could not be evaluated (e.g. a type mismatch)
+
+    def line(self) -> str:
+        mark = "ok  " if self.success else ("FAIL" if self.severity == CRITICAL else "warn")
+        where = f"({self.column})" if self.column else ""
+        bad = f": {self.unexpected_count} unexpected" if not self.success else ""
+        bad += f" (could not evaluate: {self.error})" if self.error else ""
+        return f"  {mark} {self.expectation}{where} [{self.severity}]{bad}"
+
+
+@dataclass
+class TableReport:
+    table: str
+    rows: int
+    outcomes: list[Outcome]
+
+    @property
+    def failed_critical(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity == CRITICAL]
+
+    def lines(self) -> list[str]:
+        passed = sum(o.success for o in self.outcomes)
+        out = [f"{self.table}: {passed}/{len(self.outcomes)} expectations met on {self.rows} rows"]
+        out += [o.line() for o in self.outcomes if not o.success]
+        for outcome in self.failed_critical:
+            for row in outcome.sample:
+                out.append(f"      bad row: {json.dumps(row, default=str)}")
+        return out
+
+
+class QualityFailed(SigflowError):
+    def __init__(self, message: str, hint: str, reports: list[TableReport]):
+        super().__init__(message, hint)
+        self.reports = reports
+
+
+def run(settings: Settings, tables: list[str] | None = None, max_rows: int | None = None) -> list[TableReport]:
+    """Validate the tables (all with a suite, or those named); raises QualityFailed on a
+    failed critical expectation, after every table was checked and every result recorded."""
+    from deltalake import DeltaTable
+
+    all_suites = suites(settings)
+    unknown = sorted(set(tables or []) - set(all_suites))
+    if unknown:
+        raise SigflowError(f"no quality suite for {', '.join(unknown)}", f"suites: {', '.join(all_suites)}")
+    context = _context(settings)
+    run_id, run_time = uuid.uuid4().hex[:12], datetime.now(timezone.utc)
+    reports = []
+    for name in tables or list(all_suites):
+        uri = settings.table_uri(name)
+        if not DeltaTable.is_deltatable(uri):
+            log.info("%s: no table yet, skipped", name)
+            continue
+        frame = DeltaTable(uri).to_pandas()
+        if max_rows and len(frame) > max_rows:
+            frame = frame.tail(max_rows)
+        reports.append(_validate(context, name, frame, all_suites[name]))
+    _record(settings, run_id, run_time, reports)
+    context.build_data_docs()
+    failed = [(r.table, o) for r in reports for o in r.failed_critical]
+    if failed:
+        named = ", ".join(f"{t}: {o.expectation}({o.column or ''})" for t, o in failed)
+        raise QualityFailed(
+            f"data quality failed: {named}",
+            f"see the bad rows above, dq_results run {run_id} and {data_docs_index(settings)}; "
+            "runbook docs/runbooks/dq-failure.md",
+            reports,
+        )
+    return reports
+
+
+def data_docs_index(settings: Settings) -> str:
+    return str(settings.quality_path / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html")
+
+
+def _context(settings: Settings):
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    settings.quality_path.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(settings.quality_path))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # one line per table instead
+    return context
+
+
+def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> TableReport:
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    schema = Check("ExpectTableColumnsToMatchSet",
+                   {"column_set": [f.name for f in ALL_TABLES[table].schema.fields], "exact_match": True})
+    suite = gx.ExpectationSuite(name=f"sigflow.{table}")
+    for check in [schema, *checks]:
+        suite.add_expectation(getattr(gxe, check.expectation)(**check.kwargs, meta={"severity": check.severity}))
+    suite = context.suites.add_or_update(suite)
+    source = context.data_sources.add_or_update_pandas("sigflow")
+    asset = next((a for a in source.assets if a.name == table), None) or source.add_dataframe_asset(table)
+    batch = next((b for b in asset.batch_definitions if b.name == "whole"), None) \
+        or asset.add_batch_definition_whole_dataframe("whole")
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=f"sigflow.{table}", data=batch, suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+        name=f"sigflow.{table}", validation_definitions=[definition],
+        actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
+        result_format={"result_format": "COMPLETE"},
+    ))
+    result = checkpoint.run(batch_parameters={"dataframe": frame})
+    outcomes = []
+    for validation in result.run_results.values():
+        for r in validation.results:
+            config = r.expectation_config
+            column = config.kwargs.get("column") or (
+                f"{config.kwargs['column_A']} > {config.kwargs['column_B']}" if "column_A" in config.kwargs else None
+            )
+            index = (r.result or {}).get("unexpected_index_list") or []
+            sample = frame.loc[[i for i in index[:SAMPLE_ROWS] if i in frame.index]].to_dict("records")
+            outcomes.append(Outcome(
+                expectation=config.type, column=column, severity=config.meta.get("severity", CRITICAL),
+                success=bool(r.success), unexpected_count=int((r.result or {}).get("unexpected_count") or 0),
+                sample=_plain(sample), error=_error(r),
+            ))
+    return TableReport(table, len(frame), outcomes)
+
+
+def _error(result) -> str | None:
+    info = result.exception_info or {}
+    if info.get("raised_exception"):
+        return (info.get("exception_message") or "error").splitlines()[0][:200]
+    return None
+
+
+def _plain(rows: list[dict]) -> list[dict]:
+    """Rows as log-friendly values (bytes and timestamps to text)."""
+    return [{k: (v.hex() if isinstance(v, bytes) else v) for k, v in row.items()} for row in rows]
+
+
+def _record(settings: Settings, run_id: str, run_time: datetime, reports: list[TableReport]) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_jobs.runtime.delta_sink import arrow_schema
+
+    rows = [
+        {
+            "run_id": run_id, "run_time": run_time, "table_name": r.table, "rows_checked": r.rows,
+            "expectation": o.expectation, "column_name": o.column, "severity": o.severity,
+            "success": o.success, "unexpected_count": o.unexpected_count,
+            "unexpected_sample": json.dumps(o.sample, default=str) if o.sample else None,
+        }
+        for r in reports for o in r.outcomes
+    ]
+    schema = arrow_schema(DQ_RESULTS)
+    uri = settings.table_uri(DQ_RESULTS.name)
+    if not DeltaTable.is_deltatable(uri):
+        DeltaTable.create(uri, schema=schema, mode="ignore")
+    if rows:
+        import pyarrow as pa
+
+        write_deltalake(uri, pa.Table.from_pylist(rows, schema=schema), mode="append")

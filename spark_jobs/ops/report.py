@@ -1,0 +1,152 @@
+"""``sigflow report``: one self-contained HTML page about what the pipeline did.
+
+Reads the Delta tables with delta-rs (no Spark needed) and draws with matplotlib into
+PNGs embedded in the page, so the file opens anywhere, offline, after ``make run``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import ALL_TABLES
+
+DEVICES_PLOTTED = 8  # more lines than this is unreadable
+
+
+def _read(settings: Settings, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+    from deltalake import DeltaTable
+
+    uri = settings.table_uri(name)
+    if not DeltaTable.is_deltatable(uri):
+        return pd.DataFrame(columns=columns or [])
+    return DeltaTable(uri).to_pandas(columns=columns)
+
+
+def _figure(draw, title: str) -> str:
+    """A matplotlib drawing as an <img> with its PNG inline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=90)
+    drew = draw(ax)
+    ax.set_title(title, loc="left", fontsize=11)
+    ax.grid(alpha=0.3)
+    if drew and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    if not drew:
+        return f'<p class="empty">{html.escape(title)}: no data yet.</p>'
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+
+
+def _lines(frame: pd.DataFrame, x: str, y: str, by: str, xlabel: str, ylabel: str):
+    def draw(ax) -> bool:
+        if frame.empty:
+            return False
+        for key, group in frame.sort_values(x).groupby(by):
+            ax.plot(group[x], group[y], marker=".", label=str(key))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        return True
+    return draw
+
+
+def _stacked(frame: pd.DataFrame, time_column: str, by: str, xlabel: str, ylabel: str):
+    """Counts per time bucket as stacked bars, one colour per ``by``; buckets widen until
+    there are at most 60 bars, so one minute or a week of data both read well."""
+    def draw(ax) -> bool:
+        if frame.empty:
+            return False
+        for width in ("1min", "5min", "15min", "1h", "6h", "1D"):
+            buckets = frame[time_column].dt.floor(width)
+            if buckets.nunique() <= 60:
+                break
+        counts = frame.assign(bucket=buckets).pivot_table(index="bucket", columns=by, aggfunc="size", fill_value=0)
+        labels = [t.strftime("%m-%d %H:%M") for t in counts.index]
+        bottom = pd.Series(0, index=counts.index)
+        for key in counts.columns:
+            ax.bar(labels, counts[key], bottom=bottom, label=str(key)[:48])
+            bottom += counts[key]
+        ax.set_xlabel(f"{xlabel} ({width} buckets)")
+        ax.set_ylabel(ylabel)
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+        return True
+    return draw
+
+
+def _counts(settings: Settings) -> pd.DataFrame:
+    from deltalake import DeltaTable
+
+    rows = []
+    for name in ALL_TABLES:
+        uri = settings.table_uri(name)
+        if DeltaTable.is_deltatable(uri):
+            table = DeltaTable(uri)
+            rows.append((name, table.to_pyarrow_dataset().count_rows(), table.version()))
+    return pd.DataFrame(rows, columns=["table", "rows", "version"])
+
+
+def build(settings: Settings) -> str:
+    averages = _read(settings, "device_signal_averages")
+    if not averages.empty:
+        averages = averages[averages.window_kind == averages.window_kind.min()]
+        busiest = averages.groupby("device_id").event_count.sum().nlargest(DEVICES_PLOTTED).index
+        averages = averages[averages.device_id.isin(busiest)]
+    late = _read(settings, "late_events", ["job", "event_time"])
+    quarantined = _read(settings, "quarantined_events", ["reason", "kafka_timestamp"])
+    quarantined["reason"] = quarantined.reason.str.split(":").str[0]
+    metrics = _read(settings, "pipeline_metrics")
+    counts = _counts(settings)
+
+    sections = [
+        ("Per-device signal averages", _figure(
+            _lines(averages, "window_start", "avg_signal", "device_id", "window start (event time)", "average signal"),
+            f"Average signal per window, {DEVICES_PLOTTED} busiest devices")),
+        ("Late data", _figure(
+            _stacked(late, "event_time", "job", "event time", "events dropped as late"),
+            "Events dropped as late, by event time and job")),
+        ("Quarantine", _figure(
+            _stacked(quarantined, "kafka_timestamp", "reason", "arrival (Kafka timestamp)", "records"),
+            "Quarantined records, by arrival time and reason")),
+        ("Batch durations", _figure(
+            _lines(metrics.assign(seconds=metrics.get("duration_ms", pd.Series(dtype=float)) / 1000),
+                   "batch_id", "seconds", "job", "batch id", "seconds"),
+            "Micro-batch duration per job")),
+        ("State size", _figure(
+            _lines(metrics, "batch_id", "state_rows", "job", "batch id", "state rows"),
+            "State rows per stateful job after each batch")),
+    ]
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    body = "\n".join(f"<h2>{html.escape(title)}</h2>\n{content}" for title, content in sections)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>sigflow report</title>
+<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}.empty{{color:#888}}</style></head>
+<body><h1>sigflow report</h1>
+<p>Tables under <code>{html.escape(settings.delta_root_uri)}</code>, generated {generated}.</p>
+<h2>Tables</h2>
+{counts.to_html(index=False, border=0)}
+{body}
+</body></html>
+"""
+
+
+def write(settings: Settings, out: Path | None = None) -> Path:
+    out = Path(out or Path(settings.data_dir) / "report.html")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(build(settings))
+    return out

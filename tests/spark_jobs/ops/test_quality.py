@@ -1,0 +1,88 @@
+"""Great Expectations suites: real pipeline output passes, injected bad rows fail by name."""
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import quality
+from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.delta_sink import arrow_schema
+from tests.conftest import make_settings
+from tests.helpers import produce, run_job, sigflow, table
+
+JOBS = ("ingest", "dedup", "windowed-averages", "sessions")
+
+
+@pytest.fixture(scope="module")
+def good_tables(tmp_path_factory, embedded_broker, spark):
+    """Settings whose Delta tables hold one real run of the jobs over simulated traffic."""
+    s = make_settings(tmp_path_factory.mktemp("quality") / "data", embedded_broker.bootstrap_servers)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 2, s.topic_retention_ms)
+    produce(s, generate_events(600, devices=6, seed=11))
+    for job in JOBS:
+        run_job(spark, s, job)
+    return s
+
+
+def _copy(settings, tmp_path):
+    """The same tables in a directory of this test's own, to damage freely."""
+    target = tmp_path / "data"
+    shutil.copytree(Path(settings.data_dir) / "delta", target / "delta")
+    return settings.replace(data_dir=str(target))
+
+
+def _append(settings, name: str, rows: list[dict]) -> None:
+    schema = arrow_schema(ALL_TABLES[name])
+    write_deltalake(settings.table_uri(name), pa.Table.from_pylist(rows, schema=schema), mode="append")
+
+
+def test_pipeline_output_meets_every_critical_expectation(good_tables):
+    reports = quality.run(good_tables)
+    assert {r.table for r in reports} >= {"device_events", "device_events_deduplicated", "device_signal_averages"}
+    assert all(not r.failed_critical for r in reports)
+    results = table(good_tables, "dq_results")
+    assert len(results) == sum(len(r.outcomes) for r in reports)
+    assert results[results.severity == "critical"]["success"].all()
+    assert Path(quality.data_docs_index(good_tables)).exists()
+
+
+def test_injected_bad_rows_fail_naming_the_expectation_with_a_sample(good_tables, tmp_path):
+    s = _copy(good_tables, tmp_path)
+    first = table(s, "device_events_deduplicated").iloc[0].to_dict()
+    _append(s, "device_events_deduplicated", [first])  # the same event_id twice
+    start = datetime(2026, 11, 22, 10, 5, tzinfo=timezone.utc)
+    _append(s, "device_signal_averages", [{
+        "device_id": "d-bad", "window_start": start, "window_end": start.replace(minute=0),
+        "window_kind": "tumbling", "avg_signal": 1.0, "min_signal": 1.0, "max_signal": 1.0, "event_count": 1,
+    }])
+    with pytest.raises(quality.QualityFailed) as failed:
+        quality.run(s)
+    message = failed.value.message
+    assert "device_events_deduplicated: expect_column_values_to_be_unique(event_id)" in message
+    assert "device_signal_averages: expect_column_pair_values_a_to_be_greater_than_b" in message
+    report = next(r for r in failed.value.reports if r.table == "device_signal_averages")
+    assert [row["device_id"] for o in report.failed_critical for row in o.sample] == ["d-bad"]
+    results = table(s, "dq_results")
+    assert set(results[~results.success].table_name) == {"device_events_deduplicated", "device_signal_averages"}
+
+
+def test_a_signal_outside_the_device_range_fails_and_the_cli_says_so(good_tables, tmp_path):
+    s = _copy(good_tables, tmp_path)
+    row = table(s, "device_events_deduplicated").iloc[0].to_dict()
+    _append(s, "device_events_deduplicated", [{**row, "event_id": "e-out-of-range", "signal": 5000.0}])
+    out = sigflow(s, "quality", "run", "device_events_deduplicated")
+    assert out.returncode == 2
+    assert "FAIL expect_column_values_to_be_between(signal)" in out.stdout
+    assert "e-out-of-range" in out.stdout and "runbooks/dq-failure.md" in out.stderr
+
+
+def test_every_suite_is_for_a_table_sigflow_writes():
+    settings = make_settings("/nonexistent", "localhost:1")
+    suite = quality.suites(settings)
+    assert set(suite) <= set(ALL_TABLES)  # every suite is for a table sigflow writes

@@ -1,0 +1,37 @@
+"""sigflow report: one offline HTML page whose figures come from the Delta tables."""
+
+import re
+
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import report
+from tests.helpers import produce, run_job, table
+
+
+def _sections(page: str) -> dict[str, str]:
+    parts = re.split(r"<h2>(.*?)</h2>", page)[1:]
+    return dict(zip(parts[::2], parts[1::2]))
+
+
+def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings, tmp_path):
+    s = settings.replace(max_offsets_per_trigger=150)  # 4+ batches: late drops start at the third
+    produce(s, generate_events(600, seed=3, late_ratio=0.05))
+    for job in ("ingest", "dedup", "windowed-averages"):
+        run_job(spark, s, job)
+
+    page = report.write(s, tmp_path / "report.html").read_text()
+
+    sections = _sections(page)
+    assert list(sections) == ["Tables", "Per-device signal averages", "Late data", "Quarantine",
+                              "Batch durations", "State size"]
+    for title in list(sections)[1:]:
+        assert "data:image/png;base64," in sections[title], f"{title} has no plot"
+    shown = {name: int(rows) for name, rows in
+             re.findall(r"<td>(\w+)</td>\s*<td>(\d+)</td>", sections["Tables"])}
+    for name in ("device_events", "quarantined_events", "late_events", "device_signal_averages"):
+        assert shown[name] == len(table(s, name))
+    assert "https://" not in page and "http://" not in page  # opens offline
+
+
+def test_report_on_a_fresh_install_says_there_is_no_data_yet(settings, tmp_path):
+    page = report.write(settings, tmp_path / "report.html").read_text()
+    assert page.count("no data yet") == 5

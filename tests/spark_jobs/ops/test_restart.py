@@ -1,0 +1,210 @@
+"""On-call operations: rewind and recover give the tables an uninterrupted run gives."""
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.errors import SigflowError
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import restart, status
+from spark_jobs.runtime.checkpoint import Checkpoint
+from tests.helpers import at, produce, run_job, send, sigflow, single_partition, table
+from tests.oracle import Event
+
+
+def _chunks():
+    """Three chunks of ten minutes; the second and third repeat ids of the one before."""
+    first = [Event(f"a{n}", f"d{n % 3}", at(10, 0) + n * 15_000, float(n)) for n in range(20)]
+    second = [Event(f"b{n}", f"d{n % 3}", at(10, 5) + n * 15_000, float(n)) for n in range(20)] + first[:5]
+    third = [Event(f"c{n}", f"d{n % 3}", at(10, 10) + n * 15_000, float(n)) for n in range(20)] + second[:5]
+    return [first, second, third]
+
+
+def _dedup_rows(s):
+    rows = table(s, "device_events_deduplicated")
+    return Counter(map(tuple, rows[["event_id", "device_id", "signal"]].values.tolist()))
+
+
+def _run_chunks(spark, s, chunks, job="dedup") -> list[int]:
+    """Send and run each chunk; the last committed batch after each run."""
+    ends = []
+    for chunk in chunks:
+        send(s, chunk)
+        run_job(spark, s, job)
+        ends.append(Checkpoint(s.checkpoint_uri(job)).last_committed())
+    return ends
+
+
+def test_rewind_reprocesses_the_later_batches_exactly_once(spark, settings):
+    s = single_partition(settings)
+    ends = _run_chunks(spark, s, _chunks())
+    uninterrupted = _dedup_rows(s)
+    assert sorted(e for e, _, _ in uninterrupted) == sorted(f"{c}{n}" for c in "abc" for n in range(20))
+    metrics_before = len(table(s, "pipeline_metrics"))
+
+    plan = restart.plan_rewind(s, "dedup", to_batch=ends[0])
+    assert not plan.refusals, plan.describe()
+    plan.apply()
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    assert checkpoint.last_committed() == ends[0]
+    assert sorted(_dedup_rows(s)) == sorted(k for k in uninterrupted if k[0].startswith("a"))
+
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted  # the ids of the first chunk are still remembered
+    assert checkpoint.identity()["rewinds"][0]["to_batch"] == ends[0]
+    assert len(table(s, "pipeline_metrics")) <= metrics_before
+
+
+def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings):
+    s = single_partition(settings)
+    ends = _run_chunks(spark, s, _chunks()[:2])
+    uninterrupted = _dedup_rows(s)
+    half = restart.plan_rewind(s, "dedup", to_batch=ends[0])
+    for change in half.changes[:2]:  # intent recorded, one table restored, then a crash
+        change()
+    with pytest.raises(SigflowError, match="did not finish"):
+        run_job(spark, s, "dedup")
+    assert "did not finish" in restart.plan_resume(s, "dedup").describe()
+    restart.plan_rewind(s, "dedup", to_batch=ends[0]).apply()
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted
+
+
+def test_rewind_to_a_time_picks_the_last_batch_started_before_it(spark, settings):
+    from datetime import datetime, timezone
+
+    s = single_partition(settings)
+    ends = _run_chunks(spark, s, _chunks()[:2])
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    started = checkpoint.offsets(ends[0]).batch_timestamp_ms
+    plan = restart.plan_rewind(s, "dedup", to_time=datetime.fromtimestamp(started / 1000, timezone.utc))
+    assert f"batches {ends[0] + 1}..{ends[1]}" in plan.describe()
+
+
+def test_rewind_refuses_unsafe_requests_with_a_reason(spark, settings):
+    s = single_partition(settings)
+    ends = _run_chunks(spark, s, _chunks()[:2])
+    assert "nothing after it" in restart.plan_rewind(s, "dedup", to_batch=ends[1]).describe()
+    assert "no longer in the checkpoint" in restart.plan_rewind(s, "dedup", to_batch=-5).describe()
+    assert "which batch" in restart.plan_rewind(s, "dedup").describe()
+    status.mark_running(s, "dedup", "test")  # this test process stands in for a live query
+    try:
+        refused = restart.plan_rewind(s, "dedup", to_batch=ends[0])
+        assert "is running" in refused.describe() and "sigflow stop dedup" in refused.describe()
+        with pytest.raises(SigflowError, match="refusing to rewind"):
+            refused.apply()
+    finally:
+        status.mark_stopped(s, "dedup")
+
+
+def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings):
+    s = single_partition(settings)
+    ends = _run_chunks(spark, s, _chunks()[:2])
+    dry = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[0]))
+    assert dry.returncode == 0, dry.stderr
+    assert "restore device_events_deduplicated to version" in dry.stdout
+    assert "dry run: nothing changed" in dry.stdout
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
+    refused = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[1]), "--yes")
+    assert refused.returncode == 3 and "REFUSED" in refused.stdout
+
+
+def test_recover_a_lost_checkpoint_of_a_stateless_job_from_delta_metadata(spark, settings):
+    records = generate_events(300, seed=3, malformed_ratio=0.05)
+    produce(settings, records[:150])
+    run_job(spark, settings, "ingest")
+    shutil.rmtree(settings.checkpoint_uri("ingest"))  # lost
+    produce(settings, records[150:])
+
+    assert "looks sound" not in restart.plan_recover(settings, "ingest").describe()
+    restart.plan_recover(settings, "ingest").apply()
+    run_job(spark, settings, "ingest")
+    assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
+
+
+def test_recover_a_corrupt_checkpoint_and_keep_it_aside(spark, settings):
+    records = generate_events(200, seed=4)
+    produce(settings, records[:100])
+    run_job(spark, settings, "ingest")
+    produce(settings, records[100:])
+    checkpoint = Checkpoint(settings.checkpoint_uri("ingest"))
+    last = checkpoint.offset_batches()[-1]
+    Path(checkpoint.path, "offsets", str(last)).write_text("v1\n{trunc")
+    assert any("truncated" in p for p in checkpoint.problems())
+
+    restart.plan_recover(settings, "ingest").apply()
+    run_job(spark, settings, "ingest")
+    assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
+    kept = list(Path(checkpoint.path).parent.glob("ingest.lost-*"))
+    assert len(kept) == 1 and (kept[0] / "offsets").exists()
+
+
+def test_recover_a_stateful_job_refuses_a_gap_and_rebuilds_from_earliest(spark, settings):
+    s = single_partition(settings)
+    _run_chunks(spark, s, _chunks())
+    uninterrupted = _dedup_rows(s)
+    shutil.rmtree(s.checkpoint_uri("dedup"))
+
+    refused = restart.plan_recover(s, "dedup").describe()
+    assert "stateful" in refused and "--from earliest" in refused
+    assert "duplicates" not in restart.plan_recover(s, "dedup", accept_state_loss=True).refusals
+    restart.plan_recover(s, "dedup", source="earliest").apply()
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted
+
+
+def test_recover_refuses_to_replace_a_sound_checkpoint(spark, settings):
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings, "ingest")
+    assert "looks sound" in restart.plan_recover(settings, "ingest").describe()
+    assert not restart.plan_recover(settings, "ingest", force=True).refusals
+
+
+def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(spark, settings):
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings, "windowed-averages")
+    out = sigflow(settings, "run", "windowed-averages", extra_env={"SIGFLOW_TUMBLING_WINDOW": "10 minutes"})
+    assert out.returncode == 2
+    assert "tumbling_window was '5 minutes', now '10 minutes'" in out.stderr
+    assert "docs/runbooks/incompatible-change.md" in out.stderr and "Traceback" not in out.stderr
+    run_job(spark, settings.replace(trigger_interval="1 second"), "windowed-averages")  # compatible change
+
+
+def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spark, settings):
+    """Spark keeps multipleWatermarkPolicy in the offset log and silently uses the old one on
+    restart; so sigflow refuses the change, also for a checkpoint recorded before it knew."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runtime.runner import JobRun
+
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings.replace(multiple_watermark_policy="min"), "alert-join")
+    checkpoint = Checkpoint(settings.checkpoint_uri("alert-join"))
+    assert checkpoint.latest_offsets().conf["spark.sql.streaming.multipleWatermarkPolicy"] == "min"
+
+    with pytest.raises(SigflowError, match="multiple_watermark_policy was 'min', now 'max'"):
+        JobRun(get_job("alert-join"), settings.replace(multiple_watermark_policy="max"), spark)
+    identity = checkpoint.identity()
+    del identity["settings"]["multiple_watermark_policy"]  # as an older sigflow recorded it
+    checkpoint.save_identity(identity)
+    with pytest.raises(SigflowError, match="multiple_watermark_policy was 'min', now 'max'"):
+        JobRun(get_job("alert-join"), settings.replace(multiple_watermark_policy="max"), spark)
+
+
+def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_runbook(spark, settings):
+    """Sessions keep every open session of a device since state format 2; a checkpoint
+    built before (no state_format recorded) is refused by sigflow, not failed in the JVM."""
+    from spark_jobs.jobs import get_job
+    from spark_jobs.runtime.runner import JobRun
+
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings, "sessions")
+    checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
+    identity = checkpoint.identity()
+    assert identity["settings"]["state_format"] == "2"
+    del identity["settings"]["state_format"]  # as a sigflow before state formats recorded it
+    checkpoint.save_identity(identity)
+    with pytest.raises(SigflowError, match="state_format was '1', now '2'") as err:
+        JobRun(get_job("sessions"), settings, spark)
+    assert "incompatible-change.md" in err.value.hint

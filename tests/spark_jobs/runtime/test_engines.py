@@ -1,0 +1,74 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.config import load_settings
+from spark_jobs.errors import ConfigError
+from spark_jobs.jobs import get_job
+from spark_jobs.runtime.engines import (
+    DELTA_SPARK_CLASS,
+    JVM,
+    KAFKA_PROVIDER_CLASS,
+    PYTHON,
+    choose_engine,
+    kafka_options,
+)
+from spark_jobs.runtime.runner import JobRun
+from spark_jobs.runtime.spark import class_available
+from tests.helpers import at, send
+from tests.oracle import Event
+
+
+def test_auto_takes_the_jvm_engine_when_its_classes_load():
+    assert choose_engine(load_settings(env={}), lambda name: True) is JVM
+
+
+def test_auto_falls_back_to_python_source_and_delta_rs_when_a_class_is_missing():
+    assert choose_engine(load_settings(env={}), {KAFKA_PROVIDER_CLASS}.__contains__) is PYTHON
+    assert choose_engine(load_settings(env={"SIGFLOW_ENGINE": "python"}), lambda name: True) is PYTHON
+
+
+def test_forcing_the_jvm_engine_without_its_jars_is_a_config_error_naming_the_fix():
+    with pytest.raises(ConfigError, match=DELTA_SPARK_CLASS) as err:
+        choose_engine(load_settings(env={"SIGFLOW_ENGINE": "jvm"}), {KAFKA_PROVIDER_CLASS}.__contains__)
+    assert "sigflow jars fetch" in err.value.hint
+
+
+def test_production_settings_yield_spark_kafka_options():
+    s = load_settings(env={
+        "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092", "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": "50000",
+        "SIGFLOW_DELTA_ROOT": "s3a://sigflow/delta", "SIGFLOW_STARTING_OFFSETS": "latest",
+    })
+    assert kafka_options(s, s.kafka_bootstrap_servers, [s.events_topic]) == {
+        "kafka.bootstrap.servers": "kafka:9092",
+        "subscribe": "device-events",
+        "startingOffsets": "latest",
+        "failOnDataLoss": "true",
+        "includeHeaders": "false",
+        "maxOffsetsPerTrigger": "50000",
+    }
+    assert s.table_uri("device_events") == "s3a://sigflow/delta/device_events"
+
+
+def test_the_test_session_runs_the_jvm_engine(spark):
+    # The pinned JARs are installed by make install: everything the suite proves is on them.
+    assert class_available(spark, KAFKA_PROVIDER_CLASS) and class_available(spark, DELTA_SPARK_CLASS)
+
+
+def test_a_running_job_reads_with_sparks_kafka_source_and_commits_with_transaction_ids(spark, settings):
+    send(settings, [Event("e1", "d1", at(10, 0), 1.0), Event("e2", "d2", at(10, 1), 2.0)])
+    run = JobRun(get_job("ingest"), settings, spark)
+    query = run.start("0 seconds")
+    try:
+        query.processAllAvailable()
+        sources = [s["description"] for p in query.recentProgress for s in p["sources"]]
+    finally:
+        query.stop()
+    assert sources and all(d.startswith("KafkaV2[Subscribe[") for d in sources)
+    log = sorted(Path(settings.table_uri("device_events"), "_delta_log").glob("*.json"))
+    actions = [json.loads(line) for path in log for line in path.read_text().splitlines()]
+    txns = [a["txn"] for a in actions if "txn" in a]
+    engines = {a["commitInfo"].get("engineInfo", "") for a in actions if "commitInfo" in a}
+    assert [t["version"] for t in txns] == [0] and txns[0]["appId"] == run.app_id
+    assert any(e.startswith("Apache-Spark/") and "Delta-Lake/" in e for e in engines)

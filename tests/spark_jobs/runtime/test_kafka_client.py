@@ -1,0 +1,34 @@
+import pytest
+
+from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime import kafka_client
+from tests.helpers import produce
+
+
+def test_create_topics_is_idempotent(settings):
+    first = kafka_client.create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, "fresh-" + settings.events_topic], 2, 60000)
+    assert first[settings.events_topic].startswith("exists")
+    assert first["fresh-" + settings.events_topic] == "created (2 partitions)"
+    again = kafka_client.create_topics(settings.kafka_bootstrap_servers, ["fresh-" + settings.events_topic], 2, 60000)
+    assert again["fresh-" + settings.events_topic].startswith("exists")
+
+
+def test_offset_bounds_are_confirmed_by_reading(settings):
+    for seed in range(4):
+        produce(settings, generate_events(1000, seed=seed, malformed_ratio=0))
+    parts = kafka_client.topic_partitions(settings.kafka_bootstrap_servers, settings.events_topic)
+    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic, parts)
+    assert sum(end - start for start, end in bounds.values()) == 4000
+
+
+def test_unreachable_broker_fails_fast_with_what_to_do():
+    with pytest.raises(BrokerUnavailable, match="did not answer") as err:
+        kafka_client.check_reachable("127.0.0.1:1", timeout_s=1)
+    assert "sigflow broker start" in err.value.hint
+
+
+def test_missing_topic_says_how_to_create_it(settings):
+    with pytest.raises(SigflowError, match="does not exist") as err:
+        kafka_client.topic_partitions(settings.kafka_bootstrap_servers, "no-such-topic-" + settings.events_topic)
+    assert "sigflow topics create" in err.value.hint

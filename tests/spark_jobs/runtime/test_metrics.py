@@ -1,0 +1,161 @@
+"""Each batch's progress: one JSON log line from the listener, one pipeline_metrics row."""
+
+import json
+import logging
+import time
+
+import pytest
+
+from spark_jobs.local.simulate import generate_alerts, generate_events
+from spark_jobs.runtime.metrics import progress_line, progress_sentence
+from tests.helpers import produce, run_job, table
+
+
+class ProgressLines(logging.Handler):
+    """Collects the listener's lines (the CLI may have stopped them propagating to root)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: dict[tuple[str, int], dict] = {}
+
+    def emit(self, record):
+        line = json.loads(record.getMessage())
+        self.lines[(line["job"], line["batch_id"])] = line
+
+    def of(self, job: str, batches: int, timeout: float = 20.0) -> list[dict]:
+        """A job's lines in batch order; the listener bus is asynchronous, so wait for them."""
+        deadline = time.monotonic() + timeout
+        while sum(j == job for j, _ in self.lines) < batches and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return [line for (j, _), line in sorted(self.lines.items()) if j == job]
+
+
+@pytest.fixture
+def progress_lines():
+    logger = logging.getLogger("sigflow.progress")
+    handler, level = ProgressLines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkpoint(
+    spark, settings, progress_lines
+):
+    """The JSON lines against the checkpoint's offset log (what Spark committed to read):
+    one line per committed batch, its end offsets, and its records = the offsets it covers."""
+    from spark_jobs.runtime.checkpoint import Checkpoint
+
+    s = settings.replace(max_offsets_per_trigger=100)
+    produce(s, generate_events(250, seed=11, malformed_ratio=0.0))
+    run_job(spark, s, "dedup")
+
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    committed = checkpoint.committed_batches()
+    lines = progress_lines.of("dedup", len(committed))
+    assert [line["batch_id"] for line in lines] == committed and len(committed) >= 3
+    ends = {b: checkpoint.offsets(b).sources[0][s.events_topic] for b in committed}
+    for line in lines:
+        batch = line["batch_id"]
+        start = ends.get(batch - 1) or {p: 0 for p in ends[batch]}
+        assert line["sources"][0]["end_offsets"] == {s.events_topic: ends[batch]}
+        assert line["input_rows"] == sum(ends[batch][p] - start[p] for p in ends[batch])
+    assert sum(line["input_rows"] for line in lines) == 250
+    assert all(line["state_operators"] for line in lines) and lines[-1]["watermark"] is not None
+
+
+@pytest.mark.parametrize("job", ["windowed-averages", "alert-join"])
+def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_two_branches(
+    spark, settings, progress_lines, job
+):
+    """Spark's numInputRows counts every scan of the source; these jobs scan theirs twice."""
+    events = generate_events(120, seed=12, malformed_ratio=0.0)
+    produce(settings, events)
+    alerts = generate_alerts(events, every=10, seed=12)
+    produce(settings, alerts, settings.alerts_topic)
+    records = len(events) + (len(alerts) if job == "alert-join" else 0)
+
+    summary = run_job(spark, settings, job)
+
+    metrics = table(settings, "pipeline_metrics")
+    assert summary.rows_in == records
+    assert metrics[metrics.job == job].input_rows.sum() == records
+    assert sum(line["input_rows"] for line in progress_lines.of(job, len(metrics))) == records
+
+
+def test_a_real_run_reports_the_records_still_behind_after_each_batch(spark, settings, progress_lines):
+    """Spark's Kafka source reports the latest offsets it saw; all 250 records were in Kafka
+    before the run, so after each batch the lag is what the batches so far had not read."""
+    s = settings.replace(max_offsets_per_trigger=100)
+    produce(s, generate_events(250, seed=13, malformed_ratio=0.0))
+    run_job(spark, s, "ingest")
+    lines = [line for line in progress_lines.of("ingest", 3) if line["input_rows"]]
+    read = 0
+    for line in lines:
+        read += line["input_rows"]
+        assert sum(line["sources"][0]["lag"].values()) == 250 - read
+    assert read == 250 and len(lines) >= 3
+
+
+def test_lag_per_partition_is_what_the_source_had_not_yet_read():
+    progress = {
+        "batchId": 4, "numInputRows": 10, "durationMs": {"addBatch": 5, "triggerExecution": 9},
+        "sources": [{"description": "kafka", "endOffset": '{"t": {"0": 40, "1": 7}}',
+                     "latestOffset": '{"t": {"0": 100, "1": 7}}'}],
+    }
+    line = progress_line("ingest", progress)
+    assert line["sources"][0]["lag"] == {"t[0]": 60, "t[1]": 0}
+    assert line["batch_id"] == 4 and line["input_rows"] == 10 and line["duration_ms"] == 9
+
+
+def test_the_sentence_for_people_says_counts_rate_state_and_lag():
+    progress = {
+        "batchId": 7, "numInputRows": 3000, "durationMs": {"addBatch": 1400, "triggerExecution": 1500},
+        "eventTime": {"watermark": "2026-11-22T12:00:00.000Z"},
+        "stateOperators": [{"numRowsTotal": 1200, "numRowsDroppedByWatermark": 4}],
+        "sources": [{"description": "kafka", "endOffset": '{"t": {"0": 40}}', "latestOffset": '{"t": {"0": 540}}'}],
+    }
+    assert progress_sentence(progress_line("dedup", progress)) == (
+        "dedup batch 7: 3,000 records in 1.5 s (2,000/s), watermark 2026-11-22T12:00:00.000Z, "
+        "1,200 state rows, 4 dropped late, 500 records behind in Kafka"
+    )
+
+
+@pytest.mark.parametrize("job", ["dedup", "windowed-averages", "fleet-rollup", "sessions"])
+def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, settings, job):
+    """The simulator knows which records are re-sent duplicates: every job that deduplicates
+    counts each exactly once (windowed-averages has a dedup per window kind), and the rows
+    Spark reports dropped by the watermark are exactly the job's late_events rows."""
+    records = generate_events(900, devices=5, seed=31, malformed_ratio=0.0, late_ratio=0.05, duplicate_ratio=0.05)
+    produce(settings, records)
+    s = settings.replace(max_offsets_per_trigger=200)  # five batches: later ones see late records
+
+    summary = run_job(spark, s, job)
+
+    metrics = table(s, "pipeline_metrics")
+    late = table(s, "late_events")
+    duplicates_sent = sum(r.kind == "duplicate" for r in records)
+    assert duplicates_sent > 20 and len(late) > 10
+    assert metrics.duplicates_dropped.sum() == summary.duplicates_dropped == duplicates_sent
+    assert metrics.rows_dropped_by_watermark.sum() == summary.rows_dropped_by_watermark == len(late)
+    per_batch_late = late.groupby("batch_id").size()
+    by_batch = metrics.set_index("batch_id")
+    assert all(by_batch.rows_dropped_by_watermark[b] == n for b, n in per_batch_late.items())
+
+
+def test_every_batch_has_its_metrics_row_even_past_sparks_progress_memory(spark, settings):
+    """Spark keeps the progress of the last few batches only (numRecentProgressUpdates, 100
+    by default, 3 here): each batch's row is written as the next batch starts, so a run of
+    more batches than that still has one row per batch."""
+    produce(settings, generate_events(160, seed=32, malformed_ratio=0.0))
+    key = "spark.sql.streaming.numRecentProgressUpdates"
+    spark.conf.set(key, "3")
+    try:
+        run_job(spark, settings.replace(max_offsets_per_trigger=20), "ingest")
+    finally:
+        spark.conf.unset(key)
+    metrics = table(settings, "pipeline_metrics")
+    assert len(metrics) >= 8 and sorted(metrics.batch_id) == list(range(len(metrics)))
+    assert metrics.input_rows.sum() == 160

@@ -60,7 +60,7 @@ down:
 	docker compose down
 
 lint: install
-	$(BIN)/ruff check --select I,F spark_jobs tests dags
+	$(BIN)/ruff check spark_jobs tests dags
 	$(BIN)/hadolint infra/spark/Dockerfile infra/airflow/Dockerfile
 
 stop:

@@ -24,7 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs import JOB_NAMES
 from spark_jobs.runtime import jars
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
@@ -86,13 +86,13 @@ with DAG(
                       "available-now: process what is there and stop"),
         "trigger_interval": Param("10 seconds", type="string",
                                   description="long-running mode: the processing-time trigger"),
-        "jobs": Param(list(JOBS), type="array", items={"type": "string", "enum": list(JOBS)},
+        "jobs": Param(list(JOB_NAMES), type="array", items={"type": "string", "enum": list(JOB_NAMES)},
                       description="which jobs to start"),
     },
 ) as dag:
     chosen = choose_jobs()
     validate_config() >> ensure_topics() >> ensure_tables() >> chosen
-    for name in JOBS:
+    for name in JOB_NAMES:
         chosen >> SparkSubmitOperator(
             task_id=f"start_{name.replace('-', '_')}",
             application=spark_jobs.cli.__file__,

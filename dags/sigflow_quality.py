@@ -14,10 +14,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Asset, AssetAny, task
 
-from spark_jobs.config import load_settings
-from spark_jobs.ops.quality import suites
-
-CHECKED_TABLES = list(suites(load_settings(env={})))
+from spark_jobs.ops.quality import CHECKED_TABLES
 
 
 @task
@@ -25,16 +22,9 @@ def check_table(table: str) -> str:
     from spark_jobs.config import load_settings
     from spark_jobs.ops import quality
 
-    settings = load_settings()
-    try:
-        reports = quality.run(settings, [table])
-    except quality.QualityFailed as failed:
-        for report in failed.reports:
-            print("\n".join(report.lines()))
-        raise
-    for report in reports:
-        print("\n".join(report.lines()))
-    return f"{table}: ok ({quality.data_docs_index(settings)})"
+    lines = quality.check(load_settings(), [table])
+    print("\n".join(lines))
+    return lines[-1]
 
 
 with DAG(

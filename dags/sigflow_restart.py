@@ -24,21 +24,16 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs import JOB_NAMES
 
 
 def _plan(params):
-    from spark_jobs.cli import _utc
     from spark_jobs.config import load_settings
     from spark_jobs.ops import restart
 
-    settings = load_settings()
-    if params["action"] == "resume":
-        return restart.plan_resume(settings, params["job"])
-    if params["action"] == "rewind":
-        return restart.plan_rewind(settings, params["job"], params["to_batch"], _utc(params["to_time"]))
-    return restart.plan_recover(
-        settings, params["job"], params["recover_from"], params["force"], params["accept_state_loss"]
+    return restart.plan(
+        load_settings(), params["job"], params["action"], to_batch=params["to_batch"], to_time=params["to_time"],
+        source=params["recover_from"], force=params["force"], accept_state_loss=params["accept_state_loss"],
     )
 
 
@@ -85,7 +80,7 @@ with DAG(
     default_args={"owner": "sigflow"},
     tags=["sigflow", "on-call"],
     params={
-        "job": Param("ingest", enum=list(JOBS)),
+        "job": Param("ingest", enum=list(JOB_NAMES)),
         "action": Param("resume", enum=["resume", "rewind", "recover"]),
         "to_batch": Param(None, type=["null", "integer"], description="rewind: re-run the batches after this one"),
         "to_time": Param(None, type=["null", "string"],

@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, task
 
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs import JOB_TABLES
 
 TABLE_ASSETS = {
-    job.name: [Asset(name=f"sigflow.{spec.name}") for spec in job.tables] for job in JOBS.values()
+    job: [Asset(name=f"sigflow.{spec.name}") for spec in tables] for job, tables in JOB_TABLES.items()
 }
 
 
@@ -42,7 +42,7 @@ with DAG(
     tags=["sigflow", "streaming"],
 ) as dag:
     previous = None
-    for name in JOBS:  # sequential: each job is a Spark application on the same cores
+    for name in JOB_TABLES:  # sequential: each job is a Spark application on the same cores
         current = run_job.override(task_id=name.replace("-", "_"), outlets=TABLE_ASSETS[name])(name)
         if previous is not None:
             previous >> current

@@ -56,18 +56,9 @@ def cmd_jars(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from spark_jobs.local import broker
-    from spark_jobs.runtime import kafka_client
+    from spark_jobs.ops import deploy
 
-    settings = _settings(args)
-    bootstrap = broker.bootstrap_servers(settings)
-    kafka_client.check_reachable(bootstrap)
-    outcome = kafka_client.create_topics(
-        bootstrap, [settings.events_topic, settings.alerts_topic],
-        settings.topic_partitions, settings.topic_retention_ms,
-    )
-    for topic, what in outcome.items():
-        print(f"topic {topic}: {what}")
+    print("\n".join(deploy.ensure_topics(_settings(args))))
     return 0
 
 
@@ -144,7 +135,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.ops import restart, status
 
     settings = _settings(args)
@@ -152,12 +143,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.action == "inspect":
         print("\n".join(status.inspect_checkpoint(settings, args.job)))
         return 0
-    if args.action == "rewind":
-        plan = restart.plan_rewind(settings, args.job, args.to_batch, _utc(args.to_time))
-    elif args.action == "recover":
-        plan = restart.plan_recover(settings, args.job, args.source, args.force, args.accept_state_loss)
-    else:
-        plan = restart.plan_resume(settings, args.job)
+    plan = restart.plan(settings, args.job, args.action, to_batch=args.to_batch, to_time=args.to_time,
+                        source=args.source, force=args.force, accept_state_loss=args.accept_state_loss)
     print(plan.describe())
     if plan.refusals:
         return 3
@@ -167,15 +154,6 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     plan.apply()
     print(f"done: {args.action} {args.job}")
     return 0
-
-
-def _utc(text: str | None):
-    from datetime import datetime, timezone
-
-    if text is None:
-        return None
-    when = datetime.fromisoformat(text)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -189,16 +167,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_quality(args: argparse.Namespace) -> int:
     from spark_jobs.ops import quality
 
-    settings = _settings(args)
-    try:
-        reports = quality.run(settings, args.tables or None)
-    except quality.QualityFailed as failed:
-        for report in failed.reports:
-            print("\n".join(report.lines()))
-        raise
-    for report in reports:
-        print("\n".join(report.lines()))
-    print(f"all critical expectations met; Data Docs: {quality.data_docs_index(settings)}")
+    print("\n".join(quality.check(_settings(args), args.tables or None)))
     return 0
 
 
@@ -247,7 +216,7 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from spark_jobs.jobs import JOBS
+    from spark_jobs.jobs.registry import JOBS
 
     for job in JOBS.values():
         print(f"{job.name:20s} {job.summary}")
@@ -373,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SigflowError as exc:
+        for line in exc.details:
+            print(line)
         print(f"sigflow: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"sigflow: hint: {exc.hint}", file=sys.stderr)

@@ -5,15 +5,19 @@ The CLI prints these without a traceback; anything else is a bug and keeps its t
 
 
 class SigflowError(Exception):
-    """A failure the operator can act on; ``hint`` says how."""
+    """A failure the operator can act on; ``hint`` says how. ``details`` are the lines that
+    show it (a failed check's bad rows): the CLI prints them before the error, and they are
+    part of the text an Airflow task log shows."""
 
-    def __init__(self, message: str, hint: str = ""):
+    def __init__(self, message: str, hint: str = "", details: list[str] | tuple[str, ...] = ()):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = tuple(details)
 
     def __str__(self) -> str:
-        return f"{self.message} ({self.hint})" if self.hint else self.message
+        text = f"{self.message} ({self.hint})" if self.hint else self.message
+        return "\n".join([*self.details, text])
 
 
 class ConfigError(SigflowError):

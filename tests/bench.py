@@ -124,7 +124,7 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     the distribution of its batch durations (planning to Delta commit)."""
     import threading
 
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
     s = _own_topics(settings, "latency").replace(trigger_interval="1 second")
@@ -149,7 +149,7 @@ def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple
     """State rows of the stateful jobs after 10 and after 60 minutes of event time, with
     `devices` devices each reading every 2 minutes: flat state means the second figure is
     not six times the first."""
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
     s = _own_topics(settings, "state")
@@ -178,7 +178,7 @@ def storm_rates(spark, settings, events: int) -> tuple[float, float]:
     10% are garbage of every kind (binary, truncated JSON, 300 KiB payloads, wrong types,
     far-future and far-past times); the quarantined count is printed beside the malformed
     count. Same volume, same batch shape: the two rates compare."""
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
     rates = []
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.engines import detect_engine
     from spark_jobs.runtime.runner import JobRun
     from spark_jobs.runtime.spark import get_spark

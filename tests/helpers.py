@@ -13,7 +13,8 @@ import pandas as pd
 from deltalake import DeltaTable
 
 from spark_jobs.config import Settings
-from spark_jobs.jobs import StreamingJob, get_job
+from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.runner import JobRun, RunSummary

@@ -7,25 +7,10 @@ both writers (delta-spark and delta-rs) produce identical table metadata.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DataType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
-
-_SIMPLE_TYPES = {
-    "STRING": StringType(), "BINARY": BinaryType(), "INT": IntegerType(), "BIGINT": LongType(),
-    "DOUBLE": DoubleType(), "TIMESTAMP": TimestampType(), "BOOLEAN": BooleanType(),
-}
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -42,11 +27,17 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _data_type(text: str) -> DataType:
+    from pyspark.sql import types as T
+
     text = text.strip().upper()
     if text.startswith("MAP<") and text.endswith(">"):
         key, value = _split_top_level(text[4:-1])
-        return MapType(_data_type(key), _data_type(value), valueContainsNull=True)
-    return _SIMPLE_TYPES[text]
+        return T.MapType(_data_type(key), _data_type(value), valueContainsNull=True)
+    simple = {
+        "STRING": T.StringType(), "BINARY": T.BinaryType(), "INT": T.IntegerType(), "BIGINT": T.LongType(),
+        "DOUBLE": T.DoubleType(), "TIMESTAMP": T.TimestampType(), "BOOLEAN": T.BooleanType(),
+    }
+    return simple[text]
 
 
 @dataclass(frozen=True)
@@ -59,6 +50,10 @@ class TableSpec:
     @property
     def schema(self) -> StructType:
         # Parsed here rather than by StructType.fromDDL, which needs a running SparkContext.
+        # pyspark is imported only when a schema is asked for: DAG files read the table
+        # names when Airflow parses them, and that must stay cheap.
+        from pyspark.sql.types import StructField, StructType
+
         fields = []
         for column in _split_top_level(self.ddl):
             name, kind = column.split(None, 1)

@@ -1,26 +1,31 @@
-"""The job registry: name -> StreamingJob, in dependency order."""
+"""The jobs, in dependency order, and the Delta tables each one writes.
+
+Importing this package loads no Spark: DAG files read these names when Airflow parses
+them. The runnable jobs (their plans over DataFrames) are in ``spark_jobs.jobs.registry``.
+"""
 
 from __future__ import annotations
 
-from spark_jobs.errors import ConfigError
-from spark_jobs.jobs.alert_join import ALERT_JOIN
-from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.dedup import DEDUP
-from spark_jobs.jobs.fleet_rollup import FLEET_ROLLUP
-from spark_jobs.jobs.ingest import INGEST
-from spark_jobs.jobs.sessions import SESSIONS
-from spark_jobs.jobs.windowed_averages import WINDOWED_AVERAGES
+from spark_jobs.contracts.tables import (
+    ALERT_SIGNAL_CONTEXT,
+    ALERTS_WITHOUT_TELEMETRY,
+    DEVICE_ALERTS,
+    DEVICE_EVENTS,
+    DEVICE_EVENTS_DEDUPLICATED,
+    DEVICE_EVENTS_RAW,
+    DEVICE_SESSIONS,
+    DEVICE_SIGNAL_AVERAGES,
+    FLEET_SIGNAL_ROLLUPS,
+    QUARANTINED_EVENTS,
+    TableSpec,
+)
 
-JOBS: dict[str, StreamingJob] = {
-    job.name: job for job in (INGEST, DEDUP, WINDOWED_AVERAGES, FLEET_ROLLUP, SESSIONS, ALERT_JOIN)
+JOB_TABLES: dict[str, tuple[TableSpec, ...]] = {
+    "ingest": (DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS),
+    "dedup": (DEVICE_EVENTS_DEDUPLICATED,),
+    "windowed-averages": (DEVICE_SIGNAL_AVERAGES,),
+    "fleet-rollup": (FLEET_SIGNAL_ROLLUPS,),
+    "sessions": (DEVICE_SESSIONS,),
+    "alert-join": (ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
 }
-
-
-def get_job(name: str) -> StreamingJob:
-    try:
-        return JOBS[name]
-    except KeyError:
-        raise ConfigError(f"unknown job {name!r}", f"jobs: {', '.join(JOBS)}") from None
-
-
-__all__ = ["JOBS", "BatchContext", "StreamingJob", "get_job"]
+JOB_NAMES: tuple[str, ...] = tuple(JOB_TABLES)

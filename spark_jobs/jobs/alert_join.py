@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 
@@ -91,7 +92,7 @@ ALERT_JOIN = StreamingJob(
     topics=lambda settings: [settings.events_topic, settings.alerts_topic],
     build=build,
     split=split,
-    tables=(ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
+    tables=JOB_TABLES["alert-join"],
     late_rule=dropped_by_the_join,
     checkpoint_settings=("alert_context", "multiple_watermark_policy"),
 )

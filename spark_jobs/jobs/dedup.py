@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 
@@ -20,6 +21,6 @@ DEDUP = StreamingJob(
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: deduplicate(settings, valid_events(settings, records)),
     split=split,
-    tables=(DEVICE_EVENTS_DEDUPLICATED,),
+    tables=JOB_TABLES["dedup"],
     late_rule=behind_watermark,
 )

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings, spark_interval
 from spark_jobs.contracts.tables import FLEET_SIGNAL_ROLLUPS
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
     behind_watermark,
@@ -43,7 +44,7 @@ FLEET_ROLLUP = StreamingJob(
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: fleet_signal_rollups(settings, valid_events(settings, records)),
     split=lambda settings, rows, batch: {FLEET_SIGNAL_ROLLUPS.name: rows},
-    tables=(FLEET_SIGNAL_ROLLUPS,),
+    tables=JOB_TABLES["fleet-rollup"],
     late_rule=behind_watermark,
     checkpoint_settings=("tumbling_window", "fleet_window"),
 )

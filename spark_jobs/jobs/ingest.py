@@ -13,6 +13,7 @@ from spark_jobs.contracts.tables import (
     DEVICE_EVENTS_RAW,
     QUARANTINED_EVENTS,
 )
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 
 
@@ -43,6 +44,6 @@ INGEST = StreamingJob(
     topics=lambda settings: [settings.events_topic, settings.alerts_topic],
     build=lambda settings, records: records,
     split=split_ingest_batch,
-    tables=(DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS),
+    tables=JOB_TABLES["ingest"],
     stateful=False,
 )

@@ -30,6 +30,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import DEVICE_SESSIONS
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 
@@ -149,7 +150,7 @@ SESSIONS = StreamingJob(
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_sessions(settings, valid_events(settings, records)),
     split=lambda settings, rows, batch: {DEVICE_SESSIONS.name: rows},
-    tables=(DEVICE_SESSIONS,),
+    tables=JOB_TABLES["sessions"],
     late_rule=behind_watermark,
     checkpoint_settings=("session_gap",),
     state_format=2,  # 2: a device's open sessions as one JSON list (1: a single session's fields)

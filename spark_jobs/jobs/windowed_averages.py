@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
     behind_watermark,
@@ -38,7 +39,7 @@ WINDOWED_AVERAGES = StreamingJob(
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_signal_averages(settings, valid_events(settings, records)),
     split=lambda settings, rows, batch: {DEVICE_SIGNAL_AVERAGES.name: rows},
-    tables=(DEVICE_SIGNAL_AVERAGES,),
+    tables=JOB_TABLES["windowed-averages"],
     late_rule=behind_watermark,
     checkpoint_settings=("tumbling_window", "sliding_window", "sliding_step"),
     branches=2,

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint import Checkpoint
 

@@ -19,13 +19,14 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("sigflow.quality")
 CRITICAL, WARNING = "critical", "warning"
@@ -62,33 +63,40 @@ def _fresh(settings: Settings, column: str) -> Check:
                  {"column": column, "min_value": oldest}, WARNING)
 
 
+_SEVERITY_KNOWN = Check("ExpectColumnValuesToBeInSet",
+                       {"column": "severity", "value_set": ["critical", "warning", "info"]})
+
+# table -> its checks under the settings (the schema check is added to every table)
+SUITES: dict[str, Callable[[Settings], list[Check]]] = {
+    "device_events": lambda s: _not_null("event_id", "device_id", "event_time")
+    + _in_range(s, "signal") + [_fresh(s, "ingest_time")],
+    "device_events_deduplicated": lambda s: _not_null("event_id", "device_id", "event_time")
+    + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
+    + _in_range(s, "signal") + [_fresh(s, "event_time")],
+    "device_alerts": lambda s: _not_null("alert_id", "device_id", "alert_time") + [_SEVERITY_KNOWN],
+    "quarantined_events": lambda s: _not_null("reason"),
+    "device_signal_averages": lambda s: _not_null("device_id", "window_start", "window_end")
+    + [_ordered("window_end", "window_start"),
+       Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
+    + _in_range(s, "avg_signal", "min_signal", "max_signal") + [_fresh(s, "window_end")],
+    "fleet_signal_rollups": lambda s: _not_null("window_start", "window_end")
+    + [_ordered("window_end", "window_start")],
+    "device_sessions": lambda s: _not_null("device_id", "session_start", "session_end")
+    + [_ordered("session_end", "session_start", or_equal=True),
+       _ordered("avg_signal", "min_signal", or_equal=True),
+       _ordered("max_signal", "avg_signal", or_equal=True),
+       Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
+    + _in_range(s, "avg_signal"),
+    "alert_signal_context": lambda s: _not_null("alert_id", "event_id")
+    + [_ordered("alert_time", "event_time", True)],
+    "alerts_without_telemetry": lambda s: _not_null("alert_id", "device_id") + [_SEVERITY_KNOWN],
+}
+CHECKED_TABLES: tuple[str, ...] = tuple(SUITES)
+
+
 def suites(settings: Settings) -> dict[str, list[Check]]:
-    """table -> its checks (the schema check is added to every table)."""
-    severity_ok = Check("ExpectColumnValuesToBeInSet",
-                        {"column": "severity", "value_set": ["critical", "warning", "info"]})
-    return {
-        "device_events": _not_null("event_id", "device_id", "event_time")
-        + _in_range(settings, "signal") + [_fresh(settings, "ingest_time")],
-        "device_events_deduplicated": _not_null("event_id", "device_id", "event_time")
-        + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
-        + _in_range(settings, "signal") + [_fresh(settings, "event_time")],
-        "device_alerts": _not_null("alert_id", "device_id", "alert_time") + [severity_ok],
-        "quarantined_events": _not_null("reason"),
-        "device_signal_averages": _not_null("device_id", "window_start", "window_end")
-        + [_ordered("window_end", "window_start"),
-           Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
-        + _in_range(settings, "avg_signal", "min_signal", "max_signal") + [_fresh(settings, "window_end")],
-        "fleet_signal_rollups": _not_null("window_start", "window_end")
-        + [_ordered("window_end", "window_start")],
-        "device_sessions": _not_null("device_id", "session_start", "session_end")
-        + [_ordered("session_end", "session_start", or_equal=True),
-           _ordered("avg_signal", "min_signal", or_equal=True),
-           _ordered("max_signal", "avg_signal", or_equal=True),
-           Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
-        + _in_range(settings, "avg_signal"),
-        "alert_signal_context": _not_null("alert_id", "event_id") + [_ordered("alert_time", "event_time", True)],
-        "alerts_without_telemetry": _not_null("alert_id", "device_id") + [severity_ok],
-    }
+    """table -> its checks under these settings."""
+    return {table: build(settings) for table, build in SUITES.items()}
 
 
 @dataclass
@@ -131,8 +139,15 @@ class TableReport:
 
 class QualityFailed(SigflowError):
     def __init__(self, message: str, hint: str, reports: list[TableReport]):
-        super().__init__(message, hint)
+        super().__init__(message, hint, [line for report in reports for line in report.lines()])
         self.reports = reports
+
+
+def check(settings: Settings, tables: list[str] | None = None) -> list[str]:
+    """``sigflow quality run`` and each sigflow_quality task: what every table's suite found.
+    A failed critical expectation raises QualityFailed, whose details are these lines."""
+    lines = [line for report in run(settings, tables) for line in report.lines()]
+    return lines + [f"all critical expectations met; Data Docs: {data_docs_index(settings)}"]
 
 
 def run(settings: Settings, tables: list[str] | None = None, max_rows: int | None = None) -> list[TableReport]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs.registry import JOBS
 from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint

@@ -28,10 +28,11 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings, duration_seconds, spark_interval
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
-from spark_jobs.jobs import BatchContext, StreamingJob, get_job
+from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.registry import get_job
 from spark_jobs.local import broker
-from spark_jobs.ops import restart, status
-from spark_jobs.runtime import failpoints, kafka_client
+from spark_jobs.ops import status
+from spark_jobs.runtime import checkpoint_guards, failpoints, kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.engines import detect_engine
 from spark_jobs.runtime.metrics import (
@@ -89,11 +90,11 @@ class JobRun:
     def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
         self.job = job
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
-        restart.check_no_pending_rewind(self.checkpoint, job.name)
+        checkpoint_guards.check_no_pending_rewind(self.checkpoint, job.name)
         recovered_start = self.checkpoint.starting_offsets()
         if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
             settings = settings.replace(starting_offsets=recovered_start)
-        restart.check_settings_compatible(self.checkpoint, job, settings)
+        checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.bootstrap = broker.bootstrap_servers(settings)
         kafka_client.check_reachable(self.bootstrap)
@@ -408,7 +409,7 @@ def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSum
 
 def run_pipeline(settings: Settings, job_names: list[str] | None = None) -> list[RunSummary]:
     """Every job (or those named), in dependency order, as available-now runs in one session."""
-    from spark_jobs.jobs import JOBS
+    from spark_jobs.jobs.registry import JOBS
 
     spark = get_spark(settings, "sigflow-pipeline")
     summaries = []

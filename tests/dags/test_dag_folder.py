@@ -1,5 +1,9 @@
 """The DAG folder: every DAG loads, is documented and owned, and the asset wiring holds."""
 
+import os
+import subprocess
+import sys
+
 from tests.dags.conftest import DAGS
 
 
@@ -35,3 +39,19 @@ def test_quality_runs_when_any_table_it_checks_is_updated(airflow_home):
     watched = {a.name for a in quality.timetable.asset_condition.objects}
     assert watched and watched <= emitted
     assert {t.task_id for t in quality.tasks} == {f"check_{a.removeprefix('sigflow.')}" for a in watched}
+
+
+HEAVY_MODULES = ("pyspark", "py4j", "pandas", "pyarrow", "deltalake", "great_expectations", "matplotlib")
+
+
+def test_parsing_a_dag_file_imports_no_spark_pandas_or_arrow(airflow_home):
+    """Airflow parses every DAG file again and again: only task code may load the heavy libraries."""
+    probe = (
+        "import runpy, sys; runpy.run_path(sys.argv[1]); "
+        f"print('heavy:' + ','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY_MODULES!r}))))"
+    )
+    for path in sorted(DAGS.glob("*.py")):
+        out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True,
+                             check=True, env=os.environ).stdout
+        loaded = next(line for line in out.splitlines() if line.startswith("heavy:")).removeprefix("heavy:")
+        assert loaded == "", f"{path.name} imports {loaded} when parsed"

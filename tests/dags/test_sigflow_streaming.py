@@ -20,7 +20,7 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     """100 minutes of events with late ones, a device that falls silent and alerts (some for
     devices that send nothing), read in several batches: every job's every table, the
     late_events and pipeline_metrics get rows, and the raw table holds every record."""
-    from spark_jobs.jobs import JOBS
+    from spark_jobs.jobs.registry import JOBS
     from spark_jobs.local.simulate import (
         event_payload,
         generate_alerts,

@@ -175,7 +175,7 @@ def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(
 def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spark, settings):
     """Spark keeps multipleWatermarkPolicy in the offset log and silently uses the old one on
     restart; so sigflow refuses the change, also for a checkpoint recorded before it knew."""
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
     send(settings, [Event("a", "d1", at(9, 0), 1.0)])
@@ -195,7 +195,7 @@ def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spa
 def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_runbook(spark, settings):
     """Sessions keep every open session of a device since state format 2; a checkpoint
     built before (no state_format recorded) is refused by sigflow, not failed in the JVM."""
-    from spark_jobs.jobs import get_job
+    from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
     send(settings, [Event("a", "d1", at(9, 0), 1.0)])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.jobs import JOBS
+from spark_jobs.jobs.registry import JOBS
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint

@@ -5,7 +5,7 @@ import pytest
 
 from spark_jobs.config import load_settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.jobs import get_job
+from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.engines import (
     DELTA_SPARK_CLASS,
     JVM,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.errors import BrokerUnavailable, DataLossError
-from spark_jobs.jobs import JOBS, get_job
+from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.local import broker as embedded
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime import kafka_client

@@ -1,0 +1,90 @@
+"""A restart plan: every change it will make, every reason it refuses, what comes after,
+and the refusals all three operations share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
+from spark_jobs.errors import SigflowError
+from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.local import broker
+from spark_jobs.ops import status
+from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.checkpoint import Checkpoint
+
+RUNBOOK = "docs/runbooks/rewind-and-reprocess.md"
+RECOVER_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
+
+
+@dataclass
+class Plan:
+    job: str
+    action: str
+    steps: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    afterwards: list[str] = field(default_factory=list)
+    runbook: str = RUNBOOK
+    changes: list[Callable[[], object]] = field(default_factory=list, repr=False)
+
+    def step(self, text: str, change: Callable[[], object]) -> None:
+        self.steps.append(text)
+        self.changes.append(change)
+
+    def refuse(self, reason: str) -> None:
+        self.refusals.append(reason)
+
+    def describe(self) -> str:
+        lines = [f"{self.action} {self.job}:"]
+        if self.refusals:
+            lines += [f"  REFUSED: {reason}" for reason in self.refusals]
+            lines.append(f"  see {self.runbook}")
+            return "\n".join(lines)
+        lines += [f"  {n}. {text}" for n, text in enumerate(self.steps, 1)] or ["  nothing to change"]
+        lines += [f"  then: {text}" for text in self.afterwards]
+        return "\n".join(lines)
+
+    def apply(self) -> None:
+        if self.refusals:
+            raise SigflowError(
+                f"refusing to {self.action} {self.job}: " + "; ".join(self.refusals), f"see {self.runbook}"
+            )
+        for change in self.changes:
+            change()
+
+
+def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None:
+    pid = status.running_pid(settings, job.name)
+    if pid is not None:
+        plan.refuse(f"{job.name} is running (pid {pid}): stop it first with `sigflow stop {job.name}`")
+
+
+def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:
+    """Refuse when Kafka retention already deleted records the re-run would need."""
+    bootstrap = broker.bootstrap_servers(settings)
+    kafka_client.check_reachable(bootstrap)
+    for topic, parts in start.items():
+        partitions = [int(p) for p in parts] if parts else kafka_client.topic_partitions(bootstrap, topic)
+        for p, (earliest, _) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
+            needed = int(parts[str(p)]) if parts else 0
+            if earliest > needed:
+                plan.refuse(f"Kafka retention removed {topic}[{p}] offsets {needed}..{earliest - 1}, "
+                            "which the re-run would need")
+
+
+def shared_tables(job: StreamingJob):
+    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS,)
+
+
+def refuse_pending_rewind(checkpoint: Checkpoint, plan: Plan) -> None:
+    pending = checkpoint.identity().get("pending_rewind")
+    if pending is not None:
+        plan.refuse(f"a rewind to batch {pending} did not finish: run that rewind again first")
+
+
+def offsets_text(offsets: dict) -> str:
+    return ", ".join(
+        f"{topic}[{p}]@{o}" for topic, parts in sorted(offsets.items()) for p, o in sorted(parts.items())
+    ) or "the start"

@@ -1,0 +1,110 @@
+"""Rewind: re-run every batch after a chosen one, exactly once.
+
+Why a rewind is safe to re-run: before touching anything it records its intent in the
+checkpoint (``pending_rewind``); jobs refuse to start while it is there, and running the
+same rewind again finishes it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from spark_jobs.config import Settings
+from spark_jobs.jobs.registry import get_job
+from spark_jobs.ops.restart.plan import (
+    Plan,
+    offsets_text,
+    refuse_if_kafka_dropped,
+    refuse_if_running,
+    shared_tables,
+)
+from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.delta_tables import (
+    count_rows,
+    delete_rows,
+    restore,
+    table_version,
+    version_left_by,
+)
+
+
+def plan_rewind(
+    settings: Settings, job_name: str, to_batch: int | None = None, to_time: datetime | None = None
+) -> Plan:
+    """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
+    job = get_job(job_name)
+    plan = Plan(job.name, "rewind")
+    checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
+    refuse_if_running(settings, job, plan)
+    committed = checkpoint.committed_batches()
+    pending = checkpoint.identity().get("pending_rewind")
+    problems = checkpoint.problems()
+    if problems:
+        plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
+        return plan
+    if to_time is not None:
+        to_batch = _last_batch_started_before(checkpoint, committed, to_time)
+        if to_batch is None:
+            plan.refuse(f"no committed batch started at or before {to_time.isoformat()}")
+            return plan
+    if to_batch is None:
+        plan.refuse("say which batch to rewind to (a batch id or a time)")
+        return plan
+    if pending is not None and pending != to_batch:
+        plan.refuse(f"an unfinished rewind to batch {pending} must be finished first (run it again)")
+        return plan
+    if not committed or (to_batch >= committed[-1] and pending is None):
+        plan.refuse(f"batch {to_batch} is not before the last committed batch "
+                    f"({committed[-1] if committed else 'none'}): there is nothing after it to re-run")
+        return plan
+    if to_batch not in committed or checkpoint.offsets(to_batch) is None:
+        plan.refuse(f"batch {to_batch} is no longer in the checkpoint (it holds batches "
+                    f"{committed[0]}..{committed[-1]}): rebuild with `sigflow checkpoint recover "
+                    f"{job.name} --from earliest` instead")
+        return plan
+    resume_from = checkpoint.offsets(to_batch).sources[0] or {}
+    refuse_if_kafka_dropped(settings, resume_from, plan)
+
+    checkpoint_id = checkpoint.checkpoint_id(job.name)
+    plan.step("record the rewind in the checkpoint: jobs refuse to start until it is complete",
+              lambda: _record_pending(checkpoint, to_batch))
+    for spec in job.tables:
+        uri = settings.table_uri(spec.name)
+        target = version_left_by(uri, job.name, checkpoint_id, to_batch)
+        current = table_version(uri)
+        if target is None:
+            plan.refuse(f"{spec.name} has no commit of batch {to_batch} or earlier from this checkpoint")
+        elif target != current:
+            plan.step(f"restore {spec.name} to version {target} (left by batch {to_batch}; now {current})",
+                      lambda uri=uri, target=target: restore(uri, target))
+    for spec in shared_tables(job):
+        uri = settings.table_uri(spec.name)
+        rows = count_rows(uri, job.name, to_batch)
+        if rows:
+            plan.step(f"delete the {rows} {spec.name} rows of {job.name} batches after {to_batch}",
+                      lambda uri=uri: delete_rows(uri, job.name, to_batch))
+    plan.step(f"delete checkpoint batches {to_batch + 1}..{committed[-1]} (offsets, commits) and the "
+              "state versions they wrote", lambda: checkpoint.truncate_after(to_batch))
+    plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
+              lambda: _finish_rewind(checkpoint, job.name, to_batch))
+    plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
+    return plan
+
+
+def _last_batch_started_before(checkpoint: Checkpoint, committed: list[int], when: datetime) -> int | None:
+    limit_ms = when.timestamp() * 1000
+    started = [b for b in committed if (o := checkpoint.offsets(b)) and o.batch_timestamp_ms <= limit_ms]
+    return started[-1] if started else None
+
+
+def _record_pending(checkpoint: Checkpoint, to_batch: int) -> None:
+    identity = checkpoint.identity()
+    identity["pending_rewind"] = to_batch
+    checkpoint.save_identity(identity)
+
+
+def _finish_rewind(checkpoint: Checkpoint, job: str, to_batch: int) -> None:
+    checkpoint.rotate_app_id(job, to_batch)
+    identity = checkpoint.identity()
+    identity.pop("pending_rewind", None)
+    checkpoint.save_identity(identity)

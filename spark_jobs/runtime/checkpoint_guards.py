@@ -1,0 +1,65 @@
+"""What a job checks in its checkpoint before it starts: no rewind left half done, and the
+settings its state was built with unchanged. Either refusal names the fix."""
+
+from __future__ import annotations
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import SigflowError
+from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.runtime.checkpoint import Checkpoint
+
+
+def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
+    """Jobs call this before starting: half a rewind would duplicate or lose rows."""
+    pending = checkpoint.identity().get("pending_rewind")
+    if pending is not None:
+        raise SigflowError(
+            f"{job}: a rewind to batch {pending} did not finish",
+            f"finish it first: sigflow checkpoint rewind {job} --to-batch {pending} --yes",
+        )
+
+
+INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
+
+
+def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]:
+    values = {"topics": ",".join(job.topics(settings)), "state_format": str(job.state_format)}
+    values.update({name: str(getattr(settings, name)) for name in job.checkpoint_settings})
+    return values
+
+
+# Settings Spark itself keeps in the checkpoint's offset log and uses on every restart,
+# whatever the session says: a change is silently ignored unless sigflow refuses it.
+SPARK_KEEPS = {"multiple_watermark_policy": "spark.sql.streaming.multipleWatermarkPolicy"}
+# What a checkpoint that ran before sigflow recorded an entry was built with.
+BEFORE_RECORDED = {"state_format": "1"}
+
+
+def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, settings: Settings) -> None:
+    """Refuse to resume a checkpoint built with settings its state depends on, now changed.
+
+    Spark would either fail deep in the JVM (a different state schema), carry on with state
+    built under the old windows or topics, or keep the old value without a word (SPARK_KEEPS).
+    Recorded at the first run. For a checkpoint that ran before an entry was recorded, the
+    entry is read from the offset log when Spark keeps it, else taken from BEFORE_RECORDED,
+    else as it is now.
+    """
+    current = checkpoint_settings(job, settings)
+    identity = checkpoint.identity()
+    recorded = identity.get("settings")
+    if recorded is None or set(current) - set(recorded):
+        latest = checkpoint.latest_offsets()
+        kept = latest.conf if latest else {}
+        earlier = {k: v for k, v in BEFORE_RECORDED.items() if latest and k in current}
+        from_spark = {k: kept[conf] for k, conf in SPARK_KEEPS.items() if k in current and conf in kept}
+        recorded = {**current, **earlier, **from_spark, **(recorded or {})}
+        checkpoint.save_identity({**identity, "settings": recorded})
+    changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
+    if changed:
+        what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+        raise SigflowError(
+            f"{job.name}: its checkpoint was built with other settings ({what}); resuming would "
+            "mix state built under the old settings with the new",
+            f"restore the old value, or rebuild under the new one: sigflow checkpoint recover "
+            f"{job.name} --from earliest --force --yes (see {INCOMPATIBLE_RUNBOOK})",
+        )

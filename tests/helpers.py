@@ -10,13 +10,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
-from deltalake import DeltaTable
 
 from spark_jobs.config import Settings
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
 from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.delta_tables import read_pandas
 from spark_jobs.runtime.runner import JobRun, RunSummary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> 
 
 
 def table(settings: Settings, name: str) -> pd.DataFrame:
-    return DeltaTable(settings.table_uri(name)).to_pandas()
+    return read_pandas(settings.table_uri(name))
 
 
 def contents(settings: Settings, name: str, ignore: frozenset[str] = frozenset({"ingest_time"})) -> Counter:

@@ -21,6 +21,7 @@ from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.delta_tables import count_matching
 
 log = logging.getLogger("sigflow.maintenance")
 
@@ -73,7 +74,7 @@ def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
 
     seconds = duration_seconds(settings.quarantine_retention, "quarantine_retention")
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=seconds)
-    old = table.to_pyarrow_dataset().count_rows(filter=ds.field("ingest_time") < cutoff)
+    old = count_matching(table.table_uri, ds.field("ingest_time") < cutoff)
     if old and not dry_run:
         table.delete(f"ingest_time < '{cutoff.strftime('%Y-%m-%d %H:%M:%S')}'")
     return old

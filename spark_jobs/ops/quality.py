@@ -155,6 +155,8 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
     failed critical expectation, after every table was checked and every result recorded."""
     from deltalake import DeltaTable
 
+    from spark_jobs.runtime.delta_tables import read_pandas
+
     all_suites = suites(settings)
     unknown = sorted(set(tables or []) - set(all_suites))
     if unknown:
@@ -167,7 +169,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
         if not DeltaTable.is_deltatable(uri):
             log.info("%s: no table yet, skipped", name)
             continue
-        frame = DeltaTable(uri).to_pandas()
+        frame = read_pandas(uri)
         if max_rows and len(frame) > max_rows:
             frame = frame.tail(max_rows)
         reports.append(_validate(context, name, frame, all_suites[name]))

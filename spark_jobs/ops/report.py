@@ -16,6 +16,7 @@ import pandas as pd
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.runtime.delta_tables import count_matching, read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
 
@@ -26,7 +27,7 @@ def _read(settings: Settings, name: str, columns: list[str] | None = None) -> pd
     uri = settings.table_uri(name)
     if not DeltaTable.is_deltatable(uri):
         return pd.DataFrame(columns=columns or [])
-    return DeltaTable(uri).to_pandas(columns=columns)
+    return read_pandas(uri, columns)
 
 
 def _figure(draw, title: str) -> str:
@@ -95,7 +96,7 @@ def _counts(settings: Settings) -> pd.DataFrame:
         uri = settings.table_uri(name)
         if DeltaTable.is_deltatable(uri):
             table = DeltaTable(uri)
-            rows.append((name, table.to_pyarrow_dataset().count_rows(), table.version()))
+            rows.append((name, count_matching(uri), table.version()))
     return pd.DataFrame(rows, columns=["table", "rows", "version"])
 
 

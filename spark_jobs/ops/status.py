@@ -18,6 +18,7 @@ from spark_jobs.jobs.registry import JOBS
 from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.delta_tables import read_pandas
 
 
 def _runfile(settings: Settings, job: str) -> Path:
@@ -82,7 +83,7 @@ def _metrics(settings: Settings):
     uri = settings.table_uri("pipeline_metrics")
     if not DeltaTable.is_deltatable(uri):
         return None
-    return DeltaTable(uri).to_pandas(columns=[
+    return read_pandas(uri, columns=[
         "job", "batch_id", "watermark", "input_rows_per_second", "processed_rows_per_second",
         "state_rows", "rows_dropped_by_watermark",
     ])
@@ -150,9 +151,7 @@ def quarantine_summary(settings: Settings, since: str = "24 hours", samples: int
     if not DeltaTable.is_deltatable(uri):
         return ["quarantined_events: no table yet (ingest has not run)"]
     cutoff = datetime.now(timezone.utc).timestamp() - duration_seconds(since, "since")
-    recent = DeltaTable(uri).to_pyarrow_dataset().to_table(
-        filter=ds.field("ingest_time") >= datetime.fromtimestamp(cutoff, timezone.utc)
-    ).to_pandas()
+    recent = read_pandas(uri, where=ds.field("ingest_time") >= datetime.fromtimestamp(cutoff, timezone.utc))
     lines = [f"quarantined in the last {since}: {len(recent)} records"]
     if recent.empty:
         return lines

@@ -18,9 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.runtime.delta_tables import METADATA_KEY
 
 log = logging.getLogger("sigflow.delta")
-METADATA_KEY = "sigflow"
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
@@ -133,20 +133,3 @@ def create_table(uri: str, spec: TableSpec) -> bool:
         uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
     )
     return True
-
-
-def commit_metadata(uri: str) -> list[dict[str, Any]]:
-    """sigflow metadata of each commit of a table, newest first (version included)."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(uri)
-    found = []
-    for entry in table.history():
-        raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
-        if not raw:
-            continue
-        parsed = json.loads(raw) if isinstance(raw, str) else raw
-        meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
-        if isinstance(meta, dict):
-            found.append({"version": entry.get("version"), **meta})
-    return found

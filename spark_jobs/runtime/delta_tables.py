@@ -4,7 +4,49 @@ streaming writes themselves go through ``spark_jobs.runtime.delta_sink``."""
 
 from __future__ import annotations
 
-from spark_jobs.runtime.delta_sink import commit_metadata
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+# the key of sigflow's entry in a Delta commit's metadata (job, batch, Kafka offsets)
+METADATA_KEY = "sigflow"
+
+
+def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
+    """A table (or its columns and rows matching ``where``) as Arrow; empty if there is none.
+
+    The scan is single-threaded on purpose. With pyarrow 26.0.1 and deltalake 1.6.6 the
+    threaded Arrow scanner (``to_pyarrow_table()``, ``to_pandas()``, ``to_table()``) aborted
+    the process at exit ("terminate called without an active exception", exit 134) in
+    about a quarter to two thirds of fresh processes, measured on a 6-row table; the
+    single-threaded scan never did (docs/streaming-facts.md, tests/spark_jobs/runtime/test_delta_tables.py).
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(uri):
+        import pyarrow as pa
+
+        return pa.table({})
+    return DeltaTable(uri).to_pyarrow_dataset().to_table(columns=columns, filter=where, use_threads=False)
+
+
+def read_pandas(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pd.DataFrame:
+    """``read_arrow`` as pandas."""
+    return read_arrow(uri, columns, where).to_pandas()
+
+
+def count_matching(uri: str, where: ds.Expression | None = None) -> int:
+    """Rows of the table matching ``where`` (all rows without it), scanned single-threaded
+    like ``read_arrow``; 0 if there is no table."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(uri):
+        return 0
+    return DeltaTable(uri).to_pyarrow_dataset().count_rows(filter=where, use_threads=False)
 
 
 def history(uri: str) -> list[dict]:
@@ -45,18 +87,14 @@ def predicate(job: str | None, after_batch: int | None) -> str | None:
 
 def count_rows(uri: str, job: str | None = None, after_batch: int | None = None) -> int:
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(uri):
-        return 0
-    dataset = DeltaTable(uri).to_pyarrow_dataset()
     condition = None
     if job:
         condition = ds.field("job") == job
     if after_batch is not None:
         later = ds.field("batch_id") > after_batch
         condition = later if condition is None else condition & later
-    return dataset.count_rows(filter=condition)
+    return count_matching(uri, condition)
 
 
 def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None) -> None:
@@ -64,3 +102,20 @@ def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None
 
     if DeltaTable.is_deltatable(uri):
         DeltaTable(uri).delete(predicate(job, after_batch))
+
+
+def commit_metadata(uri: str) -> list[dict[str, Any]]:
+    """sigflow metadata of each commit of a table, newest first (version included)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri)
+    found = []
+    for entry in table.history():
+        raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
+        if not raw:
+            continue
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
+        if isinstance(meta, dict):
+            found.append({"version": entry.get("version"), **meta})
+    return found

@@ -33,12 +33,16 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# One screen: what started, a line per step and per job, the summary table, what next.
 run: install
-	$(BIN)/sigflow broker start
-	$(BIN)/sigflow topics create
-	$(BIN)/sigflow simulate --events 5000 --devices 25
-	SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1000 $(BIN)/sigflow pipeline  # several batches: late data shows
-	$(BIN)/sigflow report
+	@$(BIN)/sigflow broker start
+	@$(BIN)/sigflow topics create
+	@$(BIN)/sigflow simulate --events 5000 --devices 25
+	@# batches of 1,000 records: a watermark is set after the first, so late data shows
+	@SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1000 $(BIN)/sigflow pipeline
+	@$(BIN)/sigflow report
+	@echo "next: sigflow status | sigflow quarantine | sigflow run dedup --processing-time 10s | make airflow"
+	@echo "      (sigflow is $(BIN)/sigflow; make stop stops the broker, make clean deletes data/)"
 
 airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_AIRFLOW_PORT)
 	$(BIN)/sigflow broker start

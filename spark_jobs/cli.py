@@ -117,12 +117,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from spark_jobs.jobs.registry import JOBS
     from spark_jobs.runtime import runner
 
-    summaries = runner.run_pipeline(_settings(args), args.jobs or None)
-    print("summary:")
-    for summary in summaries:
-        print(f"  {summary.line()}")
+    settings = _settings(args)
+    names = args.jobs or list(JOBS)
+    if not args.verbose:  # a line per job here; `sigflow run JOB` shows a line per batch
+        logging.getLogger("sigflow.batches").setLevel(logging.WARNING)
+    # on a terminal only (disable=None); stderr, like the log lines
+    with tqdm(total=len(names), desc="pipeline", unit="job", disable=None) as bar:
+        def done(summary) -> None:
+            bar.write(f"{summary.job}: {summary.batches} batch(es), {summary.rows_in:,} records in "
+                      f"{summary.seconds:.0f} s")
+            bar.update()
+
+        summaries = runner.run_pipeline(settings, names, on_job_done=done)
+    print("\n".join(runner.summary_table(summaries)))
+    print(f"tables: {settings.delta_root_uri}; per-batch JSON: {settings.progress_file('JOB')}")
     return 0
 
 
@@ -202,9 +215,13 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     from spark_jobs.local import airflow_local
 
     settings = _settings(args)
-    airflow = airflow_local.start(settings, args.port)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, service managers: stop the group then too
+    # Ctrl-C and SIGTERM (`kill`, service managers) stop every component in any phase, also
+    # when a shell started this as a background job with SIGINT ignored
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
+    airflow = None
     try:
+        airflow = airflow_local.start(settings, args.port)
         airflow.wait_ready()
         print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
         print(f"  user: {airflow_local.ADMIN}, password in {airflow.password_file}")
@@ -212,7 +229,12 @@ def cmd_airflow(args: argparse.Namespace) -> int:
         airflow.process.wait()
         return airflow.process.returncode or 0
     finally:
-        airflow.stop()
+        if airflow is not None:
+            for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop short
+                signal.signal(signum, signal.SIG_IGN)
+            print("stopping Airflow's components ...", flush=True)
+            airflow.stop()
+            print(f"Airflow stopped (every component; log {airflow.log_file})", flush=True)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -227,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sigflow", description=__doc__)
     parser.add_argument("--config", help="YAML settings file (also SIGFLOW_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--json", action="store_true",
+                        help="also print each batch's JSON progress line (always in <data_dir>/progress/<job>.jsonl)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("broker", help="the embedded Apache Kafka broker (KRaft)")
@@ -320,25 +344,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress_lines_as_bare_json() -> None:
-    """Per-batch progress lines go out as bare JSON, one per line, for log shippers."""
+# Libraries whose INFO lines are noise on a console (matplotlib's "categorical units",
+# Kafka client connection notes, GX's progress); their warnings still show.
+QUIET_LOGGERS = ("py4j", "kafka", "matplotlib", "PIL", "great_expectations", "urllib3", "asyncio", "httpx")
+
+
+class ConsoleFormat(logging.Formatter):
+    """``HH:MM:SS message`` for people; warnings and errors say so."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            stamp, _, message = text.partition(" ")
+            return f"{stamp} {record.levelname.lower()}: {message}"
+        return text
+
+
+def configure_logging(verbose: bool = False, json_progress: bool = False) -> None:
+    """Logging levels and formats, set once per command."""
+    handler = logging.StreamHandler()
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(ConsoleFormat("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+    for noisy in QUIET_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Per-batch JSON lines go to each job's progress file; on the console only with --json,
+    # bare, one per line, for log shippers.
     progress = logging.getLogger("sigflow.progress")
-    if not progress.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        progress.addHandler(handler)
-        progress.propagate = False
+    progress.propagate = False
+    progress.handlers.clear()
+    if json_progress:
+        bare = logging.StreamHandler(sys.stdout)
+        bare.setFormatter(logging.Formatter("%(message)s"))
+        progress.addHandler(bare)
+    else:
+        progress.addHandler(logging.NullHandler())
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("py4j", "kafka"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    _progress_lines_as_bare_json()
+    configure_logging(args.verbose, args.json)
     try:
         return args.func(args)
     except SigflowError as exc:

@@ -157,6 +157,10 @@ class Settings:
 
         return Path(self.jars_dir) if self.jars_dir else default_dir()
 
+    def progress_file(self, job: str) -> Path:
+        """The job's per-batch JSON progress lines (docs/observability.md)."""
+        return Path(self.data_dir) / "progress" / f"{job}.jsonl"
+
     @property
     def broker_dir(self) -> Path:
         return Path(self.data_dir) / "broker"

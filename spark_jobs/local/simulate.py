@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -138,30 +137,6 @@ def generate_alerts(
     return alerts
 
 
-class Progress:
-    """A single self-rewriting line on a terminal, periodic lines otherwise."""
-
-    def __init__(self, label: str, total: int | None = None, every_s: float = 1.0):
-        self.label, self.total, self.every_s = label, total, every_s
-        self.started = self.last = time.monotonic()
-        self.tty = sys.stderr.isatty()
-
-    def update(self, done: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < self.every_s:
-            return
-        self.last = now
-        rate = done / max(now - self.started, 1e-9)
-        of = f"/{self.total}" if self.total else ""
-        text = f"{self.label}: {done}{of} ({rate:,.0f}/s)"
-        print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-
-    def finish(self, done: int) -> None:
-        self.update(done, force=True)
-        if self.tty:
-            print(file=sys.stderr)
-
-
 def produce_records(
     bootstrap_servers: str,
     topic: str,
@@ -184,7 +159,10 @@ def produce_records(
             f"Kafka at {bootstrap_servers} did not answer",
             "start the embedded broker with `sigflow broker start`, or set KAFKA_BOOTSTRAP_SERVERS",
         ) from None
-    meter = Progress(f"produce {topic}", total) if progress else None
+    from tqdm import tqdm
+
+    # a bar with rate and ETA on a terminal; nothing when not a terminal (disable=None)
+    meter = tqdm(total=total, desc=f"produce {topic}", unit=" records", disable=None if progress else True)
     futures = []
     started = time.monotonic()
     sent = 0
@@ -195,8 +173,7 @@ def produce_records(
                 ahead = sent / rate_per_s - (time.monotonic() - started)
                 if ahead > 0:
                     time.sleep(ahead)
-            if meter:
-                meter.update(sent)
+            meter.update()
         producer.flush()
         for future in futures:
             future.get(timeout=30)
@@ -204,8 +181,7 @@ def produce_records(
         raise SigflowError(f"producing to {topic} failed after {sent} records: {exc}") from None
     finally:
         producer.close()
-    if meter:
-        meter.finish(sent)
+        meter.close()
     return sent
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Iterable
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -147,7 +148,9 @@ def _lag(end: dict | None, latest: dict | None) -> dict[str, int] | None:
 
 
 class ProgressLog(StreamingQueryListener):
-    """Logs every finished batch of a sigflow query as one JSON line (logger ``sigflow.progress``).
+    """Every finished batch of a sigflow query: one JSON line appended to the job's progress
+    file (and logged on ``sigflow.progress``, which ``sigflow --json`` shows), and one
+    sentence for people on ``sigflow.batches``.
 
     The listener bus is asynchronous: a batch's event can arrive after the query has
     stopped. pipeline_metrics is therefore written from the query's ``recentProgress``,
@@ -157,6 +160,12 @@ class ProgressLog(StreamingQueryListener):
     def __init__(self):
         super().__init__()
         self.counting: dict[str, Counting] = {}  # job -> how its progress is counted
+        self.files: dict[str, Path] = {}  # job -> its JSON lines file
+
+    def follow(self, job: str, counting: Counting, progress_file: Path) -> None:
+        """Count and file this job's batches so (one session runs many jobs in turn)."""
+        self.counting[job] = counting
+        self.files[job] = progress_file
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -167,7 +176,12 @@ class ProgressLog(StreamingQueryListener):
         if name.startswith(QUERY_PREFIX) and "addBatch" in (progress.get("durationMs") or {}):
             job = name[len(QUERY_PREFIX):]
             line = progress_line(job, progress, self.counting.get(job, Counting()))
-            progress_log.info(json.dumps(line, default=str))
+            text = json.dumps(line, default=str)
+            if job in self.files:
+                self.files[job].parent.mkdir(parents=True, exist_ok=True)
+                with self.files[job].open("a") as out:
+                    out.write(text + "\n")
+            progress_log.info(text)
             batch_log.info(progress_sentence(line))
 
     def onQueryIdle(self, event) -> None:

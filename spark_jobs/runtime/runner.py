@@ -19,6 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable
 
 from py4j.protocol import Py4JNetworkError
 from pyspark.errors import StreamingQueryException
@@ -63,9 +64,19 @@ class RunSummary:
     rows_dropped_by_watermark: int = 0
     duplicates_dropped: int = 0
     state_rows: int = 0
+    seconds: float = 0.0  # wall time of the run, when measured (pipeline)
 
     def add(self, table: str, rows: int) -> None:
         self.rows_written[table] = self.rows_written.get(table, 0) + rows
+
+    def zero_late_reason(self) -> str:
+        """Why nothing was dropped late, when nothing was (a zero should say why)."""
+        if not self.counts_late or self.rows_dropped_by_watermark:
+            return ""
+        if self.batches_behind_a_watermark:
+            return "none behind the watermark"
+        return ("all records came before a watermark was set: cut the stream into batches "
+                "with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped")
 
     def line(self) -> str:
         written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
@@ -73,10 +84,8 @@ class RunSummary:
         stateful = ""
         if self.counts_late:
             late = f"{self.rows_dropped_by_watermark} dropped late"
-            if not self.rows_dropped_by_watermark:  # say why a zero is a zero
-                late += (" (none behind the watermark)" if self.batches_behind_a_watermark else
-                         " (all records came before a watermark was set: cut the stream into "
-                         "batches with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped)")
+            if self.zero_late_reason():
+                late += f" ({self.zero_late_reason()})"
             stateful = f"; {self.duplicates_dropped} duplicates removed, {late}, {self.state_rows} state rows"
         return (
             f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
@@ -102,7 +111,7 @@ class JobRun:
             kafka_client.topic_partitions(self.bootstrap, topic)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
-        self.progress_log = listen(self.spark)  # JSON progress lines per batch
+        self.progress_log = listen(self.spark)  # a progress line per batch
         self.engine = detect_engine(self.spark, settings)
         self.sink = self.engine.sink(self.spark, settings)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
@@ -122,7 +131,7 @@ class JobRun:
         )
         plan = self.job.build(self.settings, records)
         self.counting = Counting(scans=source_scans(plan), branches=self.job.branches)
-        self.progress_log.counting[self.job.name] = self.counting
+        self.progress_log.follow(self.job.name, self.counting, self.settings.progress_file(self.job.name))
         return plan
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -177,7 +186,8 @@ class JobRun:
         described = ", ".join(
             f"{t} {'already written' if n is None else n}" for t, n in written.items()
         )
-        log.info("%s batch %d: %d result rows -> %s", self.job.name, batch_id, rows_out, described)
+        # detail for -v: the per-batch line people read is the progress sentence (metrics)
+        log.debug("%s batch %d: %d result rows -> %s", self.job.name, batch_id, rows_out, described)
 
     def _report_skipped_offsets(self, offsets, previous) -> None:
         """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
@@ -407,13 +417,34 @@ def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSum
     return run_.run_available_now() if available_now else run_.run_continuous()
 
 
-def run_pipeline(settings: Settings, job_names: list[str] | None = None) -> list[RunSummary]:
+def run_pipeline(
+    settings: Settings, job_names: list[str] | None = None, on_job_done: Callable[[RunSummary], None] | None = None
+) -> list[RunSummary]:
     """Every job (or those named), in dependency order, as available-now runs in one session."""
     from spark_jobs.jobs.registry import JOBS
 
     spark = get_spark(settings, "sigflow-pipeline")
     summaries = []
     for name in job_names or list(JOBS):
-        log.info("running %s", name)
+        log.debug("running %s", name)
+        started = time.monotonic()
         summaries.append(JobRun(get_job(name), settings, spark).run_available_now())
+        summaries[-1].seconds = time.monotonic() - started
+        if on_job_done:
+            on_job_done(summaries[-1])
     return summaries
+
+
+def summary_table(summaries: list[RunSummary]) -> list[str]:
+    """The runs side by side, one row per job, then why a zero dropped-late is a zero."""
+    header = ("job", "batches", "records in", "rows written", "duplicates", "dropped late", "state rows")
+    rows = [header]
+    for s in summaries:
+        stateful = [f"{s.duplicates_dropped:,}", f"{s.rows_dropped_by_watermark:,}", f"{s.state_rows:,}"]
+        rows.append((s.job, f"{s.batches:,}", f"{s.rows_in:,}", f"{sum(s.rows_written.values()):,}",
+                     *(stateful if s.counts_late else ["-", "-", "-"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    notes = [f"{s.job}: {why}" for s in summaries if (why := s.zero_late_reason())]
+    return lines + notes

@@ -50,6 +50,8 @@ def ensure_java() -> None:
 # A driver out of memory can hang on a lost task result (measured: 1,000,000 records in one
 # batch at 2g); exiting instead lets the job fail with advice.
 DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
+# sigflow's JVM logging: warnings only, one short line each, start-up chatter off.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
@@ -60,6 +62,9 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     """
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Python workers inherit this: PySpark 4.2's own pandas code (applyInPandasWithState)
+    # prints a pandas FutureWarning per worker on every sessions run, which nobody can act on.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded: stay on loopback
     builder = (
@@ -67,7 +72,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
+        .config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )

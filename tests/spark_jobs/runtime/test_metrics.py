@@ -64,6 +64,8 @@ def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkp
         assert line["input_rows"] == sum(ends[batch][p] - start[p] for p in ends[batch])
     assert sum(line["input_rows"] for line in lines) == 250
     assert all(line["state_operators"] for line in lines) and lines[-1]["watermark"] is not None
+    filed = [json.loads(text) for text in s.progress_file("dedup").read_text().splitlines()]
+    assert filed == lines  # the job's progress file holds the same lines, one per batch
 
 
 @pytest.mark.parametrize("job", ["windowed-averages", "alert-join"])

@@ -82,9 +82,10 @@ DEVICE_ALERTS = TableSpec(
 )
 QUARANTINED_EVENTS = TableSpec(
     "quarantined_events",
-    f"reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
+    f"reason_code STRING, reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
     "source_job STRING, ingest_time TIMESTAMP",
-    "Records that broke the event or alert contract, with the raw payload and the reason.",
+    "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
+    "(docs/event-contract.md) and the reason in words.",
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"

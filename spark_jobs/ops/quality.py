@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
 from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
 
@@ -74,7 +75,8 @@ SUITES: dict[str, Callable[[Settings], list[Check]]] = {
     + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
     + _in_range(s, "signal") + [_fresh(s, "event_time")],
     "device_alerts": lambda s: _not_null("alert_id", "device_id", "alert_time") + [_SEVERITY_KNOWN],
-    "quarantined_events": lambda s: _not_null("reason"),
+    "quarantined_events": lambda s: _not_null("reason_code", "reason")
+    + [Check("ExpectColumnValuesToBeInSet", {"column": "reason_code", "value_set": list(REASON_CODES)})],
     "device_signal_averages": lambda s: _not_null("device_id", "window_start", "window_end")
     + [_ordered("window_end", "window_start"),
        Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]

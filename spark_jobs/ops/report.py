@@ -107,8 +107,7 @@ def build(settings: Settings) -> str:
         busiest = averages.groupby("device_id").event_count.sum().nlargest(DEVICES_PLOTTED).index
         averages = averages[averages.device_id.isin(busiest)]
     late = _read(settings, "late_events", ["job", "event_time"])
-    quarantined = _read(settings, "quarantined_events", ["reason", "kafka_timestamp"])
-    quarantined["reason"] = quarantined.reason.str.split(":").str[0]
+    quarantined = _read(settings, "quarantined_events", ["reason_code", "kafka_timestamp"])
     metrics = _read(settings, "pipeline_metrics")
     counts = _counts(settings)
 
@@ -120,7 +119,7 @@ def build(settings: Settings) -> str:
             _stacked(late, "event_time", "job", "event time", "events dropped as late"),
             "Events dropped as late, by event time and job")),
         ("Quarantine", _figure(
-            _stacked(quarantined, "kafka_timestamp", "reason", "arrival (Kafka timestamp)", "records"),
+            _stacked(quarantined, "kafka_timestamp", "reason_code", "arrival (Kafka timestamp)", "records"),
             "Quarantined records, by arrival time and reason")),
         ("Batch durations", _figure(
             _lines(metrics.assign(seconds=metrics.get("duration_ms", pd.Series(dtype=float)) / 1000),

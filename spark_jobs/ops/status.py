@@ -155,10 +155,10 @@ def quarantine_summary(settings: Settings, since: str = "24 hours", samples: int
     lines = [f"quarantined in the last {since}: {len(recent)} records"]
     if recent.empty:
         return lines
-    for reason, group in recent.groupby("reason"):
-        lines.append(f"  {len(group):6d}  {reason}")
-        for text in group["payload_text"].head(samples):
-            lines.append(f"            e.g. {str(text)[:120]!r}")
+    for code, group in recent.groupby("reason_code"):
+        lines.append(f"  {len(group):6d}  {code}")
+        for _, row in group.head(samples).iterrows():
+            lines.append(f"            e.g. {row.reason}: {str(row.payload_text)[:100]!r}")
     by_partition = recent.groupby(["topic", "partition"]).size().sort_values(ascending=False)
     lines.append("by topic partition: " + ", ".join(f"{t}[{p}]={n}" for (t, p), n in by_partition.items()))
     return lines

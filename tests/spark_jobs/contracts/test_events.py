@@ -10,6 +10,14 @@ VALID = '{"event_id": "e1", "device_id": "d1", "event_time": "2026-11-22T12:04:0
 HUGE = '{"event_id": "e", "device_id": "d", "event_time": 1, "signal": 1, "blob": "' + "x" * 300_000 + '"}'
 
 
+CODE_OF_CAUSE = {
+    "not valid JSON": "not_json", "empty record": "empty_record", "not a JSON object": "not_an_object",
+    "missing required": "missing_field", "must be a string": "wrong_type", "must be a number": "wrong_type",
+    "is not finite": "not_finite", "is neither ISO": "bad_time", "after the record's Kafka": "time_ahead",
+    "before the record's Kafka": "time_too_old", "over the 256 KiB": "payload_too_large",
+    "must be one of": "value_not_allowed",
+}
+
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)  # when these records reached Kafka
 MAX_AHEAD = "1 minute"
 
@@ -75,6 +83,8 @@ def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
     assert valid.count() == 0
     row = quarantined.collect()[0]
     assert row.reason == reason
+    # the stable code of each cause, as docs/event-contract.md lists them
+    assert row.reason_code == next(code for words, code in CODE_OF_CAUSE.items() if words in reason)
     assert row.value == (value.encode() if isinstance(value, str) else value)
 
 
@@ -92,6 +102,8 @@ def test_alert_contract(spark, value, reason):
 
     valid, quarantined = parse_device_alerts(kafka_rows(spark, [value]), MAX_AHEAD)
     assert [r.reason for r in quarantined.collect()] == ([reason] if reason else [])
+    assert [r.reason_code for r in quarantined.collect()] == (
+        [next(code for words, code in CODE_OF_CAUSE.items() if words in reason)] if reason else [])
     assert valid.count() == (0 if reason else 1)
 
 

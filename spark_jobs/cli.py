@@ -120,7 +120,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from spark_jobs.jobs.registry import JOBS
-    from spark_jobs.runtime import runner
+    from spark_jobs.runtime import run_summary, runner
 
     settings = _settings(args)
     names = args.jobs or list(JOBS)
@@ -134,7 +134,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
             bar.update()
 
         summaries = runner.run_pipeline(settings, names, on_job_done=done)
-    print("\n".join(runner.summary_table(summaries)))
+    print("\n".join(run_summary.summary_table(summaries)))
     print(f"tables: {settings.delta_root_uri}; per-batch JSON: {settings.progress_file('JOB')}")
     return 0
 

@@ -52,6 +52,28 @@ def spark_interval(text: str, name: str = "duration") -> str:
     return f"{int(seconds)} seconds"
 
 
+class Duration(str):
+    """A duration setting as written ('10 minutes', '30s'), parsed once when the settings
+    load: ``.seconds`` and ``.spark`` (the form Spark's watermarks, windows and triggers
+    take). Still the text it was written as, for the checkpoint record and the docs."""
+
+    seconds: float
+
+    def __new__(cls, text: str, name: str = "duration") -> "Duration":
+        seconds = duration_seconds(text, name)  # raises ConfigError naming the setting
+        value = super().__new__(cls, str(text))
+        value.seconds = seconds
+        return value
+
+    @property
+    def spark(self) -> str:
+        return spark_interval(self)
+
+    @property
+    def ms(self) -> int:
+        return int(self.seconds * 1000)
+
+
 @dataclass(frozen=True)
 class Settings:
     # Where everything local lives; object-store URIs are accepted for the two roots.
@@ -79,7 +101,7 @@ class Settings:
     broker_log_level: str = "INFO"
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.
-    broker_outage_budget: str = "5 minutes"
+    broker_outage_budget: Duration = Duration("5 minutes")
 
     # Engine: jvm = Spark's Kafka source and delta-spark (the pinned JARs, see
     # infra/jars/); python = the Python Kafka source and delta-rs (a fallback); auto = jvm
@@ -95,31 +117,31 @@ class Settings:
     spark_log_level: str = "ERROR"
 
     # Streaming semantics (docs/semantics.md, docs/jobs/*.md).
-    trigger_interval: str = "10 seconds"
-    watermark_delay: str = "10 minutes"
+    trigger_interval: Duration = Duration("10 seconds")
+    watermark_delay: Duration = Duration("10 minutes")
     # An event or alert time more than this after its Kafka timestamp is quarantined: one
     # device clock ahead would otherwise move the watermark of every job (docs/semantics.md).
-    max_clock_ahead: str = "1 minute"
+    max_clock_ahead: Duration = Duration("1 minute")
     multiple_watermark_policy: str = "min"
-    tumbling_window: str = "5 minutes"
-    sliding_window: str = "10 minutes"
-    sliding_step: str = "5 minutes"
-    fleet_window: str = "15 minutes"
-    session_gap: str = "30 minutes"
-    alert_watermark_delay: str = "10 minutes"
-    alert_context: str = "5 minutes"  # alert-join: events this long before an alert
+    tumbling_window: Duration = Duration("5 minutes")
+    sliding_window: Duration = Duration("10 minutes")
+    sliding_step: Duration = Duration("5 minutes")
+    fleet_window: Duration = Duration("15 minutes")
+    session_gap: Duration = Duration("30 minutes")
+    alert_watermark_delay: Duration = Duration("10 minutes")
+    alert_context: Duration = Duration("5 minutes")  # alert-join: events this long before an alert
 
     # Data quality (sigflow quality): the device signal range, and how old the newest row of
     # a table may be before its freshness check warns.
     signal_min: float = -1000.0
     signal_max: float = 1000.0
-    quality_freshness: str = "2 hours"
+    quality_freshness: Duration = Duration("2 hours")
     quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
 
     # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
     # vacuum_retention: older table versions lose their files.
-    vacuum_retention: str = "7 days"
-    quarantine_retention: str = "30 days"
+    vacuum_retention: Duration = Duration("7 days")
+    quarantine_retention: Duration = Duration("30 days")
     checkpoint_batches_retained: int = 100
 
     # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
@@ -178,7 +200,9 @@ def _as_dict(settings: Settings) -> dict[str, Any]:
 
 
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
-    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(kind, kind)
+    kind = {"int": int, "float": float, "bool": bool, "str": str, "Duration": Duration}.get(kind, kind)
+    if kind is Duration:
+        return Duration(raw, name)
     try:
         if kind is bool:
             if isinstance(raw, bool):
@@ -204,11 +228,6 @@ def _validate(s: Settings) -> None:
                 f"setting {name}={getattr(s, name)!r} is not one of {', '.join(allowed)}",
                 f"env {ENV_PREFIX}{name.upper()}",
             )
-    for name in ("trigger_interval", "watermark_delay", "max_clock_ahead", "tumbling_window", "sliding_window",
-                 "sliding_step", "fleet_window", "session_gap", "alert_watermark_delay",
-                 "alert_context", "quality_freshness", "vacuum_retention", "quarantine_retention",
-                 "broker_outage_budget"):
-        duration_seconds(getattr(s, name), name)
     for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")

@@ -17,7 +17,8 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.delta_tables import read_pandas
-from spark_jobs.runtime.runner import JobRun, RunSummary
+from spark_jobs.runtime.run_summary import RunSummary
+from spark_jobs.runtime.runner import JobRun
 
 REPO = Path(__file__).resolve().parent.parent
 DAY_MS = int(datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp() * 1000)

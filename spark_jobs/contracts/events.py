@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import duration_seconds
+from spark_jobs.config import Duration
 from spark_jobs.contracts.reasons import REASON_CODES
 
 _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
@@ -126,7 +126,7 @@ def _reason(contract: Contract, max_ahead: str) -> Column:
             F.coalesce(F.concat(F.lit("'"), F.substring(_text(f), 1, 60), F.lit("'")), _vtype(f))))
         for f in contract.times
     ]
-    ahead_ms = int(duration_seconds(max_ahead, "max_clock_ahead") * 1000)
+    ahead_ms = Duration(max_ahead, "max_clock_ahead").ms
     checks += [
         check
         for f in contract.times

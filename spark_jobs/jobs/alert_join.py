@@ -17,7 +17,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings, duration_seconds, spark_interval
+from spark_jobs.config import Settings
 from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
@@ -29,14 +29,14 @@ ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
 def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
     alerts = parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS).withWatermark(
-        "alert_time", spark_interval(settings.alert_watermark_delay, "alert_watermark_delay")
+        "alert_time", settings.alert_watermark_delay.spark
     )
     # A re-sent event would join every alert in its range once more: events are deduplicated
     # first, as in the dedup job, so each (alert, event) pair is one row.
     events = deduplicate(settings, valid_events(settings, event_records)).select(
         F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal"
     )
-    context = F.expr(f"INTERVAL {int(duration_seconds(settings.alert_context, 'alert_context'))} SECONDS")
+    context = F.expr(f"INTERVAL {int(settings.alert_context.seconds)} SECONDS")
     condition = (
         (F.col("device_id") == F.col("event_device_id"))
         & (F.col("event_time") >= F.col("alert_time") - context)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings, spark_interval
+from spark_jobs.config import Settings
 from spark_jobs.contracts.events import parse_device_events
 
 
@@ -25,19 +25,19 @@ def deduplicate(settings: Settings, events: DataFrame) -> DataFrame:
     bounded. An id re-sent after that is treated as a new event (documented in
     docs/jobs/dedup.md); one re-sent behind the watermark is late and goes to late_events.
     """
-    delay = spark_interval(settings.watermark_delay, "watermark_delay")
+    delay = settings.watermark_delay.spark
     return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
 
 
 def tumbling(settings: Settings, time_col: str | Column = "event_time") -> Column:
-    return F.window(time_col, spark_interval(settings.tumbling_window, "tumbling_window"))
+    return F.window(time_col, settings.tumbling_window.spark)
 
 
 def sliding(settings: Settings, time_col: str | Column = "event_time") -> Column:
     return F.window(
         time_col,
-        spark_interval(settings.sliding_window, "sliding_window"),
-        spark_interval(settings.sliding_step, "sliding_step"),
+        settings.sliding_window.spark,
+        settings.sliding_step.spark,
     )
 
 

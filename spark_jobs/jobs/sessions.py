@@ -28,7 +28,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import DEVICE_SESSIONS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
@@ -129,7 +129,7 @@ def session_updater(gap_ms: int, timeout_from: str = "event_time"):
 
 
 def device_sessions(settings: Settings, events: DataFrame, timeout_from: str = "event_time") -> DataFrame:
-    gap_ms = int(duration_seconds(settings.session_gap, "session_gap") * 1000)
+    gap_ms = settings.session_gap.ms
     return (
         deduplicate(settings, events)
         .select("device_id", "event_time", "signal")

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
@@ -45,7 +45,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
     from deltalake import DeltaTable
 
     lines = []
-    retention_hours = duration_seconds(settings.vacuum_retention, "vacuum_retention") / 3600
+    retention_hours = settings.vacuum_retention.seconds / 3600
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
         if not DeltaTable.is_deltatable(uri):
@@ -72,7 +72,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
 def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
     import pyarrow.dataset as ds
 
-    seconds = duration_seconds(settings.quarantine_retention, "quarantine_retention")
+    seconds = settings.quarantine_retention.seconds
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=seconds)
     old = count_matching(table.table_uri, ds.field("ingest_time") < cutoff)
     if old and not dry_run:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.config import Settings
 from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
@@ -59,7 +59,7 @@ def _ordered(later: str, earlier: str, or_equal: bool = False) -> Check:
 
 
 def _fresh(settings: Settings, column: str) -> Check:
-    oldest = datetime.now(timezone.utc) - timedelta(seconds=duration_seconds(settings.quality_freshness, "quality_freshness"))
+    oldest = datetime.now(timezone.utc) - timedelta(seconds=settings.quality_freshness.seconds)
     return Check("ExpectColumnMaxToBeBetween",
                  {"column": column, "min_value": oldest}, WARNING)
 

@@ -8,7 +8,7 @@ def test_defaults_work_locally():
     s = load_settings(env={})
     assert s.table_uri("device_events") == "data/delta/device_events"
     assert s.checkpoint_uri("ingest") == "data/checkpoints/ingest"
-    assert duration_seconds(s.watermark_delay, "watermark_delay") == 600
+    assert s.watermark_delay.seconds == 600 and s.watermark_delay.spark == "600 seconds"
 
 
 def test_precedence_file_then_env_then_overrides(tmp_path):

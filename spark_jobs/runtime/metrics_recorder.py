@@ -1,0 +1,56 @@
+"""pipeline_metrics: one row per finished batch, written once."""
+
+from __future__ import annotations
+
+import threading
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.contracts.tables import PIPELINE_METRICS
+from spark_jobs.runtime.delta_sink import DeltaSink
+from spark_jobs.runtime.metrics import Counting, progress_dicts, progress_row
+from spark_jobs.runtime.run_summary import RunSummary
+
+
+class MetricsRecorder:
+    """Turns a query's progress into pipeline_metrics rows and the run's summary counts.
+
+    Called at the start of each batch (the batches before it have their progress by then),
+    every 0.5 s of a processing-time run, and when a run stops; the Delta txn (app id, last
+    batch id) makes a repeat a no-op, and a lock keeps the batch thread and the driving
+    loop from recording at once.
+    """
+
+    def __init__(self, job: str, spark: SparkSession, sink: DeltaSink, app_id: str, summary: RunSummary):
+        self.job, self.spark, self.sink, self.app_id, self.summary = job, spark, sink, app_id, summary
+        self.counting = Counting()  # set once the plan is built (metrics.Counting)
+        self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
+        self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
+        self.lock = threading.Lock()
+
+    def batch_written(self, batch_id: int, output_rows: int, late_events: int) -> None:
+        self.output_rows[batch_id] = (output_rows, late_events)
+
+    def record(self, query) -> None:
+        with self.lock:
+            self._record(query)
+
+    def _record(self, query) -> None:
+        fresh = []
+        for progress in progress_dicts(query):
+            batch_id = int(progress["batchId"])
+            if batch_id in self.rows:
+                continue
+            output, late = self.output_rows.get(batch_id, (0, 0))
+            self.rows[batch_id] = row = progress_row(self.job, progress, output, late, self.counting)
+            fresh.append(row)
+            self.summary.rows_in += row["input_rows"]
+            self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
+            self.summary.duplicates_dropped += row["duplicates_dropped"]
+            self.summary.state_rows = row["state_rows"]
+        done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
+        fresh = [r for r in fresh if done is None or r["batch_id"] > done]
+        if fresh:
+            frame = self.spark.createDataFrame(fresh, PIPELINE_METRICS.schema)
+            last = max(r["batch_id"] for r in fresh)
+            self.sink.append(frame, PIPELINE_METRICS, self.app_id, last, {"job": self.job})

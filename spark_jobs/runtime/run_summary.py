@@ -1,0 +1,61 @@
+"""What a run did, for people: the counts of one job's run and the table of several."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunSummary:
+    job: str
+    counts_late: bool = False  # the job has a lateness rule (every stateful event job)
+    batches: int = 0
+    batches_skipped: int = 0  # replayed batches whose rows Delta already held
+    batches_behind_a_watermark: int = 0  # batches with records that ran after a watermark was set
+    rows_in: int = 0
+    rows_written: dict[str, int] = field(default_factory=dict)
+    rows_dropped_by_watermark: int = 0
+    duplicates_dropped: int = 0
+    state_rows: int = 0
+    seconds: float = 0.0  # wall time of the run, when measured (pipeline)
+
+    def add(self, table: str, rows: int) -> None:
+        self.rows_written[table] = self.rows_written.get(table, 0) + rows
+
+    def zero_late_reason(self) -> str:
+        """Why nothing was dropped late, when nothing was (a zero should say why)."""
+        if not self.counts_late or self.rows_dropped_by_watermark:
+            return ""
+        if self.batches_behind_a_watermark:
+            return "none behind the watermark"
+        return ("all records came before a watermark was set: cut the stream into batches "
+                "with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped")
+
+    def line(self) -> str:
+        written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
+        skipped = f", {self.batches_skipped} replayed batch(es) already in Delta" if self.batches_skipped else ""
+        stateful = ""
+        if self.counts_late:
+            late = f"{self.rows_dropped_by_watermark} dropped late"
+            if self.zero_late_reason():
+                late += f" ({self.zero_late_reason()})"
+            stateful = f"; {self.duplicates_dropped} duplicates removed, {late}, {self.state_rows} state rows"
+        return (
+            f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
+            f"written: {written}{stateful}{skipped}"
+        )
+
+
+def summary_table(summaries: list[RunSummary]) -> list[str]:
+    """The runs side by side, one row per job, then why a zero dropped-late is a zero."""
+    header = ("job", "batches", "records in", "rows written", "duplicates", "dropped late", "state rows")
+    rows = [header]
+    for s in summaries:
+        stateful = [f"{s.duplicates_dropped:,}", f"{s.rows_dropped_by_watermark:,}", f"{s.state_rows:,}"]
+        rows.append((s.job, f"{s.batches:,}", f"{s.rows_in:,}", f"{sum(s.rows_written.values()):,}",
+                     *(stateful if s.counts_late else ["-", "-", "-"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    notes = [f"{s.job}: {why}" for s in summaries if (why := s.zero_late_reason())]
+    return lines + notes

@@ -140,7 +140,7 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     time.sleep(5)  # the last batches
     stop.set()
     worker.join(120)
-    durations = sorted(row["duration_ms"] for row in run.metrics.values() if row["input_rows"] > 0)
+    durations = sorted(row["duration_ms"] for row in run.recorder.rows.values() if row["input_rows"] > 0)
     pick = lambda q: durations[min(len(durations) - 1, int(q * len(durations)))] if durations else 0.0  # noqa: E731
     return {"batches": len(durations), "p50_ms": pick(0.50), "p95_ms": pick(0.95)}
 

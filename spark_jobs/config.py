@@ -46,10 +46,7 @@ def duration_seconds(text: str, name: str = "duration") -> float:
 
 def spark_interval(text: str, name: str = "duration") -> str:
     """A duration in the form Spark's withWatermark/window/trigger accept."""
-    seconds = duration_seconds(text, name)
-    if seconds < 1:
-        return f"{int(seconds * 1000)} milliseconds"
-    return f"{int(seconds)} seconds"
+    return Duration(text, name).spark
 
 
 class Duration(str):
@@ -67,7 +64,9 @@ class Duration(str):
 
     @property
     def spark(self) -> str:
-        return spark_interval(self)
+        if self.seconds < 1:
+            return f"{self.ms} milliseconds"
+        return f"{int(self.seconds)} seconds"
 
     @property
     def ms(self) -> int:

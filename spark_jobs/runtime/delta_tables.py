@@ -22,7 +22,7 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
     The scan is single-threaded on purpose. With pyarrow 26.0.1 and deltalake 1.6.6 the
     threaded Arrow scanner (``to_pyarrow_table()``, ``to_pandas()``, ``to_table()``) aborted
     the process at exit ("terminate called without an active exception", exit 134) in
-    about a quarter to two thirds of fresh processes, measured on a 6-row table; the
+    2 of 12 to 26 of 40 fresh processes, measured on a 6-row table; the
     single-threaded scan never did (docs/streaming-facts.md, tests/spark_jobs/runtime/test_delta_tables.py).
     """
     from deltalake import DeltaTable

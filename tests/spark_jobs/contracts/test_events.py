@@ -18,6 +18,10 @@ CODE_OF_CAUSE = {
     "must be one of": "value_not_allowed",
 }
 
+
+def code_of(reason: str) -> str:
+    return next(code for words, code in CODE_OF_CAUSE.items() if words in reason)
+
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)  # when these records reached Kafka
 MAX_AHEAD = "1 minute"
 
@@ -84,7 +88,7 @@ def test_malformed_record_is_quarantined_with_its_reason(spark, value, reason):
     row = quarantined.collect()[0]
     assert row.reason == reason
     # the stable code of each cause, as docs/event-contract.md lists them
-    assert row.reason_code == next(code for words, code in CODE_OF_CAUSE.items() if words in reason)
+    assert row.reason_code == code_of(reason)
     assert row.value == (value.encode() if isinstance(value, str) else value)
 
 
@@ -102,8 +106,7 @@ def test_alert_contract(spark, value, reason):
 
     valid, quarantined = parse_device_alerts(kafka_rows(spark, [value]), MAX_AHEAD)
     assert [r.reason for r in quarantined.collect()] == ([reason] if reason else [])
-    assert [r.reason_code for r in quarantined.collect()] == (
-        [next(code for words, code in CODE_OF_CAUSE.items() if words in reason)] if reason else [])
+    assert [r.reason_code for r in quarantined.collect()] == ([code_of(reason)] if reason else [])
     assert valid.count() == (0 if reason else 1)
 
 

@@ -38,31 +38,24 @@ RUN_MODE = (
 
 
 @task
-def validate_config() -> None:
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops.deploy import describe_settings
+def validate_config() -> list[str]:
+    from spark_jobs.ops import tasks
 
-    print("\n".join(describe_settings(load_settings())))
+    return tasks.describe_settings()
 
 
 @task
 def ensure_topics() -> list[str]:
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops.deploy import ensure_topics as ensure
+    from spark_jobs.ops import tasks
 
-    lines = ensure(load_settings())
-    print("\n".join(lines))
-    return lines
+    return tasks.ensure_topics()
 
 
 @task
 def ensure_tables() -> list[str]:
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops.deploy import ensure_tables as ensure
+    from spark_jobs.ops import tasks
 
-    lines = ensure(load_settings())
-    print("\n".join(lines))
-    return lines
+    return tasks.ensure_tables()
 
 
 @task.branch

@@ -16,12 +16,9 @@ from airflow.sdk import DAG, task
 
 @task
 def maintain_tables_and_checkpoints() -> list[str]:
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops import maintenance
+    from spark_jobs.ops import tasks
 
-    lines = maintenance.run(load_settings())
-    print("\n".join(lines))
-    return lines
+    return tasks.maintain()
 
 
 with DAG(

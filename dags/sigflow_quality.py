@@ -19,12 +19,9 @@ from spark_jobs.ops.quality import CHECKED_TABLES
 
 @task
 def check_table(table: str) -> str:
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops import quality
+    from spark_jobs.ops import tasks
 
-    lines = quality.check(load_settings(), [table])
-    print("\n".join(lines))
-    return lines[-1]
+    return tasks.check_table(table)
 
 
 with DAG(

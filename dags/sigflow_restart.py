@@ -27,21 +27,13 @@ from airflow.sdk import DAG, Param, task
 from spark_jobs.jobs import JOB_NAMES
 
 
-def _plan(params):
-    from spark_jobs.config import load_settings
-    from spark_jobs.ops import restart
-
-    return restart.plan(
-        load_settings(), params["job"], params["action"], to_batch=params["to_batch"], to_time=params["to_time"],
-        source=params["recover_from"], force=params["force"], accept_state_loss=params["accept_state_loss"],
-    )
-
-
 @task
 def show_plan(params=None) -> str:
     from airflow.sdk.exceptions import AirflowFailException
 
-    plan = _plan(params)
+    from spark_jobs.ops import tasks
+
+    plan = tasks.restart_plan(params)
     print(plan.describe())
     if plan.refusals:
         raise AirflowFailException(f"refused: {'; '.join(plan.refusals)} (see {plan.runbook})")
@@ -52,21 +44,20 @@ def show_plan(params=None) -> str:
 def apply_plan(params=None) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
+    from spark_jobs.ops import tasks
+
     if params["dry_run"]:
         raise AirflowSkipException("dry run: the plan above was not applied")
-    plan = _plan(params)  # planned again: the state may have moved since show_plan
+    plan = tasks.restart_plan(params)  # planned again: the state may have moved since show_plan
     print(plan.describe())
     plan.apply()
 
 
 @task
 def run_job(params=None) -> str:
-    from spark_jobs.config import load_settings
-    from spark_jobs.runtime import runner
+    from spark_jobs.ops import tasks
 
-    summary = runner.run(params["job"], load_settings())
-    print(summary.line())
-    return summary.line()
+    return tasks.run_job(params["job"])
 
 
 with DAG(

@@ -22,12 +22,9 @@ TABLE_ASSETS = {
 
 @task
 def run_job(job: str) -> str:
-    from spark_jobs.config import load_settings
-    from spark_jobs.runtime import runner
+    from spark_jobs.ops import tasks
 
-    summary = runner.run(job, load_settings())
-    print(summary.line())
-    return summary.line()
+    return tasks.run_job(job)
 
 
 with DAG(

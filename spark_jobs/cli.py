@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 from spark_jobs.config import Settings, load_settings
-from spark_jobs.errors import DriverDied, SigflowError
+from spark_jobs.errors import DriverDied, Interrupted, SigflowError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -215,11 +215,7 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     from spark_jobs.local import airflow_local
 
     settings = _settings(args)
-    # Ctrl-C and SIGTERM (`kill`, service managers) stop every component in any phase, also
-    # when a shell started this as a background job with SIGINT ignored
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _interrupt)
-    airflow = None
+    airflow = None  # Ctrl-C and SIGTERM reach here as KeyboardInterrupt (main) in any phase
     try:
         airflow = airflow_local.start(settings, args.port)
         airflow.wait_ready()
@@ -331,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
     p.set_defaults(func=cmd_quarantine)
 
-    p = sub.add_parser("report", help="an HTML page: averages, late data, quarantine, batch durations, state size")
+    p = sub.add_parser("report", help="an HTML page: averages, late data, quarantine; batch time, watermark, lag, state per job")
     p.add_argument("--out", help="default: <data_dir>/report.html")
     p.set_defaults(func=cmd_report)
 
@@ -386,6 +382,11 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.json)
+    # SIGTERM (`kill`, a service manager) stops a command as Ctrl-C does, and Ctrl-C works
+    # also in a shell's background job, which starts with SIGINT ignored. Long-running jobs
+    # replace these with a graceful stop (runtime/runner.py), `sigflow airflow` with its own.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
     try:
         return args.func(args)
     except SigflowError as exc:
@@ -399,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             # exit can abort on them (seen here: SIGABRT instead of exit code 2)
             sys.stderr.flush()
             os._exit(2)
-        return 2
+        return 130 if isinstance(exc, Interrupted) else 2
     except KeyboardInterrupt:
+        print("sigflow: interrupted", file=sys.stderr)
         return 130
 
 

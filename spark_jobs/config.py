@@ -4,29 +4,42 @@ Precedence, lowest first: the defaults below (they work on a laptop), a YAML fil
 (``--config`` or ``SIGFLOW_CONFIG``), ``SIGFLOW_<NAME>`` environment variables, then explicit
 overrides from the command line. ``KAFKA_BOOTSTRAP_SERVERS`` is honoured as the conventional
 name for ``kafka_bootstrap_servers``. Paths and URIs are built here and nowhere else.
+
+The model is a pydantic-settings ``BaseSettings``: pydantic types and checks every value once,
+when the settings load, and ``settings_customise_sources`` states the precedence. Any mistake
+becomes one ``ConfigError`` naming the setting, its environment variable and the allowed form.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass, field, fields
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    Field,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from spark_jobs.errors import ConfigError
 
 ENV_PREFIX = "SIGFLOW_"
 # Process-level variables that are not settings: the config file and fault-test crash points.
 RESERVED_ENV = {"SIGFLOW_CONFIG", "SIGFLOW_FAILPOINTS"}
-CHOICES = {
-    "engine": ("auto", "jvm", "python"),
-    "multiple_watermark_policy": ("min", "max"),
-}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
+_DURATION_FORM = "write it like '10 minutes', '30 seconds' or '5m'"
 _JVM_MEMORY = re.compile(r"^\d+[kmgt]$", re.IGNORECASE)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -37,7 +50,7 @@ def duration_seconds(text: str, name: str = "duration") -> float:
     if not match:
         raise ConfigError(
             f"setting {name}={text!r} is not a duration",
-            f"write it like '10 minutes', '30 seconds' or '5m' (env {ENV_PREFIX}{name.upper()})",
+            f"{_DURATION_FORM} (env {ENV_PREFIX}{name.upper()})",
         )
     unit = match.group(2)
     key = "ms" if unit.startswith("mil") or unit == "ms" else unit[0]
@@ -73,8 +86,39 @@ class Duration(str):
         return int(self.seconds * 1000)
 
 
-@dataclass(frozen=True)
-class Settings:
+# ---- setting types: each check states the allowed form, and the loader names the setting --
+def _as_duration(value: Any) -> Duration:
+    if isinstance(value, Duration):
+        return value
+    if not _DURATION.match(str(value)):
+        raise ValueError(f"not a duration; {_DURATION_FORM}")
+    return Duration(str(value))
+
+
+def _jvm_memory(value: str) -> str:
+    if not _JVM_MEMORY.match(value):
+        raise ValueError("not a JVM memory size; write it as Java does: 2g, 512m")
+    return value
+
+
+def _starting_offsets(value: str) -> str:
+    if value not in ("earliest", "latest") and not value.lstrip().startswith("{"):
+        raise ValueError(
+            "not earliest, latest or a JSON object; per-partition form: "
+            '{"device-events": {"0": 42, "1": -2}} (-2 earliest, -1 latest)'
+        )
+    return value
+
+
+DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
+JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
+StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
+
     # Where everything local lives; object-store URIs are accepted for the two roots.
     data_dir: str = "./data"
     delta_root: str = ""  # default: <data_dir>/delta
@@ -84,70 +128,70 @@ class Settings:
     kafka_bootstrap_servers: str = ""
     events_topic: str = "device-events"
     alerts_topic: str = "device-alerts"
-    topic_partitions: int = 3
+    topic_partitions: AtLeastOne = 3
     topic_retention_ms: int = 7 * 24 * 3600 * 1000
-    starting_offsets: str = "earliest"
+    starting_offsets: StartingOffsets = "earliest"
     # Records per micro-batch (0: no limit). Bounded by default: the embedded path collects
     # each batch to the driver for delta-rs, and a 1,000,000-record backlog read as one
     # batch ran a 1 GiB driver out of memory (measured, docs/streaming-facts.md).
-    max_offsets_per_trigger: int = 100_000
+    max_offsets_per_trigger: Annotated[int, Field(ge=0)] = 100_000
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0
     # Embedded Apache Kafka: its client port (0 picks a free one, kept across restarts),
     # its JVM heap and log level (the log is <data_dir>/broker/kafka.log).
     broker_port: int = 19092
-    broker_heap: str = "512m"
+    broker_heap: JvmMemory = "512m"
     broker_log_level: str = "INFO"
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.
-    broker_outage_budget: Duration = Duration("5 minutes")
+    broker_outage_budget: DurationSetting = "5 minutes"
 
     # Engine: jvm = Spark's Kafka source and delta-spark (the pinned JARs, see
     # infra/jars/); python = the Python Kafka source and delta-rs (a fallback); auto = jvm
     # when its classes load. jars_dir: where `sigflow jars fetch` put them.
-    engine: str = "auto"
+    engine: Literal["auto", "jvm", "python"] = "auto"
     jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
     spark_master: str = "local[2]"
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); the embedded path's batches pass through it on their way to delta-rs.
-    spark_driver_memory: str = "2g"
-    shuffle_partitions: int = 4
+    spark_driver_memory: JvmMemory = "2g"
+    shuffle_partitions: AtLeastOne = 4
     spark_ui: bool = False
     spark_log_level: str = "ERROR"
 
     # Streaming semantics (docs/semantics.md, docs/jobs/*.md).
-    trigger_interval: Duration = Duration("10 seconds")
-    watermark_delay: Duration = Duration("10 minutes")
+    trigger_interval: DurationSetting = "10 seconds"
+    watermark_delay: DurationSetting = "10 minutes"
     # An event or alert time more than this after its Kafka timestamp is quarantined: one
     # device clock ahead would otherwise move the watermark of every job (docs/semantics.md).
-    max_clock_ahead: Duration = Duration("1 minute")
-    multiple_watermark_policy: str = "min"
-    tumbling_window: Duration = Duration("5 minutes")
-    sliding_window: Duration = Duration("10 minutes")
-    sliding_step: Duration = Duration("5 minutes")
-    fleet_window: Duration = Duration("15 minutes")
-    session_gap: Duration = Duration("30 minutes")
-    alert_watermark_delay: Duration = Duration("10 minutes")
-    alert_context: Duration = Duration("5 minutes")  # alert-join: events this long before an alert
+    max_clock_ahead: DurationSetting = "1 minute"
+    multiple_watermark_policy: Literal["min", "max"] = "min"
+    tumbling_window: DurationSetting = "5 minutes"
+    sliding_window: DurationSetting = "10 minutes"
+    sliding_step: DurationSetting = "5 minutes"
+    fleet_window: DurationSetting = "15 minutes"
+    session_gap: DurationSetting = "30 minutes"
+    alert_watermark_delay: DurationSetting = "10 minutes"
+    alert_context: DurationSetting = "5 minutes"  # alert-join: events this long before an alert
 
     # Data quality (sigflow quality): the device signal range, and how old the newest row of
     # a table may be before its freshness check warns.
     signal_min: float = -1000.0
     signal_max: float = 1000.0
-    quality_freshness: Duration = Duration("2 hours")
+    quality_freshness: DurationSetting = "2 hours"
     quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
 
     # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
     # vacuum_retention: older table versions lose their files.
-    vacuum_retention: Duration = Duration("7 days")
-    quarantine_retention: Duration = Duration("30 days")
-    checkpoint_batches_retained: int = 100
+    vacuum_retention: DurationSetting = "7 days"
+    quarantine_retention: DurationSetting = "30 days"
+    checkpoint_batches_retained: AtLeastOne = 100
 
     # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
     airflow_port: int = 8080
     airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: SQLite, logs, password)
 
-    source_file: str = field(default="", compare=False)  # which YAML file was read, if any
+    source_file: str = ""  # which YAML file was read, if any (set by load_settings)
 
     # ---- derived locations -------------------------------------------------------------
     @property
@@ -187,78 +231,68 @@ class Settings:
         return Path(self.data_dir) / "broker"
 
     def replace(self, **changes: Any) -> "Settings":
-        return load_settings(env={}, overrides={**_as_dict(self), **changes})
+        """A copy with some settings changed, validated as loading validates."""
+        return load_settings(env={}, overrides={**self.model_dump(), **changes})
+
+    @model_validator(mode="after")
+    def _signal_range(self) -> "Settings":
+        if self.signal_min >= self.signal_max:
+            raise ValueError(f"signal_min ({self.signal_min}) must be below signal_max ({self.signal_max})")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Highest first: command-line overrides, SIGFLOW_* variables, the YAML file.
+        return init_settings, _EnvironmentSource(settings_cls), _YamlFileSource(settings_cls)
 
 
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
 
-def _as_dict(settings: Settings) -> dict[str, Any]:
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+# The environment the sources read: os.environ, or the mapping load_settings(env=...) was
+# given (tests and `replace` read none). A context variable, since pydantic-settings builds
+# its sources in a classmethod that sees no per-call state.
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("sigflow_environ", default=None)
 
 
-def _coerce(name: str, kind: Any, raw: Any) -> Any:
-    kind = {"int": int, "float": float, "bool": bool, "str": str, "Duration": Duration}.get(kind, kind)
-    if kind is Duration:
-        return Duration(raw, name)
-    try:
-        if kind is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        return kind(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"setting {name}={raw!r} is not a valid {kind.__name__}",
-            f"fix it in the config file or env {ENV_PREFIX}{name.upper()}",
-        ) from None
+class _Source(PydanticBaseSettingsSource):
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False
+
+    @staticmethod
+    def environ() -> Mapping[str, str]:
+        environ = _ENVIRON.get()
+        return os.environ if environ is None else environ
 
 
-def _validate(s: Settings) -> None:
-    for name, allowed in CHOICES.items():
-        if getattr(s, name) not in allowed:
-            raise ConfigError(
-                f"setting {name}={getattr(s, name)!r} is not one of {', '.join(allowed)}",
-                f"env {ENV_PREFIX}{name.upper()}",
-            )
-    for name in ("topic_partitions", "shuffle_partitions", "checkpoint_batches_retained"):
-        if getattr(s, name) < 1:
-            raise ConfigError(f"setting {name} must be at least 1, got {getattr(s, name)}")
-    for name in ("spark_driver_memory", "broker_heap"):
-        if not _JVM_MEMORY.match(getattr(s, name)):
-            raise ConfigError(
-                f"setting {name}={getattr(s, name)!r} is not a JVM memory size",
-                f"write it as Java does: 2g, 512m (env {ENV_PREFIX}{name.upper()})",
-            )
-    if s.max_offsets_per_trigger < 0:
-        raise ConfigError("setting max_offsets_per_trigger must be 0 (no limit) or positive")
-    if s.starting_offsets not in ("earliest", "latest") and not s.starting_offsets.lstrip().startswith("{"):
-        raise ConfigError(
-            f"setting starting_offsets={s.starting_offsets!r} is not earliest, latest or a JSON object",
-            'per-partition form: {"device-events": {"0": 42, "1": -2}} (-2 earliest, -1 latest)',
-        )
-    if s.signal_min >= s.signal_max:
-        raise ConfigError("setting signal_min must be below signal_max")
+class _EnvironmentSource(_Source):
+    """Every SIGFLOW_<NAME> variable, known or not: an unknown one is a mistake to report,
+    not to ignore (pydantic-settings' own env source reads only the known names)."""
+
+    def __call__(self) -> dict[str, Any]:
+        environ = self.environ()
+        values = {}
+        if environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+            values["kafka_bootstrap_servers"] = environ["KAFKA_BOOTSTRAP_SERVERS"]
+        for key, raw in environ.items():
+            if key.startswith(ENV_PREFIX) and key not in RESERVED_ENV:
+                values[key[len(ENV_PREFIX):].lower()] = raw
+        return values
 
 
-def load_settings(
-    config_file: str | os.PathLike | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Build the settings once; raise ConfigError with the offending name on any mistake."""
-    env = os.environ if env is None else env
-    kinds = {f.name: f.type for f in fields(Settings)}
-    values: dict[str, Any] = {}
-
-    config_file = config_file or env.get(f"{ENV_PREFIX}CONFIG")
-    if config_file:
+class _YamlFileSource(_Source):
+    def __call__(self) -> dict[str, Any]:
+        config_file = self.environ().get(f"{ENV_PREFIX}CONFIG")
+        if not config_file:
+            return {}
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist", "check --config / SIGFLOW_CONFIG")
@@ -268,23 +302,47 @@ def load_settings(
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of setting: value")
-        values.update(loaded)
-        values["source_file"] = str(path)
+        return {**loaded, "source_file": str(path)}
 
-    if env.get("KAFKA_BOOTSTRAP_SERVERS"):
-        values["kafka_bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
-    for key, raw in env.items():
-        if key.startswith(ENV_PREFIX) and key not in RESERVED_ENV:
-            values[key[len(ENV_PREFIX):].lower()] = raw
-    values.update(overrides or {})
 
-    unknown = sorted(set(values) - set(kinds))
+def load_settings(
+    config_file: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings once; raise ConfigError with the offending name on any mistake."""
+    environ = dict(os.environ if env is None else env)
+    if config_file:
+        environ[f"{ENV_PREFIX}CONFIG"] = str(config_file)
+    token = _ENVIRON.set(environ)
+    try:
+        return Settings(**(overrides or {}))
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """pydantic's errors, in the project's words: the setting, its value, the allowed form."""
+    unknown = sorted(str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden")
     if unknown:
-        raise ConfigError(
+        return ConfigError(
             f"unknown setting(s): {', '.join(unknown)}",
-            f"valid settings: {', '.join(k for k in kinds if k != 'source_file')}",
+            f"valid settings: {', '.join(k for k in Settings.model_fields if k != 'source_file')}",
         )
-    typed = {name: _coerce(name, kinds[name], raw) for name, raw in values.items()}
-    settings = dataclasses.replace(Settings(), **typed)
-    _validate(settings)
-    return settings
+    problems = []  # (what is wrong, where to fix it)
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        message = message[0].lower() + message[1:]
+        if error["loc"]:
+            name = str(error["loc"][0])
+            problems.append((f"setting {name}={error['input']!r}: {message}",
+                             f"set it in the config file or env {ENV_PREFIX}{name.upper()}"))
+        else:
+            problems.append((f"settings: {message}", "fix them in the config file or the environment"))
+    if len(problems) == 1:
+        return ConfigError(*problems[0])
+    return ConfigError(f"{len(problems)} settings are invalid",
+                       "fix them in the config file or the environment variables named above",
+                       details=[f"{what} ({where})" for what, where in problems])

@@ -20,6 +20,10 @@ class SigflowError(Exception):
         return "\n".join([*self.details, text])
 
 
+class Interrupted(SigflowError):
+    """Stopped by Ctrl-C or SIGTERM; the message says what was done before it (exit 130)."""
+
+
 class ConfigError(SigflowError):
     """A setting is missing, malformed or contradicts another."""
 

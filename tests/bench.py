@@ -145,7 +145,7 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     return {"batches": len(durations), "p50_ms": pick(0.50), "p95_ms": pick(0.95)}
 
 
-def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple[int, int]]:
+def state_rows_over_event_time(spark, settings, devices: int, say=print) -> dict[str, tuple[int, int]]:
     """State rows of the stateful jobs after 10 and after 60 minutes of event time, with
     `devices` devices each reading every 2 minutes: flat state means the second figure is
     not six times the first."""
@@ -168,12 +168,12 @@ def state_rows_over_event_time(spark, settings, devices: int) -> dict[str, tuple
         for job in ("dedup", "windowed-averages", "sessions"):
             summary = JobRun(get_job(job), s, spark).run_available_now()
             stages.setdefault(job, []).append(summary.state_rows)
-        print(f"  state rows after {minutes_to} minutes of event time: "
-              + ", ".join(f"{job} {rows[-1]:,}" for job, rows in stages.items()), flush=True)
+        say(f"  state rows after {minutes_to} minutes of event time: "
+            + ", ".join(f"{job} {rows[-1]:,}" for job, rows in stages.items()))
     return {job: tuple(rows) for job, rows in stages.items()}
 
 
-def storm_rates(spark, settings, events: int) -> tuple[float, float]:
+def storm_rates(spark, settings, events: int, say=print) -> tuple[float, float]:
     """ingest's events per second over `events` clean records, then over as many of which
     10% are garbage of every kind (binary, truncated JSON, 300 KiB payloads, wrong types,
     far-future and far-past times); the quarantined count is printed beside the malformed
@@ -190,9 +190,8 @@ def storm_rates(spark, settings, events: int) -> tuple[float, float]:
         summary = JobRun(get_job("ingest"), s, spark).run_available_now()
         rates.append(_rate(events, time.perf_counter() - started))
         malformed = sum(r.kind in MALFORMED_KINDS for r in records)
-        print(f"  ingest, {name} ({malformed_ratio:.0%} malformed): {rates[-1]:,.0f} events/s, "
-              f"{summary.rows_written.get('quarantined_events', 0):,} quarantined of {malformed:,} malformed",
-              flush=True)
+        say(f"  ingest, {name} ({malformed_ratio:.0%} malformed): {rates[-1]:,.0f} events/s, "
+            f"{summary.rows_written.get('quarantined_events', 0):,} quarantined of {malformed:,} malformed")
     return rates[0], rates[1]
 
 
@@ -212,11 +211,18 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
+    from tqdm import tqdm
+
     from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.engines import detect_engine
     from spark_jobs.runtime.runner import JobRun
     from spark_jobs.runtime.spark import get_spark
 
+    # One step per measurement: produce, ceiling, warm-up, source, each job (twice with the
+    # fallback), storm, latency, state. The bar shows on a terminal only; lines go above it.
+    bar = tqdm(total=4 + len(JOBS) * (1 if args.no_fallback else 2) + 3, desc="bench", unit=" step",
+               disable=None, leave=False)
+    say = bar.write
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
     base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0, "shuffle_partitions": 2})
     info = broker.start(base)
@@ -228,7 +234,7 @@ def main(argv=None) -> int:
         records = generate_events(args.events, devices=args.devices, seed=1, late_ratio=0.01,
                                   duplicate_ratio=0.02, malformed_ratio=0.01)
         pairs = [(r.key, r.value) for r in records]
-        print(f"bench: {len(pairs)} events, {args.devices} devices, broker {info.bootstrap_servers}", flush=True)
+        say(f"bench: {len(pairs)} events, {args.devices} devices, broker {info.bootstrap_servers}", flush=True)
 
         started = time.perf_counter()
         produce_records(info.bootstrap_servers, "bench-kp", pairs)
@@ -236,13 +242,15 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         confluent_produce(info.bootstrap_servers, s.events_topic, pairs)
         figures["produce confluent-kafka"] = _rate(len(pairs), time.perf_counter() - started)
+        bar.update()
         produce_records(info.bootstrap_servers, s.alerts_topic,
                         [(a.key, a.value) for a in generate_alerts(records, every=50, seed=1)])
         ceiling = figures["consume ceiling (confluent-kafka, best of 3)"] = max(
             _timed_rate(lambda: consume_all(info.bootstrap_servers, s.events_topic)) for _ in range(3)
         )
+        bar.update()
         for name, value in figures.items():
-            print(f"  {name}: {value:,.0f} events/s", flush=True)
+            say(f"  {name}: {value:,.0f} events/s")
 
         spark = get_spark(s, "sigflow-bench")
         # Warm-up, not measured: one full-size ingest into throwaway tables. Measured: after a
@@ -250,11 +258,12 @@ def main(argv=None) -> int:
         # next one (the JIT compiles the parse for large batches only once it sees them).
         warm = s.replace(checkpoint_root=str(data / "warm-cp"), delta_root=str(data / "warm-delta"))
         JobRun(get_job("ingest"), warm, spark).run_available_now()
+        bar.update()
         source = figures["Kafka source into Spark, count only (best of 3)"] = max(
             _timed_rate(lambda: source_into_spark(spark, s, s.events_topic)) for _ in range(3)
         )
-        print(f"  Kafka source into Spark, count only: {source:,.0f} events/s "
-              f"({source / ceiling:.2f} of the ceiling)", flush=True)
+        say(f"  Kafka source into Spark, count only: {source:,.0f} events/s ({source / ceiling:.2f} of the ceiling)")
+        bar.update()
         engine = detect_engine(spark, s).name
         per_job = {}
         for job in JOBS:
@@ -262,7 +271,8 @@ def main(argv=None) -> int:
             summary = JobRun(get_job(job), s, spark).run_available_now()
             seconds = time.perf_counter() - started
             per_job[job] = _rate(args.events, seconds)
-            print(f"  {job}: {seconds:.1f} s, {summary.line()}", flush=True)
+            say(f"  {job}: {seconds:.1f} s, {summary.line()}")
+            bar.update()
         fallback = {}
         if engine != "python" and not args.no_fallback:  # the fallback's figures beside, same topic
             py = s.replace(engine="python", checkpoint_root=str(data / "py-cp"), delta_root=str(data / "py-delta"))
@@ -272,22 +282,26 @@ def main(argv=None) -> int:
                 started = time.perf_counter()
                 JobRun(get_job(job), py, spark).run_available_now()
                 fallback[job] = _rate(args.events, time.perf_counter() - started)
-                print(f"  {job} on the python engine: {fallback[job]:,.0f} events/s", flush=True)
-        clean, storm = storm_rates(spark, s, args.storm_events)
+                say(f"  {job} on the python engine: {fallback[job]:,.0f} events/s")
+                bar.update()
+        clean, storm = storm_rates(spark, s, args.storm_events, say)
+        bar.update()
         figures[f"ingest, {args.storm_events} clean records (events/s)"] = clean
         figures[f"ingest under a 10% malformed storm, {args.storm_events} records (events/s)"] = storm
         latency = batch_latency(spark, s, rate=args.latency_rate, seconds=args.latency_seconds)
-        print(f"  ingest batch latency at {args.latency_rate} events/s offered, 1 s trigger: "
-              f"p50 {latency['p50_ms']:,.0f} ms, p95 {latency['p95_ms']:,.0f} ms over {latency['batches']} batches",
-              flush=True)
+        say(f"  ingest batch latency at {args.latency_rate} events/s offered, 1 s trigger: "
+            f"p50 {latency['p50_ms']:,.0f} ms, p95 {latency['p95_ms']:,.0f} ms over {latency['batches']} batches")
+        bar.update()
         figures[f"ingest batch p50 ms at {args.latency_rate} events/s"] = latency["p50_ms"]
         figures[f"ingest batch p95 ms at {args.latency_rate} events/s"] = latency["p95_ms"]
-        for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices).items():
+        for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices, say).items():
             figures[f"{job} state rows after 10 min"] = after_10
             figures[f"{job} state rows after 60 min"] = after_60
         figures["driver peak rss MB"] = driver_peak_rss_mb()
         figures["broker peak rss MB"] = peak_rss_mb(info.pid)
+        bar.update()
     finally:
+        bar.close()
         broker.stop(base)
         shutil.rmtree(data, ignore_errors=True)
 

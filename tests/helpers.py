@@ -83,6 +83,19 @@ def contents(settings: Settings, name: str, ignore: frozenset[str] = frozenset({
     return Counter(tuple(map(repr, row)) for row in frame[columns].itertuples(index=False))
 
 
+def processes_with_env(variable: str, value) -> list[int]:
+    """Live processes whose environment has variable=value: what a command left running."""
+    marker = f"{variable}={value}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
 def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[str, str]:
     """The environment an operator's shell would have for these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.reasons import code_from_detail_sql
+
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
@@ -46,6 +48,9 @@ class TableSpec:
     ddl: str  # Spark DDL column list
     description: str
     partition_by: tuple[str, ...] = ()
+    # (column, SQL expression over the other columns): how rows written before a column was
+    # added get its value when the table is migrated (spark_jobs/runtime/delta_sink.py).
+    backfill: tuple[tuple[str, str], ...] = ()
 
     @property
     def schema(self) -> StructType:
@@ -86,6 +91,7 @@ QUARANTINED_EVENTS = TableSpec(
     "source_job STRING, ingest_time TIMESTAMP",
     "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
     "(docs/event-contract.md) and the reason in words.",
+    backfill=(("reason_code", code_from_detail_sql("reason")),),
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"

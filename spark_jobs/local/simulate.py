@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
-from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.errors import BrokerUnavailable, Interrupted, SigflowError
 
 MALFORMED_KINDS = (
     "not_json", "truncated_json", "binary", "missing_field", "wrong_type",
@@ -179,6 +179,11 @@ def produce_records(
             future.get(timeout=30)
     except KafkaError as exc:
         raise SigflowError(f"producing to {topic} failed after {sent} records: {exc}") from None
+    except KeyboardInterrupt:
+        producer.close()  # delivers what was handed over before the signal
+        of_total = f" of {total:,}" if total else ""
+        raise Interrupted(f"interrupted after {sent:,}{of_total} records sent to {topic}",
+                          "the records sent are in Kafka; a new run sends new ones") from None
     finally:
         producer.close()
         meter.close()

@@ -6,8 +6,6 @@ Each step is idempotent and says what it found: deploying twice changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local import broker
@@ -18,7 +16,7 @@ from spark_jobs.runtime.delta_sink import create_table
 def describe_settings(settings: Settings) -> list[str]:
     """The effective settings: loading them is the validation. (No setting holds a secret.)"""
     lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
-    for name, value in asdict(settings).items():
+    for name, value in settings.model_dump().items():
         lines.append(f"  {name} = {value!r}")
     return lines
 
@@ -34,8 +32,5 @@ def ensure_topics(settings: Settings) -> list[str]:
 
 
 def ensure_tables(settings: Settings) -> list[str]:
-    return [
-        f"table {name}: {'created' if create_table(settings.table_uri(name), spec) else 'exists'}"
-        for name, spec in ALL_TABLES.items()
-    ]
+    return [f"table {name}: {create_table(settings.table_uri(name), spec)}" for name, spec in ALL_TABLES.items()]
 

@@ -165,8 +165,11 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
         raise SigflowError(f"no quality suite for {', '.join(unknown)}", f"suites: {', '.join(all_suites)}")
     context = _context(settings)
     run_id, run_time = uuid.uuid4().hex[:12], datetime.now(timezone.utc)
+    from tqdm import tqdm
+
     reports = []
-    for name in tables or list(all_suites):
+    # A bar on a terminal only: Airflow task logs and pipes get the result lines alone.
+    for name in tqdm(tables or list(all_suites), desc="quality", unit=" table", disable=None, leave=False):
         uri = settings.table_uri(name)
         if not DeltaTable.is_deltatable(uri):
             log.info("%s: no table yet, skipped", name)

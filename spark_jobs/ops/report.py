@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -55,12 +56,18 @@ def _figure(draw, title: str) -> str:
 
 def _lines(frame: pd.DataFrame, x: str, y: str, by: str, xlabel: str, ylabel: str):
     def draw(ax) -> bool:
-        if frame.empty:
+        frame_drawn = frame.dropna(subset=[y]) if y in frame else frame.iloc[0:0]
+        if frame_drawn.empty:
             return False
-        for key, group in frame.sort_values(x).groupby(by):
+        for key, group in frame_drawn.sort_values(x).groupby(by):
             ax.plot(group[x], group[y], marker=".", label=str(key))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
+        for axis, column in ((ax.xaxis, x), (ax.yaxis, y)):
+            if pd.api.types.is_datetime64_any_dtype(frame_drawn[column]):
+                from matplotlib import dates
+
+                axis.set_major_formatter(dates.ConciseDateFormatter(axis.get_major_locator()))
         return True
     return draw
 
@@ -100,6 +107,20 @@ def _counts(settings: Settings) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["table", "rows", "version"])
 
 
+def batches(metrics: pd.DataFrame) -> pd.DataFrame:
+    """pipeline_metrics with what the plots read: seconds per batch and records behind in
+    Kafka at the batch's end (from the progress JSON)."""
+    from spark_jobs.runtime.metrics import records_behind
+
+    if metrics.empty:
+        return metrics.assign(seconds=pd.Series(dtype=float), records_behind=pd.Series(dtype=float))
+    behind = [records_behind(json.loads(text)) if text else None for text in metrics.progress_json]
+    # Before its first watermark a query reports the epoch; plotted, it would flatten the rest.
+    watermark = metrics.watermark.where(metrics.watermark > pd.Timestamp(0, tz=metrics.watermark.dt.tz))
+    return metrics.assign(seconds=metrics.duration_ms / 1000, watermark=watermark,
+                          records_behind=pd.Series(behind, index=metrics.index, dtype=float))
+
+
 def build(settings: Settings) -> str:
     averages = _read(settings, "device_signal_averages")
     if not averages.empty:
@@ -108,7 +129,7 @@ def build(settings: Settings) -> str:
         averages = averages[averages.device_id.isin(busiest)]
     late = _read(settings, "late_events", ["job", "event_time"])
     quarantined = _read(settings, "quarantined_events", ["reason_code", "kafka_timestamp"])
-    metrics = _read(settings, "pipeline_metrics")
+    metrics = batches(_read(settings, "pipeline_metrics"))
     counts = _counts(settings)
 
     sections = [
@@ -122,11 +143,16 @@ def build(settings: Settings) -> str:
             _stacked(quarantined, "kafka_timestamp", "reason_code", "arrival (Kafka timestamp)", "records"),
             "Quarantined records, by arrival time and reason")),
         ("Batch durations", _figure(
-            _lines(metrics.assign(seconds=metrics.get("duration_ms", pd.Series(dtype=float)) / 1000),
-                   "batch_id", "seconds", "job", "batch id", "seconds"),
+            _lines(metrics, "batch_time", "seconds", "job", "batch start (UTC)", "seconds"),
             "Micro-batch duration per job")),
+        ("Watermark", _figure(
+            _lines(metrics, "batch_time", "watermark", "job", "batch start (UTC)", "watermark (event time)"),
+            "Event-time watermark per job: rows older than it are dropped as late")),
+        ("Kafka lag", _figure(
+            _lines(metrics, "batch_time", "records_behind", "job", "batch start (UTC)", "records behind"),
+            "Records left in Kafka after each batch, per job")),
         ("State size", _figure(
-            _lines(metrics, "batch_id", "state_rows", "job", "batch id", "state rows"),
+            _lines(metrics, "batch_time", "state_rows", "job", "batch start (UTC)", "state rows"),
             "State rows per stateful job after each batch")),
     ]
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -39,8 +39,14 @@ class DeltaSink:
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)
 
-    def ensure_table(self, spec: TableSpec) -> bool:
-        """Create the table with its schema when missing. Returns True if it was created."""
+    def ensure_table(self, spec: TableSpec) -> str:
+        """Create the table when missing, or add the columns it lacks: what was done."""
+        if _table_exists(self.uri(spec)):
+            return migrate_table(self.uri(spec), spec)
+        self._create(spec)
+        return "created"
+
+    def _create(self, spec: TableSpec) -> None:
         raise NotImplementedError
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
@@ -65,15 +71,9 @@ class DeltaSink:
 class DeltaSparkSink(DeltaSink):
     """delta-spark: the JVM writes, and Delta itself skips a (txnAppId, txnVersion) it holds."""
 
-    def ensure_table(self, spec: TableSpec) -> bool:
-        from deltalake import DeltaTable
-
-        uri = self.uri(spec)
-        if DeltaTable.is_deltatable(uri):
-            return False
+    def _create(self, spec: TableSpec) -> None:
         empty = self.spark.createDataFrame([], spec.schema)
-        empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(uri)
-        return True
+        empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(self.uri(spec))
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
         uri = self.uri(spec)
@@ -103,8 +103,8 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
 class DeltaRsSink(DeltaSink):
     """delta-rs (the python engine): the batch is collected to Arrow in the driver."""
 
-    def ensure_table(self, spec: TableSpec) -> bool:
-        return create_table(self.uri(spec), spec)
+    def _create(self, spec: TableSpec) -> None:
+        create_table(self.uri(spec), spec)
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int:
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -123,13 +123,42 @@ class DeltaRsSink(DeltaSink):
         return data.num_rows
 
 
-def create_table(uri: str, spec: TableSpec) -> bool:
-    """Create the table with its schema when missing (delta-rs). True if it was created."""
+def create_table(uri: str, spec: TableSpec) -> str:
+    """Create the table with its schema when missing, or migrate it (delta-rs): what was done."""
     from deltalake import DeltaTable
 
-    if DeltaTable.is_deltatable(uri):
-        return False
+    if _table_exists(uri):
+        return migrate_table(uri, spec)
     DeltaTable.create(
         uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
     )
-    return True
+    return "created"
+
+
+def _table_exists(uri: str) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(uri)
+
+
+def migrate_table(uri: str, spec: TableSpec) -> str:
+    """Additive migration: the spec's columns the table lacks are added (nullable, as every
+    column is) and filled by the spec's backfill expressions. Nothing is dropped or retyped:
+    readers of older versions keep working, and so does a rewind to a version before it."""
+    from deltalake import DeltaTable, Field
+
+    table = DeltaTable(uri)
+    present = {field.name for field in table.schema().fields}
+    missing = [field for field in arrow_schema(spec) if field.name not in present]
+    if not missing:
+        return "exists"
+    table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in missing])
+    added = [field.name for field in missing]
+    fills = {column: sql for column, sql in spec.backfill if column in added}
+    filled = ""
+    if fills:
+        metrics = DeltaTable(uri).update(
+            updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
+        filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
+    log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
+    return f"exists, added column(s) {', '.join(added)}{filled}"

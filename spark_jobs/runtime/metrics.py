@@ -107,6 +107,15 @@ def progress_line(job: str, progress: dict[str, Any], counting: Counting = Count
     return {"event": "batch_progress", **line}
 
 
+def records_behind(progress: dict[str, Any]) -> int | None:
+    """Records in Kafka past the batch's end, all sources together; None when no source
+    reports its latest offsets."""
+    lags = [_lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+            for source in progress.get("sources") or []]
+    known = [sum(lag.values()) for lag in lags if lag is not None]
+    return sum(known) if known else None
+
+
 def progress_sentence(line: dict[str, Any]) -> str:
     """A progress line as people read it: counts, rate, watermark, state, records behind."""
     seconds = line["duration_ms"] / 1000

@@ -52,3 +52,36 @@ def test_durations():
     assert duration_seconds("10 minutes") == 600
     assert duration_seconds("30s") == 30
     assert spark_interval("5m") == "300 seconds"
+
+
+def test_an_error_names_the_setting_its_variable_and_the_allowed_form():
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"SIGFLOW_TRIGGER_INTERVAL": "often"})
+    text = str(err.value)
+    assert "trigger_interval='often'" in text and "SIGFLOW_TRIGGER_INTERVAL" in text and "10 minutes" in text
+
+
+def test_every_invalid_setting_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"SIGFLOW_SHUFFLE_PARTITIONS": "0", "SIGFLOW_BROKER_HEAP": "lots"})
+    assert err.value.message == "2 settings are invalid"
+    assert sorted(line.split("=")[0] for line in err.value.details) == ["setting broker_heap", "setting shuffle_partitions"]
+
+
+def test_a_file_setting_is_checked_like_an_env_setting(tmp_path):
+    path = tmp_path / "sigflow.yaml"
+    path.write_text("session_gap: forever\n")
+    with pytest.raises(ConfigError, match="session_gap"):
+        load_settings(config_file=path, env={})
+    path.write_text("watermark_delay: 2 hours\nwatermark: 1m\n")
+    with pytest.raises(ConfigError, match="unknown setting.*watermark"):
+        load_settings(config_file=path, env={})
+
+
+def test_settings_are_immutable_and_replace_revalidates():
+    s = load_settings(env={})
+    with pytest.raises(Exception):
+        s.events_topic = "other"
+    assert s.replace(watermark_delay="2h").watermark_delay.seconds == 7200
+    with pytest.raises(ConfigError, match="watermark_delay"):
+        s.replace(watermark_delay="later")

@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -16,7 +15,7 @@ from spark_jobs.local import airflow_local
 from spark_jobs.local.broker import free_port
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import REPO, cli_env
+from tests.helpers import REPO, cli_env, processes_with_env
 
 ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
 
@@ -66,19 +65,6 @@ def test_a_busy_port_is_refused_with_what_to_do(settings):
     assert "SIGFLOW_AIRFLOW_PORT" in refused.value.hint
 
 
-def _processes_using(airflow_home) -> list[int]:
-    """Live processes whose environment points at this Airflow home."""
-    marker = f"AIRFLOW_HOME={airflow_home}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_airflow_is_starting_stops_every_component(settings, monkeypatch, signum):
     """Ctrl-C (or a service manager's SIGTERM) while `sigflow airflow` waits for the api-server.
@@ -91,7 +77,7 @@ def test_a_signal_while_airflow_is_starting_stops_every_component(settings, monk
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 60
-    while not _processes_using(home) or not (home / "standalone.log").exists():
+    while not processes_with_env("AIRFLOW_HOME", home) or not (home / "standalone.log").exists():
         assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
         time.sleep(0.5)
     time.sleep(5)  # well inside the wait for the api-server (it takes 30 s or more here)
@@ -99,5 +85,5 @@ def test_a_signal_while_airflow_is_starting_stops_every_component(settings, monk
     command.send_signal(signum)
     output, _ = command.communicate(timeout=90)
     assert command.returncode == 130, output
-    assert "stopped" in output.splitlines()[-1], output
-    assert _processes_using(home) == []
+    assert "Airflow stopped" in output and output.splitlines()[-1] == "sigflow: interrupted", output
+    assert processes_with_env("AIRFLOW_HOME", home) == []

@@ -14,7 +14,7 @@ def _sections(page: str) -> dict[str, str]:
 
 def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings, tmp_path):
     s = settings.replace(max_offsets_per_trigger=150)  # 4+ batches: late drops start at the third
-    produce(s, generate_events(600, seed=3, late_ratio=0.05))
+    produced = produce(s, generate_events(600, seed=3, late_ratio=0.05))
     for job in ("ingest", "dedup", "windowed-averages"):
         run_job(spark, s, job)
 
@@ -22,7 +22,7 @@ def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings,
 
     sections = _sections(page)
     assert list(sections) == ["Tables", "Per-device signal averages", "Late data", "Quarantine",
-                              "Batch durations", "State size"]
+                              "Batch durations", "Watermark", "Kafka lag", "State size"]
     for title in list(sections)[1:]:
         assert "data:image/png;base64," in sections[title], f"{title} has no plot"
     shown = {name: int(rows) for name, rows in
@@ -31,7 +31,16 @@ def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings,
         assert shown[name] == len(table(s, name))
     assert "https://" not in page and "http://" not in page  # opens offline
 
+    # The lag plotted: what Kafka held past each batch's end, i.e. what was produced less
+    # what the batches so far read (Spark's row count, not the offsets the lag comes from).
+    ingest = report.batches(table(s, "pipeline_metrics")).query("job == 'ingest'").sort_values("batch_id")
+    assert len(ingest) >= 4 and ingest.records_behind.iloc[0] > 0
+    assert ingest.records_behind.tolist() == (produced - ingest.input_rows.cumsum()).tolist()
+    assert ingest.records_behind.iloc[-1] == 0
+    watermarks = report.batches(table(s, "pipeline_metrics")).query("job == 'windowed-averages'").sort_values("batch_id").watermark
+    assert watermarks.dropna().is_monotonic_increasing and watermarks.notna().any()
+
 
 def test_report_on_a_fresh_install_says_there_is_no_data_yet(settings, tmp_path):
     page = report.write(settings, tmp_path / "report.html").read_text()
-    assert page.count("no data yet") == 5
+    assert page.count("no data yet") == 7

@@ -1,11 +1,19 @@
 """Both writers behind one interface: the same table, the same exactly-once behaviour."""
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
-from spark_jobs.contracts.tables import TableSpec
-from spark_jobs.runtime.delta_sink import DeltaRsSink, DeltaSparkSink
-from spark_jobs.runtime.delta_tables import commit_metadata, count_matching
+from spark_jobs.contracts.tables import QUARANTINED_EVENTS, TableSpec
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime.delta_sink import (
+    DeltaRsSink,
+    DeltaSparkSink,
+    arrow_schema,
+    create_table,
+)
+from spark_jobs.runtime.delta_tables import commit_metadata, count_matching, read_pandas
+from tests.helpers import produce, run_job
 
 READINGS = TableSpec("readings", "device_id STRING, value DOUBLE", "test table")
 WRITERS = pytest.mark.parametrize("writer", [DeltaSparkSink, DeltaRsSink], ids=["delta-spark", "delta-rs"])
@@ -14,8 +22,8 @@ WRITERS = pytest.mark.parametrize("writer", [DeltaSparkSink, DeltaRsSink], ids=[
 @WRITERS
 def test_table_is_created_empty_with_its_schema(spark, settings, writer):
     sink = writer(spark, settings)
-    assert sink.ensure_table(READINGS) is True
-    assert sink.ensure_table(READINGS) is False
+    assert sink.ensure_table(READINGS) == "created"
+    assert sink.ensure_table(READINGS) == "exists"
     table = DeltaTable(settings.table_uri("readings"))
     assert [f.name for f in table.schema().fields] == ["device_id", "value"]
     assert count_matching(table.table_uri) == 0
@@ -43,3 +51,38 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     assert sink._append(batch, READINGS, "app", 3, '{"try": 2}') is None  # the replay
     assert sink._append(batch, READINGS, "app", 2, '{"try": 3}') is None  # an older batch
     assert count_matching(settings.table_uri("readings")) == 1
+
+
+@WRITERS
+def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings, writer):
+    sink = writer(spark, settings)
+    sink.ensure_table(READINGS)
+    sink.append(spark.createDataFrame([("d1", 1.0), ("d2", -3.0)], READINGS.schema), READINGS, "app", 0, {})
+    grown = TableSpec("readings", "sign STRING, device_id STRING, value DOUBLE", "test table",
+                      backfill=(("sign", "CASE WHEN value < 0 THEN 'negative' ELSE 'positive' END"),))
+
+    assert sink.ensure_table(grown) == "exists, added column(s) sign, 2 rows filled"
+    assert sink.ensure_table(grown) == "exists"
+    # the writer appends in the spec's column order to a table that has the column last
+    sink.append(spark.createDataFrame([("positive", "d3", 5.0)], grown.schema), grown, "app", 1, {})
+    rows = read_pandas(settings.table_uri("readings")).sort_values("device_id")
+    assert rows[["device_id", "sign"]].values.tolist() == [["d1", "positive"], ["d2", "negative"], ["d3", "positive"]]
+
+
+def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_names(spark, settings):
+    """Tables written before reason_code existed: adding the column fills it from the reason
+    text, and each row gets the code the event contract gives that record today."""
+    produce(settings, generate_events(400, seed=11, malformed_ratio=0.5))
+    run_job(spark, settings, "ingest")
+    today = read_pandas(settings.table_uri("quarantined_events"))
+    assert today.reason_code.nunique() >= 6
+
+    old_uri = settings.table_uri("quarantined_events_before_codes")
+    old_layout = TableSpec("old", QUARANTINED_EVENTS.ddl.replace("reason_code STRING, ", ""), "before codes")
+    write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns="reason_code"), preserve_index=False)
+                    .cast(arrow_schema(old_layout)))
+
+    assert create_table(old_uri, QUARANTINED_EVENTS) == f"exists, added column(s) reason_code, {len(today)} rows filled"
+    migrated = read_pandas(old_uri)
+    by_offset = ["topic", "partition", "offset"]
+    assert (migrated.sort_values(by_offset).reason_code.tolist() == today.sort_values(by_offset).reason_code.tolist())

@@ -1,0 +1,65 @@
+"""What each sigflow Airflow task runs: an ops function with the settings of the task's
+environment. Its lines go to the task log and are returned (the task's XCom), so a DAG
+task is one call and the CLI and the DAGs cannot drift apart.
+
+Imported inside the task functions, never at DAG parse time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from spark_jobs.config import load_settings
+
+
+def _logged(lines: list[str]) -> list[str]:
+    print("\n".join(lines))
+    return lines
+
+
+def describe_settings() -> list[str]:
+    from spark_jobs.ops.deploy import describe_settings
+
+    return _logged(describe_settings(load_settings()))
+
+
+def ensure_topics() -> list[str]:
+    from spark_jobs.ops.deploy import ensure_topics
+
+    return _logged(ensure_topics(load_settings()))
+
+
+def ensure_tables() -> list[str]:
+    from spark_jobs.ops.deploy import ensure_tables
+
+    return _logged(ensure_tables(load_settings()))
+
+
+def run_job(job: str) -> str:
+    """One available-now run of the job from its checkpoint: its summary line."""
+    from spark_jobs.runtime import runner
+
+    return _logged([runner.run(job, load_settings()).line()])[0]
+
+
+def check_table(table: str) -> str:
+    from spark_jobs.ops import quality
+
+    return _logged(quality.check(load_settings(), [table]))[-1]
+
+
+def maintain() -> list[str]:
+    from spark_jobs.ops import maintenance
+
+    return _logged(maintenance.run(load_settings()))
+
+
+def restart_plan(params: Mapping[str, Any]):
+    """The sigflow_restart form's request as a plan (see spark_jobs.ops.restart.plan)."""
+    from spark_jobs.ops import restart
+
+    return restart.plan(
+        load_settings(), params["job"], params["action"], to_batch=params["to_batch"],
+        to_time=params["to_time"], source=params["recover_from"], force=params["force"],
+        accept_state_loss=params["accept_state_loss"],
+    )

@@ -1,0 +1,86 @@
+"""Ctrl-C (SIGINT) and SIGTERM stop a long-running command at any moment: promptly, with
+exit code 130 and a line saying what was done, leaving no process behind and nothing
+half-done that a rerun would not finish. (`sigflow airflow`: tests/spark_jobs/local/;
+`sigflow run --processing-time`, which stops gracefully after its batch: tests/spark_jobs/runtime/.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
+from spark_jobs.runtime import kafka_client
+from tests.helpers import REPO, cli_env, processes_with_env, produce, sigflow, table
+
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+
+
+def _start(settings, *args: str) -> subprocess.Popen:
+    # SIGINT ignored, as in a shell's background job: the command must not rely on Python's default
+    return subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.cli", *args], env=cli_env(settings), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+
+
+def _records_in(settings, topic: str) -> int:
+    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, topic,
+                                        kafka_client.topic_partitions(settings.kafka_bootstrap_servers, topic))
+    return sum(end - start for start, end in bounds.values())
+
+
+def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
+    command.send_signal(signum)
+    output, _ = command.communicate(timeout=90)
+    assert command.returncode == 130, output
+    deadline = time.monotonic() + 20  # a JVM's shutdown hooks may still be running
+    while processes_with_env("SIGFLOW_DATA_DIR", settings.data_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes_with_env("SIGFLOW_DATA_DIR", settings.data_dir) == [], output
+    return output.splitlines()
+
+
+@SIGNALS
+def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings, signum):
+    command = _start(settings, "simulate", "--rate", "50", "--duration", "600")
+    deadline = time.monotonic() + 60
+    while _records_in(settings, settings.events_topic) < 20:
+        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
+        time.sleep(0.5)
+
+    lines = _stop(command, signum, settings)
+
+    sent = re.search(r"sigflow: error: interrupted after ([\d,]+) of 30,000 records sent", "\n".join(lines))
+    assert sent, lines
+    assert int(sent[1].replace(",", "")) == _records_in(settings, settings.events_topic)
+
+
+def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(settings):
+    s = settings.replace(max_offsets_per_trigger=100)
+    records = generate_events(1500, seed=5, late_ratio=0.0, malformed_ratio=0.02)
+    produce(s, records)
+    command = _start(s, "pipeline", "ingest", "dedup")
+    progress = s.progress_file("ingest")
+    deadline = time.monotonic() + 120
+    while not progress.exists() or len(progress.read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
+        time.sleep(0.2)
+
+    lines = _stop(command, signal.SIGINT, s)
+    assert lines[-1] == "sigflow: interrupted", lines
+    assert len(table(s, "device_events")) < 1500  # stopped mid-run, not after it
+
+    rerun = sigflow(s, "pipeline", "ingest", "dedup", timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    valid = [r for r in records if r.kind not in MALFORMED_KINDS]
+    assert len(table(s, "device_events")) == len(valid)
+    assert len(table(s, "quarantined_events")) == len(records) - len(valid)
+    deduplicated = table(s, "device_events_deduplicated").event_id
+    assert deduplicated.is_unique and set(deduplicated) == {json.loads(r.value)["event_id"] for r in valid}

@@ -33,6 +33,23 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from spark_jobs.local import cluster
+
+    settings = _settings(args)
+    if args.action == "start":
+        info = cluster.start(settings)
+        print(f"Spark master {info.master_url} with {len(info.worker_pids)} workers (UI {info.ui_url}, "
+              f"logs in {cluster.cluster_dir(settings)})")
+        print(f"  submit jobs there: export SIGFLOW_SPARK_MASTER={info.master_url}")
+    elif args.action == "stop":
+        print("Spark cluster stopped" if cluster.stop(settings) else "no Spark cluster was running")
+    else:
+        print("\n".join(cluster.describe(settings)))
+        return 0 if cluster.recorded(settings) else 1
+    return 0
+
+
 def cmd_jars(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import jars
 
@@ -252,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="the embedded Apache Kafka broker (KRaft)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("jars", help="the pinned Maven JARs: fetch and verify (make install), check, pin")
     p.add_argument("action", choices=["fetch", "check", "pin"])

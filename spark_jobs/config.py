@@ -151,7 +151,11 @@ class Settings(BaseSettings):
     # when its classes load. jars_dir: where `sigflow jars fetch` put them.
     engine: Literal["auto", "jvm", "python"] = "auto"
     jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
+    # Where jobs run: local[N] in this process's JVM, or a cluster's master URL (spark://...,
+    # e.g. the one `sigflow cluster start` runs). Executors then read Kafka and write Delta,
+    # so the data and checkpoint roots must be paths every worker reaches.
     spark_master: str = "local[2]"
+    spark_executor_memory: JvmMemory = "1g"  # per executor, on a cluster
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); the embedded path's batches pass through it on their way to delta-rs.
     spark_driver_memory: JvmMemory = "2g"
@@ -186,6 +190,13 @@ class Settings(BaseSettings):
     vacuum_retention: DurationSetting = "7 days"
     quarantine_retention: DurationSetting = "30 days"
     checkpoint_batches_retained: AtLeastOne = 100
+
+    # The Spark standalone cluster of `sigflow cluster start`, on 127.0.0.1: the master's port
+    # and web UI port (0 picks free ones), and its workers, each with one core and this memory.
+    cluster_port: int = 7077
+    cluster_ui_port: int = 8090
+    cluster_workers: AtLeastOne = 2
+    cluster_worker_memory: JvmMemory = "1g"
 
     # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
     airflow_port: int = 8080

@@ -161,6 +161,11 @@ def produce_records(
         ) from None
     from tqdm import tqdm
 
+    from spark_jobs.runtime.kafka_client import topic_partitions
+
+    # A missing topic fails here, with what to do, rather than after a minute of the
+    # producer's metadata retries (one log line each).
+    topic_partitions(bootstrap_servers, topic)
     # a bar with rate and ETA on a terminal; nothing when not a terminal (disable=None)
     meter = tqdm(total=total, desc=f"produce {topic}", unit=" records", disable=None if progress else True)
     futures = []

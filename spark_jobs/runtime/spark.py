@@ -65,8 +65,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     # Python workers inherit this: PySpark 4.2's own pandas code (applyInPandasWithState)
     # prints a pandas FutureWarning per worker on every sessions run, which nobody can act on.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
-    if settings.spark_master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded: stay on loopback
+    if settings.spark_master.startswith("local") or "//127.0.0.1:" in settings.spark_master:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded, or a loopback cluster
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
@@ -74,6 +74,9 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
         .config("spark.driver.memory", settings.spark_driver_memory)
+        # on a cluster: the executors' heap, and the same time zone and logging as the driver
+        .config("spark.executor.memory", settings.spark_executor_memory)
+        .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win

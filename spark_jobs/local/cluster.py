@@ -1,0 +1,213 @@
+"""A Spark standalone cluster on loopback: one master and its workers, run from the Spark
+the project installs (pyspark's own ``Master`` and ``Worker`` classes and JARs).
+
+It is what ``docker-compose.yml``'s ``spark-master`` and ``spark-worker`` services run,
+started as processes, so the move from ``local[*]`` to a cluster is proven on one machine:
+point ``spark_master`` at it and ``sigflow run``/``pipeline`` submit there; the executors
+on the workers read Kafka and write Delta. Each worker has one core and a capped memory.
+
+Logs, work directories and ``cluster.json`` (the addresses and pids) live under
+``<data_dir>/cluster/``; ``stop`` only signals processes recorded there that still are a
+Spark master or worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import SigflowError
+from spark_jobs.local.broker import free_port
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+DAEMON_HEAP = "512m"  # the master and worker daemons themselves; executors get their own JVMs
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    master_url: str  # spark://127.0.0.1:<port>, what spark_master is set to
+    ui_url: str  # the master's web UI; its /json/ is what `status` reads
+    master_pid: int
+    worker_pids: list[int] = field(default_factory=list)
+
+    def workers_alive(self) -> list[int]:
+        return [pid for pid in self.worker_pids if _is_spark_daemon(pid, WORKER_CLASS)]
+
+
+def cluster_dir(settings: Settings) -> Path:
+    return Path(settings.data_dir) / "cluster"
+
+
+def _state_file(settings: Settings) -> Path:
+    return cluster_dir(settings) / "cluster.json"
+
+
+def _is_spark_daemon(pid: int, main_class: str) -> bool:
+    try:
+        return main_class.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def recorded(settings: Settings) -> ClusterInfo | None:
+    """The cluster recorded under data_dir if its master is alive, else None."""
+    path = _state_file(settings)
+    if not path.exists():
+        return None
+    info = ClusterInfo(**json.loads(path.read_text()))
+    return info if _is_spark_daemon(info.master_pid, MASTER_CLASS) else None
+
+
+def _spark_home(settings: Settings) -> Path:
+    """A SPARK_HOME for the daemons: pyspark's own jars, bin and python, and the RELEASE
+    marker pip's pyspark lacks: without it a worker looks for the JARs of a source build."""
+    import pyspark
+
+    installed = Path(pyspark.__file__).parent
+    home = cluster_dir(settings) / "spark-home"
+    home.mkdir(parents=True, exist_ok=True)
+    for name in ("jars", "bin", "python", "sbin"):
+        link = home / name
+        if not link.exists():
+            link.symlink_to(installed / name)
+    (home / "conf").mkdir(exist_ok=True)
+    (home / "RELEASE").write_text(f"Spark {pyspark.__version__} (pyspark, linked by sigflow)\n")
+    return home
+
+
+def _daemon(settings: Settings, main: str, log_name: str, *args: str) -> subprocess.Popen:
+    from spark_jobs.runtime.spark import LOG4J2_CONFIG, ensure_java
+
+    ensure_java()
+    home = _spark_home(settings)
+    # SPARK_SCALA_VERSION: without it the launcher that builds executor commands looks for a
+    # source tree's build directories before it looks at RELEASE (Spark's AbstractCommandBuilder).
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.13", "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOG_DIR": str(cluster_dir(settings))}
+    command = [
+        str(Path(os.environ["JAVA_HOME"], "bin", "java")), f"-Xmx{DAEMON_HEAP}",
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC",
+        "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args,
+    ]
+    with open(cluster_dir(settings) / log_name, "ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def master_state(ui_url: str, timeout_s: float = 3.0) -> dict:
+    """The master's own account: workers, running and finished applications."""
+    with urllib.request.urlopen(f"{ui_url}/json/", timeout=timeout_s) as response:
+        return json.load(response)
+
+
+def _wait(what: str, ready, processes: list[subprocess.Popen], settings: Settings, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if ready():
+                return
+        except OSError:
+            pass  # not answering yet
+        if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+            for p in processes:
+                p.kill()
+            raise SigflowError(f"the Spark cluster's {what} did not come up within {timeout_s:g} s",
+                               f"see the logs in {cluster_dir(settings)}")
+        time.sleep(0.5)
+
+
+def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
+    """Start the master and ``cluster_workers`` workers, or the workers missing from a
+    recorded cluster (a killed worker comes back). Returns when every worker is registered."""
+    cluster_dir(settings).mkdir(parents=True, exist_ok=True)
+    info = recorded(settings)
+    started: list[subprocess.Popen] = []
+    if info is None:
+        port = settings.cluster_port or free_port()
+        ui_port = settings.cluster_ui_port or free_port()
+        master = _daemon(settings, MASTER_CLASS, "master.log", "--host", "127.0.0.1", "--port", str(port),
+                         "--webui-port", str(ui_port))
+        started.append(master)
+        info = ClusterInfo(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", master.pid)
+        _wait("master", lambda: master_state(info.ui_url) is not None, started, settings, timeout_s)
+    alive = info.workers_alive()
+    for n in range(len(alive), settings.cluster_workers):
+        work_dir = cluster_dir(settings) / f"worker-{n}"
+        worker = _daemon(settings, WORKER_CLASS, f"worker-{n}.log", "--host", "127.0.0.1", "--cores", "1",
+                         "--memory", settings.cluster_worker_memory, "--work-dir", str(work_dir),
+                         "--webui-port", str(free_port()), info.master_url)
+        started.append(worker)
+        alive.append(worker.pid)
+    info = ClusterInfo(info.master_url, info.ui_url, info.master_pid, alive)
+    _state_file(settings).write_text(json.dumps(asdict(info)))
+
+    def all_registered() -> bool:
+        workers = master_state(info.ui_url)["workers"]
+        return sum(w["state"] == "ALIVE" for w in workers) >= settings.cluster_workers
+
+    _wait("workers", all_registered, started, settings, timeout_s)
+    return info
+
+
+def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
+    """Stop the recorded workers, then the master. False when no cluster was running."""
+    info = recorded(settings)
+    _state_file(settings).unlink(missing_ok=True)
+    if info is None:
+        return False
+    for pid, main in [*((pid, WORKER_CLASS) for pid in info.worker_pids), (info.master_pid, MASTER_CLASS)]:
+        _terminate(pid, main, timeout_s)
+    return True
+
+
+def kill_worker(settings: Settings, index: int) -> int:
+    """SIGKILL one worker and the executors it started, as a lost machine would (fault tests)."""
+    info = recorded(settings)
+    if info is None or index >= len(info.worker_pids):
+        raise SigflowError(f"no worker {index} in a running cluster")
+    pid = info.worker_pids[index]
+    os.killpg(pid, signal.SIGKILL)  # the worker's session holds its executors too
+    while _is_spark_daemon(pid, WORKER_CLASS):
+        time.sleep(0.05)
+    return pid
+
+
+def _terminate(pid: int, main: str, timeout_s: float) -> None:
+    if not _is_spark_daemon(pid, main):
+        return
+    os.killpg(pid, signal.SIGTERM)  # the daemon and its executors (its own session)
+    deadline = time.monotonic() + timeout_s
+    while _is_spark_daemon(pid, main) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _is_spark_daemon(pid, main):
+        os.killpg(pid, signal.SIGKILL)
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if this process started it
+    except ChildProcessError:
+        pass
+
+
+def describe(settings: Settings) -> list[str]:
+    """``sigflow cluster status``: the master, each worker, running and finished applications."""
+    info = recorded(settings)
+    if info is None:
+        return ["no Spark cluster is running (start one with `sigflow cluster start`)"]
+    state = master_state(info.ui_url)
+    lines = [f"master {info.master_url} ({state.get('status', '?')}), UI {info.ui_url}"]
+    for worker in state["workers"]:
+        lines.append(f"  worker {worker['host']}:{worker['port']} {worker['state']}: "
+                     f"{worker['coresused']}/{worker['cores']} cores, "
+                     f"{worker['memoryused']}/{worker['memory']} MiB used")
+    for kind in ("activeapps", "completedapps"):
+        for app in state.get(kind, []):
+            lines.append(f"  {'running' if kind == 'activeapps' else 'finished'} application "
+                         f"{app['name']} ({app['id']}): {app['cores']} cores, {app['state']}")
+    return lines

@@ -1,0 +1,90 @@
+"""The move to a cluster: a Spark standalone master and two one-core workers on loopback,
+the jobs submitted there by setting spark_master, their executors reading Kafka and
+writing Delta. Compared with the same jobs in the tests' local session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spark_jobs.local import cluster
+from spark_jobs.local.simulate import generate_events
+from tests.helpers import REPO, cli_env, contents, produce, run_job, sigflow
+
+COMPARED = ("device_events", "quarantined_events", "device_signal_averages")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """One cluster for the module (about 13 s to start); a test that kills a worker brings it back."""
+    from spark_jobs.config import load_settings
+
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("cluster")),
+                                         "cluster_port": 0, "cluster_ui_port": 0})
+    cluster.start(s)
+    yield s
+    cluster.stop(s)
+
+
+def _on_cluster(spark_cluster, settings, name: str):
+    """These settings with their own data directory, and the environment that submits to the cluster."""
+    s = settings.replace(data_dir=str(settings.data_dir) + f"-{name}")
+    env = {"SIGFLOW_SPARK_MASTER": cluster.recorded(spark_cluster).master_url, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g"}
+    return s, env
+
+
+def _apps(spark_cluster) -> list[dict]:
+    state = cluster.master_state(cluster.recorded(spark_cluster).ui_url)
+    return state["activeapps"] + state["completedapps"]
+
+
+def test_status_shows_the_master_and_both_workers(spark_cluster):
+    lines = cluster.describe(spark_cluster)
+    assert lines[0].startswith("master spark://127.0.0.1:")
+    assert sum("ALIVE: 0/1 cores" in line or "ALIVE: 1/1 cores" in line for line in lines) == 2
+
+
+def test_jobs_on_the_cluster_write_the_tables_a_local_run_writes(spark, settings, spark_cluster):
+    s = settings.replace(max_offsets_per_trigger=300)  # four batches
+    produce(s, generate_events(1200, seed=21, late_ratio=0.03, malformed_ratio=0.02))
+    on_cluster, env = _on_cluster(spark_cluster, s, "cluster")
+    apps_before = len(_apps(spark_cluster))
+
+    result = sigflow(on_cluster, "pipeline", "ingest", "windowed-averages", extra_env=env, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for job in ("ingest", "windowed-averages"):
+        run_job(spark, s, job)
+
+    for name in COMPARED:
+        assert contents(on_cluster, name) == contents(s, name), name
+    # the work ran on the workers: the master granted the application their cores
+    apps = _apps(spark_cluster)[apps_before:] if len(_apps(spark_cluster)) > apps_before else []
+    assert apps and all(app["cores"] >= 1 for app in apps), apps
+
+
+def test_a_worker_lost_mid_run_costs_its_tasks_a_rerun_and_nothing_else(spark, settings, spark_cluster):
+    s = settings.replace(max_offsets_per_trigger=1000)
+    produce(s, generate_events(4000, seed=22, late_ratio=0.02, malformed_ratio=0.02))
+    on_cluster, env = _on_cluster(spark_cluster, s, "cluster")
+    command = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "run", "ingest"],
+                               env=cli_env(on_cluster, env), cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    progress = on_cluster.progress_file("ingest")
+    deadline = time.monotonic() + 300
+    while not progress.exists() or not progress.read_text().strip():  # batch 0 written: batch 1 runs
+        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
+        time.sleep(0.1)
+
+    cluster.kill_worker(spark_cluster, 0)
+    output, _ = command.communicate(timeout=900)
+
+    assert command.returncode == 0, output[-3000:]
+    assert "Lost executor" in output, output[-3000:]  # the kill took an executor the job was using
+    run_job(spark, s, "ingest")
+    for name in ("device_events", "quarantined_events"):
+        assert contents(on_cluster, name) == contents(s, name), name  # 0 lost, 0 duplicated
+    info = cluster.start(spark_cluster)  # the worker comes back and registers
+    assert len(info.workers_alive()) == 2

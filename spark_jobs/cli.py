@@ -84,10 +84,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     bootstrap = broker.bootstrap_servers(settings)
-    sent = simulate.produce_records(
-        bootstrap, args.topic or settings.events_topic, simulate.file_records(args.file), progress=True
-    )
-    print(f"produced {sent} records to {args.topic or settings.events_topic}")
+    records = simulate.FileRecords(args.file)
+    sent = simulate.produce_records(bootstrap, args.topic or settings.events_topic, records, progress=True)
+    for line in records.refused:
+        print(line)
+    unkeyed = f" ({records.unkeyed:,} unkeyed: no string device_id found)" if records.unkeyed else ""
+    print(f"produced {sent:,} records to {args.topic or settings.events_topic}{unkeyed}"
+          + (f"; {len(records.refused):,} refused (listed above)" if records.refused else ""))
     return 0
 
 

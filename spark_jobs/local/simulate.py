@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
@@ -195,18 +195,42 @@ def produce_records(
     return sent
 
 
-def file_records(path: str) -> Iterator[tuple[bytes | None, bytes]]:
-    """Each line as is; the key is the device_id when the line is a JSON object with one."""
-    with open(path, "rb") as handle:
-        for line in handle:
-            line = line.rstrip(b"\r\n")
-            if not line:
-                continue
-            key = None
-            try:
-                parsed = json.loads(line)
-                if isinstance(parsed, dict) and isinstance(parsed.get("device_id"), str):
-                    key = parsed["device_id"].encode()
-            except ValueError:
-                pass
-            yield key, line
+# Kafka's default message.max.bytes is 1,048,588 bytes with the record's overhead: a longer
+# line would fail the whole produce at the broker, so it is refused alone, by line number.
+MAX_LINE_BYTES = 1_000_000
+
+
+@dataclass
+class FileRecords:
+    """``sigflow produce``: each non-empty line of a file as one record, as is. The key is
+    the line's device_id when it is a JSON object with a string one; any other line (not
+    JSON, nested too deep to parse, no device_id) is sent unkeyed. A line over
+    MAX_LINE_BYTES is refused, with its number. Content never stops the file."""
+
+    path: str
+    unkeyed: int = 0
+    refused: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[tuple[bytes | None, bytes]]:
+        with open(self.path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                line = line.rstrip(b"\r\n")
+                if not line:
+                    continue
+                if len(line) > MAX_LINE_BYTES:
+                    self.refused.append(f"line {number}: {len(line):,} bytes is over the {MAX_LINE_BYTES:,}-byte "
+                                        "limit of a Kafka record (message.max.bytes); not sent")
+                    continue
+                key = _device_key(line)
+                self.unkeyed += key is None
+                yield key, line
+
+
+def _device_key(line: bytes) -> bytes | None:
+    try:
+        parsed = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("device_id"), str):
+        return parsed["device_id"].encode("utf-8", "surrogatepass")
+    return None

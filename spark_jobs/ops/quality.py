@@ -156,6 +156,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
     """Validate the tables (all with a suite, or those named); raises QualityFailed on a
     failed critical expectation, after every table was checked and every result recorded."""
     from deltalake import DeltaTable
+    from tqdm import tqdm
 
     from spark_jobs.runtime.delta_tables import read_pandas
 
@@ -165,8 +166,6 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
         raise SigflowError(f"no quality suite for {', '.join(unknown)}", f"suites: {', '.join(all_suites)}")
     context = _context(settings)
     run_id, run_time = uuid.uuid4().hex[:12], datetime.now(timezone.utc)
-    from tqdm import tqdm
-
     reports = []
     # A bar on a terminal only: Airflow task logs and pipes get the result lines alone.
     for name in tqdm(tables or list(all_suites), desc="quality", unit=" table", disable=None, leave=False):

@@ -126,3 +126,28 @@ def test_one_clock_twenty_hours_ahead_is_quarantined_and_moves_no_watermark(spar
         [f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)]
     )
     assert len(table(settings, "late_events")) == 0
+
+
+def test_the_payload_names_the_device_whatever_the_key_and_an_empty_value_is_quarantined(spark, settings):
+    """The stated rule (docs/event-contract.md): the key only partitions. A record whose key
+    is missing or names another device is the payload's device's; one with no value is
+    quarantined as empty, its key kept."""
+    from tests.helpers import confluent_produce
+
+    records = [
+        (b"device-9", event_payload("e1", "d1", 1_795_349_040_000, 1.0)),  # key disagrees
+        (None, event_payload("e2", "d2", 1_795_349_040_000, 2.0)),  # no key
+        (b"d3", None),  # a tombstone-like record: key, no value
+        (None, None),  # neither
+    ]
+    confluent_produce(settings.kafka_bootstrap_servers, settings.events_topic, records)
+
+    run_job(spark, settings)
+
+    events = table(settings, "device_events").sort_values("event_id")
+    assert events[["event_id", "device_id"]].values.tolist() == [["e1", "d1"], ["e2", "d2"]]
+    raw = table(settings, "device_events_raw")
+    assert sorted(raw.key.map(lambda k: k or b"")) == sorted([b"", b"", b"d3", b"device-9"])
+    quarantined = table(settings, "quarantined_events")
+    assert quarantined.reason_code.tolist() == ["empty_record", "empty_record"]
+    assert sorted(quarantined.key.map(lambda k: k or b"")) == [b"", b"d3"]

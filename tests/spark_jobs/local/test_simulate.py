@@ -3,10 +3,15 @@ from collections import Counter
 
 from spark_jobs.local.simulate import (
     MALFORMED_KINDS,
-    file_records,
+    MAX_LINE_BYTES,
+    FileRecords,
     generate_alerts,
     generate_events,
 )
+from spark_jobs.runtime import kafka_client
+from tests.helpers import sigflow
+
+DEEP = b"[" * 5000 + b"]" * 5000  # nested deeper than Python's json parses (RecursionError)
 
 
 def test_generated_stream_has_every_defect_and_is_reproducible():
@@ -25,9 +30,32 @@ def test_alerts_include_silent_devices_and_malformed_ones():
     assert all(a["device_id"].startswith("silent-") for a in silent)
 
 
-def test_file_records_keys_by_device_and_keeps_bad_lines(tmp_path):
+def test_a_file_is_sent_line_by_line_keyed_where_a_device_id_is_found(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_text('{"device_id": "d1", "x": 1}\nnot json\n\n[1]\n')
-    assert list(file_records(str(path))) == [
-        (b"d1", b'{"device_id": "d1", "x": 1}'), (None, b"not json"), (None, b"[1]")
+    lines = [b'{"device_id": "d1", "x": 1}', b"not json", b"", b"[1]", DEEP,
+             b'{"device_id": "\\ud800", "signal": 1}', b'{"device_id": 7}', b"x" * (MAX_LINE_BYTES + 1)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    records = FileRecords(str(path))
+    assert list(records) == [
+        (b"d1", lines[0]), (None, b"not json"), (None, b"[1]"), (None, DEEP),
+        ("\ud800".encode("utf-8", "surrogatepass"), lines[5]), (None, lines[6]),
     ]
+    assert records.unkeyed == 4
+    assert records.refused == [f"line 8: {MAX_LINE_BYTES + 1:,} bytes is over the {MAX_LINE_BYTES:,}-byte "
+                               "limit of a Kafka record (message.max.bytes); not sent"]
+
+
+def test_sigflow_produce_sends_what_it_is_given_and_says_what_it_refused(settings, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join([b'{"device_id": "d1"}', DEEP, b"\xff\xfe binary", b"y" * (MAX_LINE_BYTES + 5)]))
+
+    result = sigflow(settings, "produce", "--file", str(path), timeout=120)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        f"produced 3 records to {settings.events_topic} (2 unkeyed: no string device_id found); 1 refused (listed above)")
+    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic,
+                                        kafka_client.topic_partitions(settings.kafka_bootstrap_servers,
+                                                                      settings.events_topic))
+    assert sum(end - start for start, end in bounds.values()) == 3

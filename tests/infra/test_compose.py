@@ -132,3 +132,19 @@ def test_spark_submit_drivers_get_the_same_java_options_as_embedded_ones():
         if line.strip() and not line.startswith("#")
     )
     assert conf["spark.driver.extraJavaOptions"].strip() == DRIVER_JAVA_OPTIONS
+
+
+def test_the_embedded_cluster_is_the_compose_cluster_on_loopback():
+    """`sigflow cluster` runs what compose's Spark services run, where compose publishes them:
+    the same master and worker classes, the master on 7077 and its UI on 8090, two workers."""
+    from spark_jobs.local import cluster
+
+    defaults = load_settings(env={})
+    published = {int(host.split(":")[1]): int(container) for host, container in
+                 (str(p).rsplit(":", 1) for p in SERVICES["spark-master"]["ports"])}
+    assert published == {defaults.cluster_ui_port: 8080, defaults.cluster_port: 7077}
+    workers = [name for name in SERVICES if name.startswith("spark-worker")]
+    assert len(workers) == defaults.cluster_workers
+    assert all(cluster.WORKER_CLASS in " ".join(SERVICES[name]["command"]) for name in workers)
+    assert all(f"spark-master:{defaults.cluster_port}" in " ".join(SERVICES[name]["command"]) for name in workers)
+    assert _env("spark-master")["SIGFLOW_SPARK_MASTER"] == f"spark://spark-master:{defaults.cluster_port}"

@@ -50,6 +50,23 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_postgres(args: argparse.Namespace) -> int:
+    from spark_jobs.local import postgres
+
+    settings = _settings(args)
+    if args.action == "start":
+        info = postgres.start(settings)
+        print(f"PostgreSQL on 127.0.0.1:{info.port}, database {postgres.DATABASE}, user {postgres.USER}, "
+              f"password in {info.password_file}")
+    elif args.action == "stop":
+        print("PostgreSQL stopped" if postgres.stop(settings) else "the project's PostgreSQL was not running")
+    else:
+        info = postgres.status(settings)
+        print(f"running on 127.0.0.1:{info.port}" if info else "not running")
+        return 0 if info else 1
+    return 0
+
+
 def cmd_jars(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import jars
 
@@ -276,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("postgres", help="PostgreSQL for Airflow's metadata on 127.0.0.1 (production topology)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=cmd_postgres)
 
     p = sub.add_parser("jars", help="the pinned Maven JARs: fetch and verify (make install), check, pin")
     p.add_argument("action", choices=["fetch", "check", "pin"])

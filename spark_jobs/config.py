@@ -198,6 +198,10 @@ class Settings(BaseSettings):
     cluster_workers: AtLeastOne = 2
     cluster_worker_memory: JvmMemory = "1g"
 
+    # PostgreSQL for Airflow's metadata, as in production (spark_jobs/local/postgres.py): its
+    # port on 127.0.0.1, 0 picks a free one (kept with its data under <data_dir>/postgres).
+    postgres_port: int = 0
+
     # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
     airflow_port: int = 8080
     airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: SQLite, logs, password)

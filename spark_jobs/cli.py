@@ -254,7 +254,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     settings = _settings(args)
     airflow = None  # Ctrl-C and SIGTERM reach here as KeyboardInterrupt (main) in any phase
     try:
-        airflow = airflow_local.start(settings, args.port)
+        start = airflow_local.start_production if args.production else airflow_local.start
+        airflow = start(settings, args.port)
         airflow.wait_ready()
         print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
         print(f"  user: {airflow_local.ADMIN}, password in {airflow.password_file}")
@@ -378,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("airflow", help="Airflow standalone with the sigflow DAGs on 127.0.0.1 (embedded mode)")
     p.add_argument("--port", type=int, help="default: the airflow_port setting (8080)")
+    p.add_argument("--production", action="store_true",
+                   help="as production runs it: PostgreSQL, LocalExecutor, each component its own process")
     p.set_defaults(func=cmd_airflow)
 
     p = sub.add_parser("jobs", help="list the jobs")

@@ -1,10 +1,16 @@
-"""Airflow standalone for the embedded mode: ``make airflow`` / ``sigflow airflow``.
+"""Airflow on this machine, in two shapes.
 
-``airflow standalone`` runs the api-server, scheduler, dag-processor and triggerer on
-SQLite. Measured on Airflow 3.3: off port 8080 the UI and the task runners need
-``AIRFLOW__API__BASE_URL`` (and the execution API URL) to find the api-server, and the
-components are children of the standalone process, so it is started in its own process
-group and the whole group is stopped. Parallelism stays at 2 on a 2-core machine.
+* **Standalone** (``make airflow`` / ``sigflow airflow``): ``airflow standalone`` runs the
+  api-server, scheduler, dag-processor and triggerer on SQLite. Measured on Airflow 3.3:
+  off port 8080 the UI and the task runners need ``AIRFLOW__API__BASE_URL`` (and the
+  execution API URL) to find the api-server, and the components are children of the
+  standalone process, so it is started in its own process group and the group is stopped.
+* **Production** (``sigflow airflow --production``): what ``docker-compose.yml`` runs, as
+  processes: PostgreSQL for the metadata (``spark_jobs/local/postgres.py``), the
+  LocalExecutor, and each component its own process (scheduler, dag-processor,
+  api-server, triggerer) sharing one generated JWT secret.
+
+Parallelism stays at 2 on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from spark_jobs.errors import SigflowError
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 ADMIN = "admin"
 COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
+PRODUCTION_COMMANDS = (("scheduler",), ("dag-processor",), ("triggerer",), ("api-server",))
 
 
 def environment(settings: Settings, port: int) -> dict[str, str]:
@@ -57,8 +64,9 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
 class LocalAirflow:
     settings: Settings
     port: int
-    process: subprocess.Popen
+    process: subprocess.Popen  # standalone, or the api-server of the production shape
     log_file: Path
+    others: tuple[subprocess.Popen, ...] = ()  # the production shape's other components
 
     @property
     def url(self) -> str:
@@ -79,11 +87,12 @@ class LocalAirflow:
         """Wait until every component reports healthy, or fail saying which did not."""
         deadline, last, shown = time.monotonic() + timeout, "the api-server did not answer", ""
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SigflowError(
-                    f"airflow standalone exited with code {self.process.returncode}",
-                    f"see its log: {self.log_file}",
-                )
+            for process in (self.process, *self.others):
+                if process.poll() is not None:
+                    raise SigflowError(
+                        f"`{' '.join(Path(a).name for a in process.args)}` exited with code {process.returncode}",
+                        f"see the logs in {self.settings.airflow_home}",
+                    )
             try:
                 health = self.health()
                 waiting = [c for c in COMPONENTS if (health.get(c) or {}).get("status") != "healthy"]
@@ -140,43 +149,94 @@ class LocalAirflow:
         return state, {t["task_id"]: t["state"] for t in tasks}
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop every component: SIGINT (its ^C) to the process group, SIGKILL if any lingers."""
-        if self.process.poll() is None:
-            self._signal_group(signal.SIGINT)  # standalone shuts its children down on ^C
+        """Stop every component: SIGINT (its ^C) to each process group, SIGKILL if any
+        lingers; then the production shape's PostgreSQL."""
+        processes = (self.process, *self.others)
+        for process in processes:
+            if process.poll() is None:
+                _signal_group(process, signal.SIGINT)  # standalone shuts its children down on ^C
+        for process in processes:
             try:
-                self.process.wait(timeout)
+                process.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
         deadline = time.monotonic() + 15
-        while self._signal_group(signal.SIGKILL) and time.monotonic() < deadline:
+        while any([_signal_group(p, signal.SIGKILL) for p in processes]) and time.monotonic() < deadline:
             time.sleep(0.5)  # killed members linger until reaped
-        if self.process.poll() is None:
-            self.process.wait(10)
+        for process in processes:
+            if process.poll() is None:
+                process.wait(10)
+        if self.others:
+            from spark_jobs.local import postgres
 
-    def _signal_group(self, signum: int) -> bool:
-        """Signal the process group; False once no process is left in it."""
-        try:
-            os.killpg(self.process.pid, signum)
-            return True
-        except ProcessLookupError:
-            return False
+            postgres.stop(self.settings)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> bool:
+    """Signal a process's group; False once no process is left in it."""
+    try:
+        os.killpg(process.pid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise SigflowError(f"port {port} on 127.0.0.1 is already in use",
+                               "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
+
+
+def _launch(env: dict[str, str], log_file: Path, *command: str) -> subprocess.Popen:
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), *command],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # each in its own group: stopped with what it started
+        )
 
 
 def start(settings: Settings, port: int | None = None, extra_env: dict[str, str] | None = None) -> LocalAirflow:
     """Start ``airflow standalone`` in its own process group, logging to <airflow_home>/standalone.log."""
     port = port or settings.airflow_port
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
-            raise SigflowError(f"port {port} on 127.0.0.1 is already in use",
-                               "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
+    _check_port_free(port)
     home = settings.airflow_home
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(extra_env or {}), **environment(settings, port)}
     log_file = home / "standalone.log"
-    with open(log_file, "ab") as log:
-        process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "airflow"), "standalone"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return LocalAirflow(settings, port, process, log_file)
+    return LocalAirflow(settings, port, _launch(env, log_file, "standalone"), log_file)
+
+
+def start_production(settings: Settings, port: int | None = None,
+                     extra_env: dict[str, str] | None = None) -> LocalAirflow:
+    """Airflow as production runs it: PostgreSQL, ``airflow db migrate``, then the four
+    components as separate processes with the LocalExecutor. Logs: <airflow_home>/<component>.log."""
+    import secrets
+
+    from spark_jobs.local import postgres
+
+    port = port or settings.airflow_port
+    _check_port_free(port)
+    home = settings.airflow_home
+    home.mkdir(parents=True, exist_ok=True)
+    database = postgres.start(settings)
+    secret_file = home / "jwt_secret"
+    if not secret_file.exists():
+        secret_file.write_text(secrets.token_urlsafe(32))
+        secret_file.chmod(0o600)
+    env = {
+        **os.environ, **(extra_env or {}), **environment(settings, port),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url(),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),  # every component signs alike
+    }
+    migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+                              env=env, capture_output=True, text=True, timeout=600)
+    if migrated.returncode != 0:
+        postgres.stop(settings)
+        raise SigflowError("`airflow db migrate` on PostgreSQL failed: "
+                           + (migrated.stderr or migrated.stdout).strip()[-300:])
+    processes = [_launch(env, home / f"{command[0]}.log", *command) for command in PRODUCTION_COMMANDS]
+    api_server = processes[-1]
+    return LocalAirflow(settings, port, api_server, home / "api-server.log", tuple(processes[:-1]))

@@ -8,25 +8,11 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from spark_jobs.local import cluster
 from spark_jobs.local.simulate import generate_events
 from tests.helpers import REPO, cli_env, contents, produce, run_job, sigflow
 
 COMPARED = ("device_events", "quarantined_events", "device_signal_averages")
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory):
-    """One cluster for the module (about 13 s to start); a test that kills a worker brings it back."""
-    from spark_jobs.config import load_settings
-
-    s = load_settings(env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("cluster")),
-                                         "cluster_port": 0, "cluster_ui_port": 0})
-    cluster.start(s)
-    yield s
-    cluster.stop(s)
 
 
 def _on_cluster(spark_cluster, settings, name: str):

@@ -1,0 +1,66 @@
+"""Airflow as production runs it (`sigflow airflow --production`): PostgreSQL for the
+metadata, the LocalExecutor, each component its own process; `sigflow_deploy` submits the
+jobs to the Spark standalone cluster through the Spark provider, `sigflow_restart` rewinds
+one, both triggered over the REST API."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from spark_jobs.local import airflow_local, cluster, postgres
+from spark_jobs.local.broker import free_port
+from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
+from tests.dags.chromium import screenshot
+from tests.dags.conftest import settings_env
+from tests.helpers import REPO, contents, produce
+
+ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
+
+
+def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflow(settings, spark_cluster, monkeypatch):
+    monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)  # set for dag.test() elsewhere
+    data = Path(tempfile.mkdtemp(prefix="sigflow-production-"))
+    data.chmod(0o711)  # PostgreSQL runs as its own user and must enter its directory
+    master = cluster.recorded(spark_cluster).master_url
+    s = settings.replace(data_dir=str(data), spark_master=master, max_offsets_per_trigger=300)
+    records = generate_events(900, seed=31, malformed_ratio=0.02)
+    produce(s, records)
+    env = {**settings_env(s), "SIGFLOW_SPARK_MASTER": master, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g"}
+    apps_before = len(cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"])
+
+    airflow = airflow_local.start_production(s, port=free_port(), extra_env=env)
+    try:
+        airflow.wait_ready(progress=lambda line: None)
+
+        deploy = airflow.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
+        state, tasks = airflow.wait_for_run("sigflow_deploy", deploy, timeout=900)
+        assert state == "success" and tasks["start_ingest"] == "success", tasks
+        deployed = contents(s, "device_events")
+        assert sum(deployed.values()) == sum(r.kind not in MALFORMED_KINDS for r in records)
+        finished = cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"][apps_before:]
+        assert [app["name"] for app in finished] == ["sigflow-ingest"], finished  # it ran on the cluster
+
+        rewind = airflow.trigger("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": 0,
+                                                     "dry_run": False})
+        state, tasks = airflow.wait_for_run("sigflow_restart", rewind, timeout=900)
+        assert state == "success" and set(tasks.values()) == {"success"}, tasks
+        assert contents(s, "device_events") == deployed  # batches after 0 re-run, written once
+        assert "RESTORE" in [entry["operation"] for entry in DeltaTable(s.table_uri("device_events")).history()]
+        finished = cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"][apps_before:]
+        assert [app["name"] for app in finished] == ["sigflow-ingest"] * 2, finished  # the re-run too
+
+        runs = postgres.query(s, "SELECT dag_id || ' ' || state FROM dag_run ORDER BY id").split()
+        assert runs == ["sigflow_deploy", "success", "sigflow_restart", "success"]  # the metadata is in PostgreSQL
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        picture = ARTIFACTS / "airflow-production-restart-grid.png"
+        text = screenshot(f"{airflow.url}/dags/sigflow_restart", airflow.token(), picture, wait_for_text="apply_plan")
+        assert "run_job" in text and picture.read_bytes().startswith(b"\x89PNG")
+    finally:
+        airflow.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    assert postgres.status(s) is None

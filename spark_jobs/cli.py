@@ -17,54 +17,67 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(config_file=args.config)
 
 
+def _service(action: str, name: str, start, stop, status) -> int:
+    """`start|stop|status` of a process this machine runs for sigflow (broker, cluster,
+    PostgreSQL): ``start`` returns the lines to print, ``stop`` whether one was running,
+    ``status`` its lines, empty when none runs (exit code 1, as service managers expect)."""
+    if action == "start":
+        lines, code = start(), 0
+    elif action == "stop":
+        lines, code = [f"{name} stopped" if stop() else f"no {name} was running"], 0
+    else:
+        lines = status()
+        lines, code = lines or [f"no {name} is running"], 0 if lines else 1
+    print("\n".join(lines))
+    return code
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     from spark_jobs.local import broker
 
     settings = _settings(args)
-    if args.action == "start":
+
+    def start() -> list[str]:
         info = broker.start(settings)
-        print(f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})")
-    elif args.action == "stop":
-        print("broker stopped" if broker.stop(settings) else "no embedded broker was running")
-    else:
+        return [f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})"]
+
+    def status() -> list[str]:
         info = broker.status(settings)
-        print(f"running at {info.bootstrap_servers} (pid {info.pid})" if info else "not running")
-        return 0 if info else 1
-    return 0
+        return [f"broker running at {info.bootstrap_servers} (pid {info.pid})"] if info else []
+
+    return _service(args.action, "broker", start, lambda: broker.stop(settings), status)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from spark_jobs.local import cluster
 
     settings = _settings(args)
-    if args.action == "start":
+
+    def start() -> list[str]:
         info = cluster.start(settings)
-        print(f"Spark master {info.master_url} with {len(info.worker_pids)} workers (UI {info.ui_url}, "
-              f"logs in {cluster.cluster_dir(settings)})")
-        print(f"  submit jobs there: export SIGFLOW_SPARK_MASTER={info.master_url}")
-    elif args.action == "stop":
-        print("Spark cluster stopped" if cluster.stop(settings) else "no Spark cluster was running")
-    else:
-        print("\n".join(cluster.describe(settings)))
-        return 0 if cluster.recorded(settings) else 1
-    return 0
+        return [f"Spark master {info.master_url} with {len(info.worker_pids)} workers (UI {info.ui_url}, "
+                f"logs in {cluster.cluster_dir(settings)})",
+                f"  submit jobs there: export SIGFLOW_SPARK_MASTER={info.master_url}"]
+
+    return _service(args.action, "Spark cluster", start, lambda: cluster.stop(settings),
+                    lambda: cluster.describe(settings) if cluster.recorded(settings) else [])
 
 
 def cmd_postgres(args: argparse.Namespace) -> int:
     from spark_jobs.local import postgres
 
     settings = _settings(args)
-    if args.action == "start":
+
+    def start() -> list[str]:
         info = postgres.start(settings)
-        print(f"PostgreSQL on 127.0.0.1:{info.port}, database {postgres.DATABASE}, user {postgres.USER}, "
-              f"password in {info.password_file}")
-    elif args.action == "stop":
-        print("PostgreSQL stopped" if postgres.stop(settings) else "the project's PostgreSQL was not running")
-    else:
+        return [f"PostgreSQL on 127.0.0.1:{info.port}, database {postgres.DATABASE}, user {postgres.USER}, "
+                f"password in {info.password_file}"]
+
+    def status() -> list[str]:
         info = postgres.status(settings)
-        print(f"running on 127.0.0.1:{info.port}" if info else "not running")
-        return 0 if info else 1
-    return 0
+        return [f"PostgreSQL running on 127.0.0.1:{info.port}"] if info else []
+
+    return _service(args.action, "PostgreSQL", start, lambda: postgres.stop(settings), status)
 
 
 def cmd_jars(args: argparse.Namespace) -> int:

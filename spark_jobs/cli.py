@@ -43,7 +43,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     def status() -> list[str]:
         info = broker.status(settings)
-        return [f"broker running at {info.bootstrap_servers} (pid {info.pid})"] if info else []
+        return [f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})"] if info else []
 
     return _service(args.action, "broker", start, lambda: broker.stop(settings), status)
 

@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         records = generate_events(args.events, devices=args.devices, seed=1, late_ratio=0.01,
                                   duplicate_ratio=0.02, malformed_ratio=0.01)
         pairs = [(r.key, r.value) for r in records]
-        say(f"bench: {len(pairs)} events, {args.devices} devices, broker {info.bootstrap_servers}", flush=True)
+        say(f"bench: {len(pairs)} events, {args.devices} devices, broker {info.bootstrap_servers}")
 
         started = time.perf_counter()
         produce_records(info.bootstrap_servers, "bench-kp", pairs)

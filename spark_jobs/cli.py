@@ -113,7 +113,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from spark_jobs.local import broker, simulate
 
     settings = _settings(args)
-    bootstrap = broker.bootstrap_servers(settings)
+    bootstrap = broker.connection(settings)
     records = simulate.FileRecords(args.file)
     sent = simulate.produce_records(bootstrap, args.topic or settings.events_topic, records, progress=True)
     for line in records.refused:
@@ -128,7 +128,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from spark_jobs.local import broker, simulate
 
     settings = _settings(args)
-    bootstrap = broker.bootstrap_servers(settings)
+    bootstrap = broker.connection(settings)
     count = args.events if args.events else int(args.rate * args.duration)
     records = simulate.generate_events(
         count, devices=args.devices, seed=args.seed,

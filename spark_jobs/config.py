@@ -23,6 +23,7 @@ from pydantic import (
     AfterValidator,
     Field,
     PlainValidator,
+    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -38,6 +39,8 @@ from spark_jobs.errors import ConfigError
 ENV_PREFIX = "SIGFLOW_"
 # Process-level variables that are not settings: the config file and fault-test crash points.
 RESERVED_ENV = {"SIGFLOW_CONFIG", "SIGFLOW_FAILPOINTS"}
+# Never echoed back, not even in an error about their own value.
+SECRET_SETTINGS = {"kafka_password"}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
 _DURATION_FORM = "write it like '10 minutes', '30 seconds' or '5m'"
 _JVM_MEMORY = re.compile(r"^\d+[kmgt]$", re.IGNORECASE)
@@ -137,6 +140,16 @@ class Settings(BaseSettings):
     max_offsets_per_trigger: Annotated[int, Field(ge=0)] = 100_000
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0
+    # Kafka security (docs/security.md). SASL_* needs kafka_username and a password from
+    # SIGFLOW_KAFKA_PASSWORD or kafka_password_file, never from a config file. kafka_ca_file:
+    # the PEM CA of the brokers' certificates (default: the system's; the embedded broker's
+    # own CA when it serves). The embedded broker listens with this protocol too.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    kafka_username: str = ""
+    kafka_password: SecretStr = SecretStr("")
+    kafka_password_file: str = ""
+    kafka_ca_file: str = ""
     # Embedded Apache Kafka: its client port (0 picks a free one, kept across restarts),
     # its JVM heap and log level (the log is <data_dir>/broker/kafka.log).
     broker_port: int = 19092
@@ -255,6 +268,27 @@ class Settings(BaseSettings):
             raise ValueError(f"signal_min ({self.signal_min}) must be below signal_max ({self.signal_max})")
         return self
 
+    @model_validator(mode="after")
+    def _kafka_credentials(self) -> "Settings":
+        if not self.kafka_security_protocol.startswith("SASL_"):
+            return self
+        if not self.kafka_username:
+            raise ValueError(f"kafka_security_protocol={self.kafka_security_protocol} needs kafka_username "
+                             f"(env {ENV_PREFIX}KAFKA_USERNAME)")
+        if bool(self.kafka_password.get_secret_value()) == bool(self.kafka_password_file):
+            raise ValueError(f"kafka_security_protocol={self.kafka_security_protocol} needs exactly one of "
+                             f"{ENV_PREFIX}KAFKA_PASSWORD or kafka_password_file (a file holding the password)")
+        if self.kafka_password_file and not os.access(self.kafka_password_file, os.R_OK):
+            raise ValueError(f"kafka_password_file {self.kafka_password_file} is not a readable file")
+        return self
+
+    @property
+    def kafka_secret(self) -> SecretStr:
+        """The Kafka password, from the environment or read from kafka_password_file."""
+        if self.kafka_password_file:
+            return SecretStr(Path(self.kafka_password_file).read_text().strip("\r\n"))
+        return self.kafka_password
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -317,6 +351,10 @@ class _YamlFileSource(_Source):
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of setting: value")
+        if "kafka_password" in loaded:
+            raise ConfigError(f"config file {path} sets kafka_password: a password does not belong in a file "
+                              "that gets committed",
+                              f"remove it; set {ENV_PREFIX}KAFKA_PASSWORD or kafka_password_file instead")
         return {**loaded, "source_file": str(path)}
 
 
@@ -352,7 +390,8 @@ def _config_error(exc: ValidationError) -> ConfigError:
         message = message[0].lower() + message[1:]
         if error["loc"]:
             name = str(error["loc"][0])
-            problems.append((f"setting {name}={error['input']!r}: {message}",
+            shown = "'**********'" if name in SECRET_SETTINGS else repr(error["input"])
+            problems.append((f"setting {name}={shown}: {message}",
                              f"set it in the config file or env {ENV_PREFIX}{name.upper()}"))
         else:
             problems.append((f"settings: {message}", "fix them in the config file or the environment"))

@@ -32,6 +32,10 @@ class BrokerUnavailable(SigflowError):
     """Kafka cannot be reached at the configured bootstrap servers."""
 
 
+class KafkaRefused(BrokerUnavailable):
+    """A broker answered but refused the connection: credentials, certificate or protocol."""
+
+
 class DataLossError(SigflowError):
     """Offsets a checkpoint needs are no longer in Kafka and failOnDataLoss is true."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import uuid
 
 import pytest
@@ -29,6 +30,24 @@ def embedded_broker(tmp_path_factory):
     info = embedded.start(settings)
     yield info
     embedded.stop(settings)
+
+
+SECURED_USER = "sigflow-pipeline"
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory):
+    """A SASL_SSL broker of its own: (settings that reach it, the password, its BrokerInfo).
+    The password is random, so finding it anywhere means a leak."""
+    data = tmp_path_factory.mktemp("secured")
+    password = "pw-" + secrets.token_urlsafe(18)
+    s = load_settings(env={"SIGFLOW_KAFKA_PASSWORD": password}, overrides={
+        "data_dir": str(data / "broker-home"), "broker_port": 0, "kafka_security_protocol": "SASL_SSL",
+        "kafka_username": SECURED_USER, "shuffle_partitions": 2, "events_topic": "secured-events",
+        "alerts_topic": "secured-alerts", "topic_partitions": 2})
+    info = embedded.start(s)
+    yield s.replace(kafka_bootstrap_servers=info.bootstrap_servers, kafka_ca_file=info.ca_file), password, info
+    embedded.stop(s)
 
 
 @pytest.fixture(scope="session")

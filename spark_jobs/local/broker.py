@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,9 +23,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.local import broker_tls
 from spark_jobs.runtime import jars
+from spark_jobs.runtime.kafka_connection import KafkaConnection
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -35,6 +40,8 @@ class BrokerInfo:
     pid: int
     bootstrap_servers: str
     log_file: str
+    security_protocol: str = "PLAINTEXT"
+    ca_file: str = ""  # the CA clients trust, when the listener speaks TLS
 
     @property
     def alive(self) -> bool:
@@ -91,17 +98,68 @@ def _ports(settings: Settings) -> tuple[int, int]:
     return ports
 
 
+# The broker's own SASL user: it authenticates between brokers and creates the clients'
+# SCRAM users at start. Defined in the broker's configuration (PLAIN), so it exists before
+# any metadata does; its password is generated and kept under broker/tls/.
+BROKER_USER = "sigflow_broker"
+
+
+def _broker_password(settings: Settings) -> str:
+    path = settings.broker_dir / "tls" / "broker-user.pass"
+    if not path.exists():
+        broker_tls.ensure(path.parent)
+        broker_tls._write(path, secrets.token_urlsafe(24).encode())
+    return path.read_text()
+
+
+def _jaas(module: str, **options: str) -> str:
+    quoted = " ".join(f'{k}="{v}"' for k, v in options.items())
+    return f"org.apache.kafka.common.security.{module} required {quoted};"
+
+
+def _security_properties(settings: Settings) -> dict[str, str]:
+    """The client listener's security, as kafka_security_protocol asks: TLS from the
+    generated CA, SASL with PLAIN and SCRAM (the client user's SCRAM credentials are
+    created at start, see _create_client_user)."""
+    protocol = settings.kafka_security_protocol
+    listener = protocol.lower()
+    props: dict[str, str] = {}
+    if protocol in ("SSL", "SASL_SSL"):
+        tls = broker_tls.ensure(settings.broker_dir / "tls")
+        props.update({
+            "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls.keystore),
+            "ssl.keystore.password": tls.keystore_password, "ssl.key.password": tls.keystore_password,
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls.ca_file),
+        })
+    if protocol.startswith("SASL_"):
+        own = _broker_password(settings)
+        plain_users = {f"user_{BROKER_USER}": own,
+                       f"user_{settings.kafka_username}": settings.kafka_secret.get_secret_value()}
+        props.update({
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            f"listener.name.{listener}.plain.sasl.jaas.config": _jaas(
+                "plain.PlainLoginModule", username=BROKER_USER, password=own, **plain_users),
+            f"listener.name.{listener}.scram-sha-256.sasl.jaas.config": _jaas("scram.ScramLoginModule"),
+            f"listener.name.{listener}.scram-sha-512.sasl.jaas.config": _jaas("scram.ScramLoginModule"),
+        })
+    return props
+
+
 def server_properties(settings: Settings, client_port: int, controller_port: int) -> str:
     data = settings.broker_dir / "data"
+    protocol = settings.kafka_security_protocol
     lines = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client_port}",
+        # The controller listener stays PLAINTEXT: loopback only, and only this JVM uses it.
+        "listeners": f"{protocol}://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"{protocol}://127.0.0.1:{client_port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": protocol,
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
+        **_security_properties(settings),
         "log.dirs": str(data),
         # As in production (docker-compose.yml): topics come from `sigflow topics create`.
         "auto.create.topics.enable": "false",
@@ -194,7 +252,8 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
                 f"{settings.broker_dir / 'ports.json'})",
             )
     log_file = settings.broker_dir / "kafka.log"
-    _config_file(settings).write_text(server_properties(settings, client_port, controller_port))
+    # It may hold the keystore's and users' passwords: the owner's only.
+    broker_tls._write(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
     (settings.broker_dir / "log4j2.properties").write_text(
         LOG4J2.format(log=log_file, level=settings.broker_log_level)
     )
@@ -206,8 +265,9 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )
+    own = _own_connection(settings, address)
     deadline = time.monotonic() + timeout_s
-    while not (_port_open("127.0.0.1", client_port) and kafka_client.is_reachable(address, 2)):
+    while not (_port_open("127.0.0.1", client_port) and kafka_client.is_reachable(own, 2)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise BrokerUnavailable(
@@ -215,9 +275,52 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
                 f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
             )
         time.sleep(0.2)
-    info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file))
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        _create_client_user(settings, own)
+    info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file),
+                      security_protocol=own.security_protocol, ca_file=own.ca_file)
     _state_file(settings).write_text(json.dumps(info.__dict__))
     return info
+
+
+def _own_connection(settings: Settings, address: str) -> KafkaConnection:
+    """How the project reaches its own broker: as the broker user when SASL is on."""
+    protocol = settings.kafka_security_protocol
+    ca = str(settings.broker_dir / "tls" / "ca.pem") if protocol in ("SSL", "SASL_SSL") else ""
+    if not protocol.startswith("SASL_"):
+        return KafkaConnection(address, protocol, ca_file=ca)
+    return KafkaConnection(address, protocol, "PLAIN", BROKER_USER, SecretStr(_broker_password(settings)), ca)
+
+
+def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: float = 30.0) -> None:
+    """Set the client user's SCRAM credentials (both hashes) to the configured password on
+    every start, so a changed password takes effect with a restart; PLAIN reads it from the
+    broker's configuration."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    from spark_jobs.runtime import kafka_client
+
+    password = settings.kafka_secret.get_secret_value().encode()
+    admin = kafka_client.admin(own)  # kept referenced: a collected client fails its futures
+    # One request per mechanism: Kafka refuses two changes to one user in a request.
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        upsert = UserScramCredentialUpsertion(settings.kafka_username, ScramCredentialInfo(mechanism, 8192), password)
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=timeout_s)
+    client = connection(settings.replace(kafka_bootstrap_servers=own.bootstrap_servers,
+                                         kafka_ca_file=settings.kafka_ca_file or own.ca_file))
+    deadline = time.monotonic() + timeout_s
+    while True:  # the credential reaches the broker through the metadata log, shortly after
+        try:
+            kafka_client.check_reachable(client, timeout_s=3)
+            return
+        except BrokerUnavailable:
+            if time.monotonic() > deadline:
+                raise
 
 
 def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
@@ -255,6 +358,17 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def connection(settings: Settings) -> KafkaConnection:
+    """The Kafka to use and how to speak to it (docs/security.md)."""
+    ca = settings.kafka_ca_file
+    if not ca and not settings.kafka_bootstrap_servers and settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        ca = str(settings.broker_dir / "tls" / "ca.pem")  # the embedded broker's own CA
+    return KafkaConnection(
+        bootstrap_servers(settings), settings.kafka_security_protocol, settings.kafka_sasl_mechanism,
+        settings.kafka_username, settings.kafka_secret, ca,
+    )
 
 
 def bootstrap_servers(settings: Settings) -> str:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
 from spark_jobs.errors import BrokerUnavailable, Interrupted, SigflowError
+from spark_jobs.runtime.kafka_connection import KafkaConnection
 
 MALFORMED_KINDS = (
     "not_json", "truncated_json", "binary", "missing_field", "wrong_type",
@@ -138,7 +139,7 @@ def generate_alerts(
 
 
 def produce_records(
-    bootstrap_servers: str,
+    target: KafkaConnection | str,
     topic: str,
     records: Iterable[tuple[bytes | None, bytes]],
     rate_per_s: float | None = None,
@@ -148,24 +149,25 @@ def produce_records(
     """Send (key, value) pairs; returns how many the broker acknowledged."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
+    from tqdm import tqdm
 
+    from spark_jobs.runtime.kafka_client import check_reachable, topic_partitions
+
+    conn = KafkaConnection.of(target)
+    # Refused credentials, an unknown CA or a missing topic fail here, in one line, rather
+    # than after a minute of the producer's retries (one log line each).
+    check_reachable(conn)
+    topic_partitions(conn, topic)
     try:
         producer = KafkaProducer(
-            bootstrap_servers=bootstrap_servers, linger_ms=5,
+            **conn.kafka_python(), linger_ms=5,
             max_request_size=4 * 1024 * 1024, request_timeout_ms=15000,
         )
     except KafkaError:
         raise BrokerUnavailable(
-            f"Kafka at {bootstrap_servers} did not answer",
+            f"Kafka at {conn} did not answer",
             "start the embedded broker with `sigflow broker start`, or set KAFKA_BOOTSTRAP_SERVERS",
         ) from None
-    from tqdm import tqdm
-
-    from spark_jobs.runtime.kafka_client import topic_partitions
-
-    # A missing topic fails here, with what to do, rather than after a minute of the
-    # producer's metadata retries (one log line each).
-    topic_partitions(bootstrap_servers, topic)
     # a bar with rate and ETA on a terminal; nothing when not a terminal (disable=None)
     meter = tqdm(total=total, desc=f"produce {topic}", unit=" records", disable=None if progress else True)
     futures = []

@@ -14,7 +14,8 @@ from spark_jobs.runtime.delta_sink import create_table
 
 
 def describe_settings(settings: Settings) -> list[str]:
-    """The effective settings: loading them is the validation. (No setting holds a secret.)"""
+    """The effective settings: loading them is the validation. The Kafka password prints as
+    asterisks (a SecretStr); a password file is named, never read out."""
     lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
     for name, value in settings.model_dump().items():
         lines.append(f"  {name} = {value!r}")
@@ -22,7 +23,7 @@ def describe_settings(settings: Settings) -> list[str]:
 
 
 def ensure_topics(settings: Settings) -> list[str]:
-    bootstrap = broker.bootstrap_servers(settings)
+    bootstrap = broker.connection(settings)
     kafka_client.check_reachable(bootstrap)
     outcome = kafka_client.create_topics(
         bootstrap, [settings.events_topic, settings.alerts_topic],

@@ -108,7 +108,7 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
             status.state_rows = int(row.state_rows)
             status.rows_dropped_by_watermark = int(mine.rows_dropped_by_watermark.sum())
     if with_lag and offsets.sources and offsets.sources[0]:
-        bootstrap = broker.bootstrap_servers(settings)
+        bootstrap = broker.connection(settings)
         for topic, parts in offsets.sources[0].items():
             ends = kafka_client.offset_bounds(bootstrap, topic, [int(p) for p in parts])
             for p, done in parts.items():
@@ -120,7 +120,7 @@ def all_status(settings: Settings, with_lag: bool = True) -> list[JobStatus]:
     metrics = _metrics(settings)
     try:
         if with_lag:
-            kafka_client.check_reachable(broker.bootstrap_servers(settings), timeout_s=3)
+            kafka_client.check_reachable(broker.connection(settings), timeout_s=3)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
     return [job_status(settings, job, metrics, with_lag) for job in JOBS]

@@ -17,6 +17,7 @@ from spark_jobs.runtime import failpoints, kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.engines import Engine
+from spark_jobs.runtime.kafka_connection import KafkaConnection
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
 from spark_jobs.runtime.run_summary import RunSummary
 
@@ -28,11 +29,11 @@ class BatchWriter:
 
     def __init__(
         self, job: StreamingJob, settings: Settings, spark: SparkSession, engine: Engine, sink: DeltaSink,
-        checkpoint: Checkpoint, bootstrap: str, tables: tuple[TableSpec, ...], app_id: str, checkpoint_id: str,
+        checkpoint: Checkpoint, kafka: KafkaConnection, tables: tuple[TableSpec, ...], app_id: str, checkpoint_id: str,
         summary: RunSummary, recorder: MetricsRecorder, before_batch: Callable[[], None],
     ):
         self.job, self.settings, self.spark, self.engine, self.sink = job, settings, spark, engine, sink
-        self.checkpoint, self.bootstrap, self.tables = checkpoint, bootstrap, tables
+        self.checkpoint, self.kafka, self.tables = checkpoint, kafka, tables
         self.app_id, self.checkpoint_id = app_id, checkpoint_id
         self.summary, self.recorder = summary, recorder
         self.before_batch = before_batch  # the recorder catching up on the batches before
@@ -100,7 +101,7 @@ class BatchWriter:
         for topic, parts in offsets.sources[0].items():
             before = previous.sources[0].get(topic, {})
             earliest = {p: low for p, (low, _) in kafka_client.offset_bounds(
-                self.bootstrap, topic, [int(p) for p in parts]).items()}
+                self.kafka, topic, [int(p) for p in parts]).items()}
             for p, end in parts.items():
                 was = before.get(p)
                 if was is None:
@@ -127,7 +128,7 @@ class BatchWriter:
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)
         records = self.engine.read_kafka_range(
-            self.spark, self.settings, self.bootstrap,
+            self.spark, self.settings, self.kafka,
             self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
         )
         late = self.job.late_rule(self.settings, records, late_watermark_ms)

@@ -20,15 +20,16 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError
 from spark_jobs.runtime.delta_sink import DeltaRsSink, DeltaSink, DeltaSparkSink
+from spark_jobs.runtime.kafka_connection import KafkaConnection
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 DELTA_SPARK_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
 
 
-def kafka_options(settings: Settings, bootstrap_servers: str, topics: list[str]) -> dict[str, str]:
+def kafka_options(settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> dict[str, str]:
     """The options of Spark's Kafka source; the Python source understands the same ones."""
     options = {
-        "kafka.bootstrap.servers": bootstrap_servers,
+        **KafkaConnection.of(kafka).spark_options(),
         "subscribe": ",".join(topics),
         "startingOffsets": settings.starting_offsets,
         "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
@@ -45,13 +46,13 @@ class Engine:
     kafka_format: str
     writer: type[DeltaSink]
 
-    def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
+    def source_options(self, settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> dict[str, str]:
         # Fail a planning or a read within kafka_read_timeout_s when Kafka is gone (the
         # defaults wait 3 x 60 s to plan and 120 s to read): the runner then backs off and
         # restarts the query from its checkpoint, so one try here is enough.
         timeout_ms = str(int(settings.kafka_read_timeout_s * 1000))
         return {
-            **kafka_options(settings, bootstrap, topics),
+            **kafka_options(settings, kafka, topics),
             "kafka.default.api.timeout.ms": timeout_ms,
             "kafka.request.timeout.ms": timeout_ms,
             "kafkaConsumer.pollTimeoutMs": timeout_ms,
@@ -61,18 +62,18 @@ class Engine:
     def prepare(self, spark: SparkSession) -> None:
         """Make the source known to the session (nothing to do for Spark's own)."""
 
-    def read_kafka(self, spark: SparkSession, settings: Settings, bootstrap: str, topics: list[str]) -> DataFrame:
+    def read_kafka(self, spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> DataFrame:
         self.prepare(spark)
-        options = self.source_options(settings, bootstrap, topics)
+        options = self.source_options(settings, kafka, topics)
         return spark.readStream.format(self.kafka_format).options(**options).load()
 
     def read_kafka_range(
-        self, spark: SparkSession, settings: Settings, bootstrap: str, topics: list[str],
+        self, spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str],
         start: dict, end: dict,
     ) -> DataFrame:
         """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
         self.prepare(spark)
-        options = self.source_options(settings, bootstrap, topics)
+        options = self.source_options(settings, kafka, topics)
         options.pop("maxOffsetsPerTrigger", None)
         options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
         return spark.read.format(self.kafka_format).options(**options).load()
@@ -83,8 +84,8 @@ class Engine:
 
 @dataclass(frozen=True)
 class PythonEngine(Engine):
-    def source_options(self, settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
-        options = kafka_options(settings, bootstrap, topics)
+    def source_options(self, settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> dict[str, str]:
+        options = kafka_options(settings, kafka, topics)
         options.pop("includeHeaders")
         options["sigflow.readTimeoutSeconds"] = str(settings.kafka_read_timeout_s)
         return options

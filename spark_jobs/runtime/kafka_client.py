@@ -19,13 +19,18 @@ from typing import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.config import ENV_PREFIX
+from spark_jobs.errors import BrokerUnavailable, KafkaRefused, SigflowError
+from spark_jobs.runtime.kafka_connection import KafkaConnection
+
+# Where Kafka is and how to speak to it; a bare bootstrap string means PLAINTEXT.
+Target = KafkaConnection | str
 
 
-def consumer(bootstrap_servers: str, **extra) -> Consumer:
+def consumer(target: Target, **extra) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap_servers,
+            **KafkaConnection.of(target).confluent(),
             "group.id": f"sigflow-reader-{uuid.uuid4().hex[:8]}",  # never joined: assign() only
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -51,46 +56,102 @@ class _QuietLogger:
 _quiet_logger = _QuietLogger()
 
 
-def admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, "logger": _quiet_logger})
+def admin(target: Target, **extra) -> AdminClient:
+    return AdminClient({**KafkaConnection.of(target).confluent(), "logger": _quiet_logger, **extra})
 
 
-def is_reachable(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
+def is_reachable(target: Target, timeout_s: float = 5.0) -> bool:
     try:
-        admin(bootstrap_servers).list_topics(timeout=timeout_s)
+        admin(target).list_topics(timeout=timeout_s)
     except KafkaException:
         return False
     return True
 
 
-def check_reachable(bootstrap_servers: str, timeout_s: float = 5.0) -> None:
-    """Fail fast with an actionable message when no broker answers."""
-    if not is_reachable(bootstrap_servers, timeout_s):
-        raise BrokerUnavailable(
-            f"Kafka at {bootstrap_servers} did not answer within {timeout_s:g}s",
-            "start the embedded broker with `sigflow broker start`, "
-            "or point KAFKA_BOOTSTRAP_SERVERS at a running cluster",
+def check_reachable(target: Target, timeout_s: float = 5.0) -> None:
+    """Fail fast with one actionable line: no broker answers, or one refuses us (the
+    credentials, the certificate, the protocol), naming the setting to fix."""
+    conn = KafkaConnection.of(target)
+    seen: list[KafkaError] = []
+    heard = _Recorder()
+    client = admin(conn, error_cb=seen.append, logger=heard)
+    deadline = time.monotonic() + timeout_s
+    # Short tries, so a refusal is reported as soon as librdkafka reports it (the error
+    # callbacks are served between calls), not after the whole timeout.
+    while time.monotonic() < deadline:
+        try:
+            client.list_topics(timeout=min(0.5, max(0.05, deadline - time.monotonic())))
+            return
+        except KafkaException:
+            client.poll(0)
+        refusal = _refusal(conn, seen, heard.lines)
+        if refusal:
+            raise refusal
+    raise BrokerUnavailable(
+        f"Kafka at {conn} did not answer within {timeout_s:g}s",
+        "start the embedded broker with `sigflow broker start`, "
+        "or point KAFKA_BOOTSTRAP_SERVERS at a running cluster",
+    )
+
+
+class _Recorder(_QuietLogger):
+    """Keeps librdkafka's log lines: a listener that closes a connection of the wrong
+    protocol shows up there only, not as an error."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level, fmt, *args, **kwargs):
+        self.lines.append(fmt % args if args else str(fmt))
+
+
+def _refusal(conn: KafkaConnection, errors: list[KafkaError], log_lines: list[str]) -> KafkaRefused | None:
+    """librdkafka reports why a connection failed through its error callback and its log;
+    the cases an operator fixes in the settings become one line."""
+    # librdkafka 2.x: "Disconnected: connection closed by peer ... in state APIVERSION_QUERY"
+    # (older: "Disconnected while requesting ApiVersion"): the first request met a listener
+    # that does not speak this protocol (TLS, most often) and hung up.
+    if any("Disconnected" in line and ("APIVERSION_QUERY" in line or "requesting ApiVersion" in line)
+           for line in log_lines):
+        return KafkaRefused(
+            f"Kafka at {conn} hung up on a {conn.security_protocol} connection: the listener speaks another protocol",
+            "check kafka_security_protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
         )
+    for error in errors:
+        text = error.str()
+        if error.code() == KafkaError._AUTHENTICATION and "SSL" not in text.split(":")[0]:
+            return KafkaRefused(
+                f"Kafka at {conn} refused the credentials of user {conn.username!r} ({conn.sasl_mechanism}): "
+                "check kafka_username and kafka_password",
+                f"the password comes from {ENV_PREFIX}KAFKA_PASSWORD or the file kafka_password_file names; "
+                "the mechanism from kafka_sasl_mechanism",
+            )
+        if error.code() == KafkaError._SSL or "SSL handshake failed" in text or "certificate" in text:
+            return KafkaRefused(
+                f"Kafka at {conn}: TLS handshake failed ({text.split(': ', 1)[-1][:160]})",
+                "check kafka_ca_file (the PEM CA of the brokers' certificates) and kafka_security_protocol",
+            )
+    return None
 
 
-def topic_partitions(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[int]:
+def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0) -> list[int]:
     # Listing all topics, not asking for this one: a named metadata request makes brokers
     # with auto-creation (Tansu, default Apache Kafka) create the topic behind our back.
-    metadata = admin(bootstrap_servers).list_topics(timeout=timeout_s)
+    metadata = admin(target).list_topics(timeout=timeout_s)
     meta = metadata.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise SigflowError(
-            f"Kafka topic {topic!r} does not exist at {bootstrap_servers}",
+            f"Kafka topic {topic!r} does not exist at {target}",
             "create it with `sigflow topics create` (or the sigflow_deploy DAG)",
         )
     return sorted(meta.partitions)
 
 
 def create_topics(
-    bootstrap_servers: str, topics: Iterable[str], partitions: int, retention_ms: int
+    target: Target, topics: Iterable[str], partitions: int, retention_ms: int
 ) -> dict[str, str]:
     """Create missing topics; existing ones are left alone. Returns topic -> what happened."""
-    client = admin(bootstrap_servers)
+    client = admin(target)
     existing = client.list_topics(timeout=10).topics
     outcome: dict[str, str] = {}
     wanted = []
@@ -117,13 +178,13 @@ def create_topics(
 
 
 def offset_bounds(
-    bootstrap_servers: str, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
+    target: Target, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
 ) -> dict[int, tuple[int, int]]:
     """partition -> (earliest available offset, confirmed end offset)."""
     partitions = list(partitions)
     # The end is confirmed by a fetch at it; at the end a broker holds a fetch for
     # fetch.wait.max.ms (default 500) hoping for data: 10 ms made this 0.6 s -> 0.03 s.
-    c = consumer(bootstrap_servers, **{"fetch.wait.max.ms": 10})
+    c = consumer(target, **{"fetch.wait.max.ms": 10})
     try:
         reported = {
             p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in partitions

@@ -8,6 +8,8 @@ JAR is not installed). It mirrors Spark's source where sigflow depends on it:
 * options ``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets`` (earliest, latest
   or per-partition JSON with -2/-1), ``maxOffsetsPerTrigger`` (served through
   ``latestOffset(start, limit)``) and ``failOnDataLoss``;
+* the security options ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+  ``kafka.sasl.jaas.config`` and a PEM ``kafka.ssl.truststore.location`` (kafka_connection.py);
 * Trigger.AvailableNow support.
 
 End offsets are confirmed by reading (see ``kafka_client.offset_bounds``); a partition
@@ -46,6 +48,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from spark_jobs.runtime.kafka_connection import KafkaConnection
 
 FORMAT_NAME = "sigflow_kafka"
 EARLIEST, LATEST = -2, -1
@@ -113,7 +117,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]):
         # Spark hands data source options over with lower-cased keys; accept either form.
         options = {k.lower(): v for k, v in options.items()}
-        self.bootstrap = options["kafka.bootstrap.servers"]
+        self.kafka = KafkaConnection.from_spark_options(options)
         self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
         self.starting = options.get("startingoffsets", "earliest")
         self.max_offsets = int(options.get("maxoffsetspertrigger", 0) or 0)
@@ -127,8 +131,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         out = {}
         for topic in self.topics:
-            parts = kafka_client.topic_partitions(self.bootstrap, topic)
-            bounds = kafka_client.offset_bounds(self.bootstrap, topic, parts, self.read_timeout_s)
+            parts = kafka_client.topic_partitions(self.kafka, topic)
+            bounds = kafka_client.offset_bounds(self.kafka, topic, parts, self.read_timeout_s)
             out[topic] = {str(p): b for p, b in bounds.items()}
         return out
 
@@ -206,7 +210,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- reading (runs on executors) ---------------------------------------------------
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
-        return read_range(self.bootstrap, partition, self.fail_on_data_loss, self.read_timeout_s)
+        return read_range(self.kafka, partition, self.fail_on_data_loss, self.read_timeout_s)
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -215,7 +219,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str]):
         options = {k.lower(): v for k, v in options.items()}
-        self.bootstrap = options["kafka.bootstrap.servers"]
+        self.kafka = KafkaConnection.from_spark_options(options)
         self.starting = _parse_offsets_option(options["startingoffsets"])
         self.ending = _parse_offsets_option(options["endingoffsets"])
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() == "true"
@@ -232,11 +236,11 @@ class KafkaBatchReader(DataSourceReader):
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
         if not partition.topic:
             return iter(())
-        return read_range(self.bootstrap, partition, self.fail_on_data_loss, self.read_timeout_s)
+        return read_range(self.kafka, partition, self.fail_on_data_loss, self.read_timeout_s)
 
 
 def read_range(
-    bootstrap: str, partition: KafkaRange, fail_on_data_loss: bool, read_timeout_s: float
+    kafka: KafkaConnection, partition: KafkaRange, fail_on_data_loss: bool, read_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
     """Records [from_offset, until_offset) of one partition as Arrow batches."""
     from confluent_kafka import KafkaError, TopicPartition
@@ -244,7 +248,7 @@ def read_range(
     from spark_jobs.runtime import kafka_client
 
     consumer = kafka_client.consumer(
-        bootstrap, **{"auto.offset.reset": "earliest" if not fail_on_data_loss else "error"}
+        kafka, **{"auto.offset.reset": "earliest" if not fail_on_data_loss else "error"}
     )
     tp = TopicPartition(partition.topic, partition.partition)
     start = partition.from_offset

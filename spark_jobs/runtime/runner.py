@@ -67,10 +67,10 @@ class JobRun:
             settings = settings.replace(starting_offsets=recovered_start)
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
-        self.bootstrap = broker.bootstrap_servers(settings)
-        kafka_client.check_reachable(self.bootstrap)
+        self.kafka = broker.connection(settings)
+        kafka_client.check_reachable(self.kafka)
         for topic in job.topics(settings):
-            kafka_client.topic_partitions(self.bootstrap, topic)
+            kafka_client.topic_partitions(self.kafka, topic)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch
@@ -84,14 +84,14 @@ class JobRun:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.spark, self.sink, self.app_id, self.summary)
         self.write_batch = BatchWriter(
-            job, settings, self.spark, self.engine, self.sink, self.checkpoint, self.bootstrap, self.tables,
+            job, settings, self.spark, self.engine, self.sink, self.checkpoint, self.kafka, self.tables,
             self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,
         )
         self.query = None
 
     def plan(self) -> DataFrame:
         records = self.engine.read_kafka(
-            self.spark, self.settings, self.bootstrap, self.job.topics(self.settings)
+            self.spark, self.settings, self.kafka, self.job.topics(self.settings)
         )
         plan = self.job.build(self.settings, records)
         counting = Counting(scans=source_scans(plan), branches=self.job.branches)
@@ -139,7 +139,7 @@ class JobRun:
     def _failure(self, query, exc: Exception) -> Exception:
         if "OutOfMemoryError" in str(exc):
             return _jvm_died(self.job.name, self.settings)
-        if kafka_client.is_reachable(self.bootstrap, timeout_s=3):
+        if kafka_client.is_reachable(self.kafka, timeout_s=3):
             return _explain(self.job.name, exc)
         self.record_metrics(query)  # the batches done before Kafka went away
         return _KafkaGone(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -167,7 +167,7 @@ class JobRun:
                 "%s: Kafka at %s is unreachable; retry %d in %.0f s, giving up after %s. "
                 "Check `sigflow broker status` or the Kafka cluster; the job resumes from its "
                 "checkpoint when Kafka is back (docs/runbooks/broker-outage.md)",
-                self.job.name, self.bootstrap, state.attempt_number, state.upcoming_sleep,
+                self.job.name, self.kafka, state.attempt_number, state.upcoming_sleep,
                 self.settings.broker_outage_budget,
             )
 
@@ -186,20 +186,20 @@ class JobRun:
             retry_error_callback=lambda state: False,
         )
         try:
-            back = budget > 0 and waiting(kafka_client.is_reachable, self.bootstrap, timeout_s=3)
+            back = budget > 0 and waiting(kafka_client.is_reachable, self.kafka, timeout_s=3)
         except _Stopped:
             return False
         if not back:
             waited = time.monotonic() - began
             raise BrokerUnavailable(
-                f"job {self.job.name} stopped: Kafka at {self.bootstrap} unreachable for "
+                f"job {self.job.name} stopped: Kafka at {self.kafka} unreachable for "
                 f"{waited:.0f} s (broker_outage_budget {self.settings.broker_outage_budget}); "
                 f"last error: {cause[:300]}",
                 "bring Kafka back and rerun: the job resumes from its checkpoint, "
                 "nothing is lost (docs/runbooks/broker-outage.md)",
             )
         log.warning("%s: Kafka at %s is back after %.0f s; resuming from the checkpoint",
-                    self.job.name, self.bootstrap, time.monotonic() - began)
+                    self.job.name, self.kafka, time.monotonic() - began)
         return True
 
     def run_available_now(self) -> RunSummary:

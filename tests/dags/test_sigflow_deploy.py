@@ -1,5 +1,6 @@
 """sigflow_deploy creates topics and tables and starts jobs with spark-submit; twice is a no-op."""
 
+import json
 import os
 import sys
 from collections import Counter
@@ -8,8 +9,10 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.local import broker
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime import kafka_client
+from tests.conftest import SECURED_USER
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, table
 
@@ -52,3 +55,25 @@ def test_long_running_mode_submits_a_processing_time_trigger(airflow_home):
     rendered = task.render_template(task.application_args, {"params": {"mode": "long-running",
                                                                         "trigger_interval": "30 seconds"}})
     assert rendered == ["run", "sessions", "--processing-time=30 seconds"]
+
+
+def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_never_logs_it(
+        secured_broker, dag_env, monkeypatch, tmp_path, capfd, airflow_home):
+    secured, password, _ = secured_broker
+    s = dag_env(secured.replace(data_dir=str(tmp_path / "data"), events_topic="deploy-secured-events",
+                                alerts_topic="deploy-secured-alerts"))
+    # The environment names the protocol and the CA only; the credentials are the connection's.
+    monkeypatch.setenv("SIGFLOW_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("SIGFLOW_KAFKA_CA_FILE", s.kafka_ca_file)
+    monkeypatch.setenv("AIRFLOW_CONN_SIGFLOW_KAFKA", json.dumps(
+        {"conn_type": "generic", "login": SECURED_USER, "password": password}))
+
+    state, tasks = run_dag("sigflow_deploy", {"mode": "available-now", "jobs": []})
+
+    assert state == "success", tasks
+    topics = kafka_client.admin(broker.connection(s)).list_topics(timeout=10).topics
+    assert {s.events_topic, s.alerts_topic} <= set(topics)
+    logged = capfd.readouterr()
+    assert f"kafka_username = '{SECURED_USER}'" in logged.out + logged.err  # validate_config's listing ran
+    assert password not in logged.out + logged.err
+    assert [p for p in Path(airflow_home).rglob("*.log") if password in p.read_text(errors="replace")] == []

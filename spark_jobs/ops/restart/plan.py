@@ -63,7 +63,7 @@ def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None
 
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:
     """Refuse when Kafka retention already deleted records the re-run would need."""
-    bootstrap = broker.bootstrap_servers(settings)
+    bootstrap = broker.connection(settings)
     kafka_client.check_reachable(bootstrap)
     for topic, parts in start.items():
         partitions = [int(p) for p in parts] if parts else kafka_client.topic_partitions(bootstrap, topic)

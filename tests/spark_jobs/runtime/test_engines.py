@@ -42,6 +42,7 @@ def test_production_settings_yield_spark_kafka_options():
     })
     assert kafka_options(s, s.kafka_bootstrap_servers, [s.events_topic]) == {
         "kafka.bootstrap.servers": "kafka:9092",
+        "kafka.security.protocol": "PLAINTEXT",
         "subscribe": "device-events",
         "startingOffsets": "latest",
         "failOnDataLoss": "true",

@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     alerts_topic: str = "device-alerts"
     topic_partitions: AtLeastOne = 3
     topic_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Copies of each partition, and how many must hold a record before a producer's acks=all
+    # is answered: 1/1 for the one embedded broker, 3/2 on a production cluster.
+    topic_replication_factor: AtLeastOne = 1
+    topic_min_insync_replicas: AtLeastOne = 1
     starting_offsets: StartingOffsets = "earliest"
     # Records per micro-batch (0: no limit). Bounded by default: the embedded path collects
     # each batch to the driver for delta-rs, and a 1,000,000-record backlog read as one

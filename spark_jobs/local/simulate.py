@@ -160,7 +160,9 @@ def produce_records(
     topic_partitions(conn, topic)
     try:
         producer = KafkaProducer(
-            **conn.kafka_python(), linger_ms=5,
+            # acks=all with idempotence: a record is acknowledged once the in-sync replicas
+            # hold it, and a retry after a lost leader cannot write it twice.
+            **conn.kafka_python(), linger_ms=5, acks="all", enable_idempotence=True,
             max_request_size=4 * 1024 * 1024, request_timeout_ms=15000,
         )
     except KafkaError:

@@ -28,6 +28,7 @@ def ensure_topics(settings: Settings) -> list[str]:
     outcome = kafka_client.create_topics(
         bootstrap, [settings.events_topic, settings.alerts_topic],
         settings.topic_partitions, settings.topic_retention_ms,
+        settings.topic_replication_factor, settings.topic_min_insync_replicas,
     )
     return [f"topic {topic}: {what}" for topic, what in outcome.items()]
 

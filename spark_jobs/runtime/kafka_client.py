@@ -148,7 +148,8 @@ def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0) -> lis
 
 
 def create_topics(
-    target: Target, topics: Iterable[str], partitions: int, retention_ms: int
+    target: Target, topics: Iterable[str], partitions: int, retention_ms: int,
+    replication_factor: int = 1, min_insync_replicas: int = 1,
 ) -> dict[str, str]:
     """Create missing topics; existing ones are left alone. Returns topic -> what happened."""
     client = admin(target)
@@ -163,7 +164,8 @@ def create_topics(
             outcome[topic] = f"exists ({have} partitions{short})"
         else:
             wanted.append(
-                NewTopic(topic, partitions, 1, config={"retention.ms": str(retention_ms)})
+                NewTopic(topic, partitions, replication_factor, config={
+                    "retention.ms": str(retention_ms), "min.insync.replicas": str(min_insync_replicas)})
             )
     for topic, future in client.create_topics(wanted).items() if wanted else []:
         try:

@@ -1,0 +1,88 @@
+"""A partition leader is lost while devices produce and a job streams: nothing is lost and
+nothing is written twice. Three brokers (replication factor 3, min.insync.replicas 2),
+producers with acks=all and idempotence, `sigflow run ingest` on a processing-time trigger."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime import kafka_client
+from tests import kafka_cluster
+from tests.conftest import make_settings
+from tests.helpers import REPO, cli_env, sigflow, table
+
+RATE, SECONDS, SEED = 60, 40, 21
+
+
+def _records_in(cluster, topic: str) -> int:
+    parts = kafka_client.topic_partitions(cluster.bootstrap_servers, topic)
+    return sum(end - start for start, end in kafka_client.offset_bounds(cluster.bootstrap_servers, topic, parts).values())
+
+
+def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        for process in watched:
+            assert process.poll() is None, f"{what}: a process ended early:\n{process.communicate()[0]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_rejoins(tmp_path):
+    cluster = kafka_cluster.start(tmp_path / "kafka")
+    try:
+        s = make_settings(tmp_path / "data", cluster.bootstrap_servers, topic_partitions=3,
+                          topic_replication_factor=3, topic_min_insync_replicas=2, max_offsets_per_trigger=400)
+        env = {"SIGFLOW_TOPIC_PARTITIONS": "3", "SIGFLOW_TOPIC_REPLICATION_FACTOR": "3",
+               "SIGFLOW_TOPIC_MIN_INSYNC_REPLICAS": "2"}
+        created = sigflow(s, "topics", "create", extra_env=env)
+        assert created.returncode == 0, created.stderr
+        assert all(len(isr) == 3 for isr in cluster.in_sync(s.events_topic).values())
+
+        def start(*args: str) -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", *args], env=cli_env(s, env), cwd=REPO,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        producer = start("simulate", "--rate", str(RATE), "--duration", str(SECONDS), "--seed", str(SEED),
+                         "--malformed", "0")
+        job = start("run", "ingest", "--processing-time", "2 seconds")
+        _wait(lambda: _records_in(cluster, s.events_topic) >= RATE * SECONDS // 3, 120, "a third of the records",
+              producer, job)
+
+        victim = cluster.leader(s.events_topic, 0)
+        cluster.kill(victim)  # SIGKILL, mid-stream
+        killed = time.monotonic()
+        _wait(lambda: cluster.leader(s.events_topic, 0) not in (victim, -1), 60, "a new leader", producer, job)
+        print(f"broker {victim} killed; partition 0 led by broker {cluster.leader(s.events_topic, 0)} "
+              f"after {time.monotonic() - killed:.1f} s")
+
+        produced, _ = producer.communicate(timeout=300)
+        assert producer.returncode == 0, produced
+        expected = generate_events(RATE * SECONDS, seed=SEED, malformed_ratio=0)  # what simulate sent
+        assert _records_in(cluster, s.events_topic) == len(expected)  # the producer wrote each record once
+
+        def raw_events():
+            raw = table(s, "device_events_raw")
+            return raw[raw.topic == s.events_topic]
+
+        _wait(lambda: len(raw_events()) >= len(expected), 300, "the job to catch up", job)
+        job.send_signal(signal.SIGTERM)  # a graceful stop after the batch
+        job.communicate(timeout=120)
+        batches = s.progress_file("ingest").read_text().splitlines()
+        print(f"ingest: {len(batches)} batches, producer: {produced.strip().splitlines()[-2]}")
+
+        written = Counter(json.loads(v)["event_id"] for v in raw_events().value)
+        assert written == Counter(json.loads(r.value)["event_id"] for r in expected)  # 0 lost, 0 duplicated
+        assert len(table(s, "device_events")) == len(expected)
+
+        cluster.restart(victim)  # it comes back as a follower and catches up
+        _wait(lambda: all(victim in isr for isr in cluster.in_sync(s.events_topic).values()), 120,
+              f"broker {victim} to rejoin every partition's in-sync replicas")
+    finally:
+        cluster.stop()

@@ -40,6 +40,38 @@ DELTA_SESSION_CONF = {
 }
 
 
+# sigflow's own Delta log store for s3a:// (infra/logstore/): built from source with mvn when
+# the s3 set is fetched, and put beside that set. Why it exists: the class's comment.
+LOGSTORE_SOURCE = INFRA.parent / "logstore"
+LOGSTORE_CLASS = "io.sigflow.delta.ConditionalPutS3LogStore"
+LOGSTORE_JAR = "sigflow-delta-logstore-0.1.0.jar"
+
+
+def logstore_jar(dest: Path) -> Path:
+    return dest / "s3" / LOGSTORE_JAR
+
+
+def build_logstore(dest: Path) -> Path:
+    """Compile infra/logstore with mvn (a copy, so the source tree stays clean)."""
+    if not shutil.which("mvn"):
+        raise JarError("building the S3 log store needs mvn on PATH", "install Maven (apt-get install maven)")
+    with tempfile.TemporaryDirectory() as work:
+        shutil.copytree(LOGSTORE_SOURCE, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns("target"))
+        result = subprocess.run(["mvn", "-B", "-q", "-f", str(Path(work, "pom.xml")), "package"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            detail = next((line for line in result.stdout.splitlines() if "[ERROR]" in line), result.stderr.strip())
+            raise JarError(f"mvn could not build infra/logstore: {detail[:300]}", "check your Maven settings")
+        logstore_jar(dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(work, "target", LOGSTORE_JAR), logstore_jar(dest))
+    return logstore_jar(dest)
+
+
+def object_store_conf(dest: Path) -> dict[str, str]:
+    """delta-spark's settings for s3a:// tables when the s3 set is installed."""
+    return {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if logstore_jar(dest).exists() else {}
+
+
 class JarError(SigflowError):
     pass
 
@@ -149,6 +181,8 @@ def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchR
             path_of(jar, dest).unlink(missing_ok=True)
         (_fetch_with_mvn if via == "mvn" else _fetch_with_spark)(members, folder)
     bad = problems(jars, dest)
+    if "s3" in sets and not bad and not logstore_jar(dest).exists():
+        build_logstore(dest)
     if bad:
         jar, what = next(iter(bad.items()))
         raise JarError(
@@ -277,7 +311,8 @@ def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
     if not any(p.parent.name == "spark" for p in present):
         return "", {}
-    return ",".join(map(str, present)), dict(DELTA_SESSION_CONF)
+    present += [logstore_jar(dest)] if logstore_jar(dest).exists() else []
+    return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest)}
 
 
 def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:
@@ -286,6 +321,9 @@ def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:
     dest = dest or default_dir()
     installed = [name for name in SPARK_CLASSPATH_SETS
                  if any(path_of(j, dest).exists() for j in locked((name,)))]
-    return verified_paths(installed, dest) if "spark" in installed else None
+    if "spark" not in installed:
+        return None
+    built = [logstore_jar(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
+    return verified_paths(installed, dest) + built
 
 

@@ -69,7 +69,7 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
 
         def raw_events():
             raw = table(s, "device_events_raw")
-            return raw[raw.topic == s.events_topic]
+            return raw[raw.topic == s.events_topic] if len(raw.columns) else raw  # no table yet: no columns
 
         _wait(lambda: len(raw_events()) >= len(expected), 300, "the job to catch up", job)
         job.send_signal(signal.SIGTERM)  # a graceful stop after the batch

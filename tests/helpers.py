@@ -65,6 +65,12 @@ def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
     return len(pairs)
 
 
+def records_in(bootstrap: str, topic: str) -> int:
+    """How many records a topic holds now (confirmed end minus earliest offset, all partitions)."""
+    partitions = kafka_client.topic_partitions(bootstrap, topic)
+    return sum(end - start for start, end in kafka_client.offset_bounds(bootstrap, topic, partitions).values())
+
+
 def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> RunSummary:
     """One available-now run in the shared session: a restart from the job's checkpoint."""
     job = job if isinstance(job, StreamingJob) else get_job(job)

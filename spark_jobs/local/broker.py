@@ -108,7 +108,7 @@ def _broker_password(settings: Settings) -> str:
     path = settings.broker_dir / "tls" / "broker-user.pass"
     if not path.exists():
         broker_tls.ensure(path.parent)
-        broker_tls._write(path, secrets.token_urlsafe(24).encode())
+        broker_tls.write_private(path, secrets.token_urlsafe(24).encode())
     return path.read_text()
 
 
@@ -253,7 +253,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             )
     log_file = settings.broker_dir / "kafka.log"
     # It may hold the keystore's and users' passwords: the owner's only.
-    broker_tls._write(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
+    broker_tls.write_private(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
     (settings.broker_dir / "log4j2.properties").write_text(
         LOG4J2.format(log=log_file, level=settings.broker_log_level)
     )
@@ -283,10 +283,15 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     return info
 
 
+def _embedded_ca(settings: Settings) -> str:
+    """The embedded broker's CA file when its listener speaks TLS (made by broker_tls)."""
+    return str(settings.broker_dir / "tls" / "ca.pem") if settings.kafka_security_protocol in ("SSL", "SASL_SSL") else ""
+
+
 def _own_connection(settings: Settings, address: str) -> KafkaConnection:
     """How the project reaches its own broker: as the broker user when SASL is on."""
     protocol = settings.kafka_security_protocol
-    ca = str(settings.broker_dir / "tls" / "ca.pem") if protocol in ("SSL", "SASL_SSL") else ""
+    ca = _embedded_ca(settings)
     if not protocol.startswith("SASL_"):
         return KafkaConnection(address, protocol, ca_file=ca)
     return KafkaConnection(address, protocol, "PLAIN", BROKER_USER, SecretStr(_broker_password(settings)), ca)
@@ -362,9 +367,7 @@ def _reap(pid: int) -> None:
 
 def connection(settings: Settings) -> KafkaConnection:
     """The Kafka to use and how to speak to it (docs/security.md)."""
-    ca = settings.kafka_ca_file
-    if not ca and not settings.kafka_bootstrap_servers and settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
-        ca = str(settings.broker_dir / "tls" / "ca.pem")  # the embedded broker's own CA
+    ca = settings.kafka_ca_file or ("" if settings.kafka_bootstrap_servers else _embedded_ca(settings))
     return KafkaConnection(
         bootstrap_servers(settings), settings.kafka_security_protocol, settings.kafka_sasl_mechanism,
         settings.kafka_username, settings.kafka_secret, ca,

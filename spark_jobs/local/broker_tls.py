@@ -66,13 +66,14 @@ def _make(ca_file: Path, keystore: Path, password_file: Path) -> None:
         .sign(ca_key, hashes.SHA256())
     )
     password = secrets.token_urlsafe(24)
-    _write(password_file, password.encode())
-    _write(keystore, pkcs12.serialize_key_and_certificates(
+    write_private(password_file, password.encode())
+    write_private(keystore, pkcs12.serialize_key_and_certificates(
         b"broker", key, cert, [ca_cert], serialization.BestAvailableEncryption(password.encode())))
     ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _write(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file only its owner can read (keys, passwords)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)

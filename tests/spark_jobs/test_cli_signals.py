@@ -15,8 +15,15 @@ import time
 import pytest
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
-from spark_jobs.runtime import kafka_client
-from tests.helpers import REPO, cli_env, processes_with_env, produce, sigflow, table
+from tests.helpers import (
+    REPO,
+    cli_env,
+    processes_with_env,
+    produce,
+    records_in,
+    sigflow,
+    table,
+)
 
 SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 
@@ -28,12 +35,6 @@ def _start(settings, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-
-
-def _records_in(settings, topic: str) -> int:
-    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, topic,
-                                        kafka_client.topic_partitions(settings.kafka_bootstrap_servers, topic))
-    return sum(end - start for start, end in bounds.values())
 
 
 def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
@@ -51,7 +52,7 @@ def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
 def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings, signum):
     command = _start(settings, "simulate", "--rate", "50", "--duration", "600")
     deadline = time.monotonic() + 60
-    while _records_in(settings, settings.events_topic) < 20:
+    while records_in(settings.kafka_bootstrap_servers, settings.events_topic) < 20:
         assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
         time.sleep(0.5)
 
@@ -59,7 +60,7 @@ def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings,
 
     sent = re.search(r"sigflow: error: interrupted after ([\d,]+) of 30,000 records sent", "\n".join(lines))
     assert sent, lines
-    assert int(sent[1].replace(",", "")) == _records_in(settings, settings.events_topic)
+    assert int(sent[1].replace(",", "")) == records_in(settings.kafka_bootstrap_servers, settings.events_topic)
 
 
 def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(settings):

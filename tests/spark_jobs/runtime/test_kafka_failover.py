@@ -12,17 +12,11 @@ import time
 from collections import Counter
 
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime import kafka_client
 from tests import kafka_cluster
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, sigflow, table
+from tests.helpers import REPO, cli_env, records_in, sigflow, table
 
 RATE, SECONDS, SEED = 60, 40, 21
-
-
-def _records_in(cluster, topic: str) -> int:
-    parts = kafka_client.topic_partitions(cluster.bootstrap_servers, topic)
-    return sum(end - start for start, end in kafka_client.offset_bounds(cluster.bootstrap_servers, topic, parts).values())
 
 
 def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) -> None:
@@ -52,7 +46,7 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
         producer = start("simulate", "--rate", str(RATE), "--duration", str(SECONDS), "--seed", str(SEED),
                          "--malformed", "0")
         job = start("run", "ingest", "--processing-time", "2 seconds")
-        _wait(lambda: _records_in(cluster, s.events_topic) >= RATE * SECONDS // 3, 120, "a third of the records",
+        _wait(lambda: records_in(cluster.bootstrap_servers, s.events_topic) >= RATE * SECONDS // 3, 120, "a third of the records",
               producer, job)
 
         victim = cluster.leader(s.events_topic, 0)
@@ -65,7 +59,7 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
         produced, _ = producer.communicate(timeout=300)
         assert producer.returncode == 0, produced
         expected = generate_events(RATE * SECONDS, seed=SEED, malformed_ratio=0)  # what simulate sent
-        assert _records_in(cluster, s.events_topic) == len(expected)  # the producer wrote each record once
+        assert records_in(cluster.bootstrap_servers, s.events_topic) == len(expected)  # the producer wrote each record once
 
         def raw_events():
             raw = table(s, "device_events_raw")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -41,10 +42,7 @@ class DeltaSink:
 
     def ensure_table(self, spec: TableSpec) -> str:
         """Create the table when missing, or add the columns it lacks: what was done."""
-        if _table_exists(self.uri(spec)):
-            return migrate_table(self.uri(spec), spec)
-        self._create(spec)
-        return "created"
+        return _ensure(self.uri(spec), spec, lambda: self._create(spec))
 
     def _create(self, spec: TableSpec) -> None:
         raise NotImplementedError
@@ -104,7 +102,7 @@ class DeltaRsSink(DeltaSink):
     """delta-rs (the python engine): the batch is collected to Arrow in the driver."""
 
     def _create(self, spec: TableSpec) -> None:
-        create_table(self.uri(spec), spec)
+        _create_with_delta_rs(self.uri(spec), spec)
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int:
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -125,14 +123,28 @@ class DeltaRsSink(DeltaSink):
 
 def create_table(uri: str, spec: TableSpec) -> str:
     """Create the table with its schema when missing, or migrate it (delta-rs): what was done."""
+    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec))
+
+
+def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
     from deltalake import DeltaTable
 
-    if _table_exists(uri):
-        return migrate_table(uri, spec)
-    DeltaTable.create(
-        uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
-    )
-    return "created"
+    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore")
+
+
+def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
+    if not _table_exists(uri):
+        try:
+            create()
+            return "created"
+        except Exception:
+            # Jobs start at once and share tables: another driver may have committed
+            # version 0 between our check and our create, and on object storage the log
+            # store refuses a second version 0 instead of ignoring it.
+            if not _table_exists(uri):
+                raise
+            log.info("%s: created by another job at the same moment", spec.name)
+    return migrate_table(uri, spec)
 
 
 def _table_exists(uri: str) -> bool:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime import jars
-from tests.helpers import REPO, cli_env
+from tests.helpers import REPO, cli_env, contents, records_in, run_job, sigflow, table
 
 BUCKET = "sigflow"
 COMMITS_PER_WRITER = 8
@@ -104,3 +105,43 @@ def test_two_spark_drivers_and_a_delta_rs_writer_committing_at_once_lose_no_comm
     assert delta.version() == 3 * COMMITS_PER_WRITER  # one version per commit, none overwritten
     assert {c.get("engineInfo", "delta-rs").split("/")[0] for c in delta.history()} >= {"Apache-Spark"}
 
+
+
+JOBS_AT_ONCE = ("ingest", "dedup", "windowed-averages")
+
+
+def test_jobs_running_at_once_on_s3_write_what_a_local_run_writes(s3, s3_jars, settings, spark, tmp_path,
+                                                                   monkeypatch):
+    """Three drivers at once, tables and checkpoints on S3, all appending to the shared
+    late_events and pipeline_metrics: each table holds exactly what the same jobs write one
+    after the other on local disk, and every batch's metrics row is there."""
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)  # delta-rs and pyarrow in this process read the same variables
+    settings = settings.replace(max_offsets_per_trigger=500)
+    produced = sigflow(settings, "simulate", "--events", "1000", "--devices", "10", "--seed", "7")
+    assert produced.returncode == 0, produced.stderr
+    sent = sum(records_in(settings.kafka_bootstrap_servers, topic) for topic in get_job("ingest").topics(settings))
+
+    root = f"s3a://{BUCKET}/at-once-{time.time_ns()}"
+    on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
+                             checkpoint_root=f"{root}/checkpoints")
+    env = cli_env(on_s3, {**s3, "SIGFLOW_JARS_DIR": str(s3_jars), "SIGFLOW_ENGINE": "jvm",
+                          "SIGFLOW_DELTA_ROOT": on_s3.delta_root, "SIGFLOW_CHECKPOINT_ROOT": on_s3.checkpoint_root})
+    drivers = {job: subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "run", job], env=env, cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for job in JOBS_AT_ONCE}
+    for job, driver in drivers.items():
+        output, _ = driver.communicate(timeout=900)
+        assert driver.returncode == 0, f"{job}:\n{output[-4000:]}"
+
+    for job in JOBS_AT_ONCE:
+        run_job(spark, settings, job)
+    tables = {spec.name for job in JOBS_AT_ONCE for spec in get_job(job).tables} | {"late_events"}
+    for name in sorted(tables):
+        assert contents(on_s3, name) == contents(settings, name), name
+
+    per_job = table(on_s3, "pipeline_metrics").groupby("job")
+    for job in JOBS_AT_ONCE:
+        progress_lines = on_s3.progress_file(job).read_text().splitlines()
+        assert len(per_job.get_group(job)) == len(progress_lines) > 1, job
+    assert per_job.get_group("ingest")["input_rows"].sum() == sent

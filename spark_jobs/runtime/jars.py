@@ -67,9 +67,28 @@ def build_logstore(dest: Path) -> Path:
     return logstore_jar(dest)
 
 
-def object_store_conf(dest: Path) -> dict[str, str]:
-    """delta-spark's settings for s3a:// tables when the s3 set is installed."""
-    return {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if logstore_jar(dest).exists() else {}
+def object_store_conf(dest: Path, environ) -> dict[str, str]:
+    """Spark's settings for s3a:// tables: sigflow's log store when the s3 set is installed, and
+    S3A pointed at the environment's endpoint. Embedded sessions and spark-submit get the same."""
+    log_store = {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if logstore_jar(dest).exists() else {}
+    return {**log_store, **s3a_conf(environ)}
+
+
+def s3a_conf(environ) -> dict[str, str]:
+    """S3A pointed where the AWS SDKs and delta-rs look (AWS_ENDPOINT_URL, AWS_REGION), with the
+    credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: one set of variables for Spark,
+    delta-rs and pyarrow. Nothing when no endpoint is set (AWS's own S3)."""
+    endpoint = environ.get("AWS_ENDPOINT_URL", "")
+    if not endpoint:
+        return {}
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": environ.get("AWS_REGION", "us-east-1"),
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
+        "spark.hadoop.fs.s3a.aws.credentials.provider":
+            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+    }
 
 
 class JarError(SigflowError):
@@ -312,7 +331,7 @@ def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     if not any(p.parent.name == "spark" for p in present):
         return "", {}
     present += [logstore_jar(dest)] if logstore_jar(dest).exists() else []
-    return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest)}
+    return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
 
 
 def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:

@@ -102,24 +102,7 @@ def jvm_engine_conf(settings: Settings) -> dict[str, str]:
             jars.verified_paths(("spark",), settings.jars_path)  # raises, naming the first missing
         return {}
     return {"spark.jars": ",".join(str(p) for p in paths), **jars.DELTA_SESSION_CONF,
-            **jars.object_store_conf(settings.jars_path), **s3a_conf(os.environ)}
-
-
-def s3a_conf(environ) -> dict[str, str]:
-    """S3A pointed where the AWS SDKs and delta-rs look (AWS_ENDPOINT_URL, AWS_REGION), with the
-    credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: one set of variables for Spark,
-    delta-rs and pyarrow. Nothing when no endpoint is set (AWS's own S3)."""
-    endpoint = environ.get("AWS_ENDPOINT_URL", "")
-    if not endpoint:
-        return {}
-    return {
-        "spark.hadoop.fs.s3a.endpoint": endpoint,
-        "spark.hadoop.fs.s3a.endpoint.region": environ.get("AWS_REGION", "us-east-1"),
-        "spark.hadoop.fs.s3a.path.style.access": "true",
-        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
-        "spark.hadoop.fs.s3a.aws.credentials.provider":
-            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
-    }
+            **jars.object_store_conf(settings.jars_path, os.environ)}
 
 
 def configure_session(spark: SparkSession, settings: Settings) -> None:

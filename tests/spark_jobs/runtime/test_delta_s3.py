@@ -9,6 +9,7 @@ retries it as the next version. The S3 endpoint is moto's server, a real HTTP S3
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,8 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from spark_jobs.jobs.registry import get_job
+from spark_jobs.ops import maintenance, restart
 from spark_jobs.runtime import jars
 from tests.helpers import REPO, cli_env, contents, records_in, run_job, sigflow, table
 
@@ -84,7 +87,7 @@ for i in range(commits):
 
 def test_two_spark_drivers_and_a_delta_rs_writer_committing_at_once_lose_no_commit(s3, s3_jars):
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder, write_deltalake
+    from deltalake import QueryBuilder, write_deltalake
 
     os.environ.update(s3)  # delta-rs in this process reads the same variables
     table = f"s3a://{BUCKET}/concurrent-{time.time_ns()}"
@@ -107,41 +110,70 @@ def test_two_spark_drivers_and_a_delta_rs_writer_committing_at_once_lose_no_comm
 
 
 
-JOBS_AT_ONCE = ("ingest", "dedup", "windowed-averages")
+JOBS_AT_ONCE = ("dedup", "windowed-averages")  # both append to late_events and pipeline_metrics
 
 
-def test_jobs_running_at_once_on_s3_write_what_a_local_run_writes(s3, s3_jars, settings, spark, tmp_path,
-                                                                   monkeypatch):
-    """Three drivers at once, tables and checkpoints on S3, all appending to the shared
-    late_events and pipeline_metrics: each table holds exactly what the same jobs write one
-    after the other on local disk, and every batch's metrics row is there."""
+def _batch_ids(progress_file: Path) -> set[int]:
+    return {json.loads(line)["batch_id"] for line in progress_file.read_text().splitlines()}
+
+
+def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_by_one(
+        s3, s3_jars, settings, spark, tmp_path, monkeypatch):
+    """Two drivers at once with tables and checkpoints on S3, all appending to the shared
+    late_events and pipeline_metrics; meanwhile maintenance compacts and vacuums those tables
+    over and over, and dedup, once done, is rewound to its first batch and run again. Every
+    table ends as the same steps leave it run one after the other on local disk."""
     for name, value in s3.items():
         monkeypatch.setenv(name, value)  # delta-rs and pyarrow in this process read the same variables
     settings = settings.replace(max_offsets_per_trigger=500)
     produced = sigflow(settings, "simulate", "--events", "1000", "--devices", "10", "--seed", "7")
     assert produced.returncode == 0, produced.stderr
-    sent = sum(records_in(settings.kafka_bootstrap_servers, topic) for topic in get_job("ingest").topics(settings))
+    sent = records_in(settings.kafka_bootstrap_servers, settings.events_topic)
 
     root = f"s3a://{BUCKET}/at-once-{time.time_ns()}"
     on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
                              checkpoint_root=f"{root}/checkpoints")
     env = cli_env(on_s3, {**s3, "SIGFLOW_JARS_DIR": str(s3_jars), "SIGFLOW_ENGINE": "jvm",
                           "SIGFLOW_DELTA_ROOT": on_s3.delta_root, "SIGFLOW_CHECKPOINT_ROOT": on_s3.checkpoint_root})
-    drivers = {job: subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "run", job], env=env, cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for job in JOBS_AT_ONCE}
-    for job, driver in drivers.items():
-        output, _ = driver.communicate(timeout=900)
-        assert driver.returncode == 0, f"{job}:\n{output[-4000:]}"
 
-    for job in JOBS_AT_ONCE:
+    def start(job: str) -> subprocess.Popen:
+        log = (tmp_path / f"{job}.log").open("a")
+        return subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "run", job], env=env, cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+    def finished(job: str, driver: subprocess.Popen) -> bool:
+        if driver.poll() is None:
+            return False
+        assert driver.returncode == 0, f"{job}:\n{(tmp_path / f'{job}.log').read_text()[-4000:]}"
+        return True
+
+    drivers = {job: start(job) for job in JOBS_AT_ONCE}
+    rewound = 0
+    deadline = time.monotonic() + 900
+    while drivers:
+        assert time.monotonic() < deadline, f"still running: {sorted(drivers)}"
+        maintenance.run(on_s3)
+        time.sleep(2)
+        for job, driver in list(drivers.items()):
+            if finished(job, driver):
+                del drivers[job]
+                if job == "dedup" and not rewound:
+                    restart.plan_rewind(on_s3, "dedup", to_batch=0).apply()
+                    rewound, drivers["dedup"] = 1, start("dedup")
+    assert rewound
+    operations = [c["operation"] for c in reversed(DeltaTable(on_s3.table_uri("pipeline_metrics")).history())]
+    assert "WRITE" in operations[operations.index("OPTIMIZE"):], operations  # compacted between appends
+
+    for job in JOBS_AT_ONCE:  # the same steps, one after the other, on local disk
         run_job(spark, settings, job)
+    restart.plan_rewind(settings, "dedup", to_batch=0).apply()
+    run_job(spark, settings, "dedup")
+    maintenance.run(settings)
+
     tables = {spec.name for job in JOBS_AT_ONCE for spec in get_job(job).tables} | {"late_events"}
     for name in sorted(tables):
         assert contents(on_s3, name) == contents(settings, name), name
-
     per_job = table(on_s3, "pipeline_metrics").groupby("job")
     for job in JOBS_AT_ONCE:
-        progress_lines = on_s3.progress_file(job).read_text().splitlines()
-        assert len(per_job.get_group(job)) == len(progress_lines) > 1, job
-    assert per_job.get_group("ingest")["input_rows"].sum() == sent
+        assert sorted(per_job.get_group(job)["batch_id"]) == sorted(_batch_ids(on_s3.progress_file(job))), job
+    assert all(per_job.get_group(job)["input_rows"].sum() == sent for job in JOBS_AT_ONCE)

@@ -37,6 +37,16 @@ COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
 PRODUCTION_COMMANDS = (("scheduler",), ("dag-processor",), ("triggerer",), ("api-server",))
 
 
+# Airflow's production settings, shared with docker-compose.yml's Airflow services.
+PRODUCTION_ENV_FILE = Path(__file__).resolve().parents[2] / "infra" / "airflow" / "airflow.env"
+
+
+def production_settings() -> dict[str, str]:
+    """The KEY=VALUE lines of infra/airflow/airflow.env (compose's env_file format)."""
+    lines = PRODUCTION_ENV_FILE.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
 def environment(settings: Settings, port: int) -> dict[str, str]:
     """Airflow settings for a standalone serving sigflow's DAGs on 127.0.0.1:port."""
     url = f"http://127.0.0.1:{port}"
@@ -227,8 +237,8 @@ def start_production(settings: Settings, port: int | None = None,
         secret_file.chmod(0o600)
     env = {
         **os.environ, **(extra_env or {}), **environment(settings, port),
+        **production_settings(),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url(),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),  # every component signs alike
     }
     migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],

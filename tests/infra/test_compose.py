@@ -109,10 +109,66 @@ def test_services_get_a_valid_production_configuration(service):
     assert kafka_options(settings, settings.kafka_bootstrap_servers, [settings.events_topic])["subscribe"] == "device-events"
 
 
+AIRFLOW_SERVICES = sorted(name for name, svc in SERVICES.items() if svc.get("image", "").startswith("sigflow-airflow"))
+
+
+def test_compose_airflow_reads_the_settings_file_the_loopback_topology_reads(tmp_path):
+    """infra/airflow/airflow.env is the one list of Airflow's production settings: compose's
+    Airflow services resolve to it (through the real compose parser), and `sigflow airflow
+    --production` starts its components with it (airflow_local.start_production)."""
+    from spark_jobs.local import airflow_local
+
+    result = _compose_config(REPO / ".env.example")
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    shared = airflow_local.production_settings()
+    assert shared["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert f"{airflow_local.ADMIN}:admin" in shared["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",")
+    assert len(AIRFLOW_SERVICES) == 5
+    for name in AIRFLOW_SERVICES:
+        environment = {k: str(v) for k, v in resolved[name]["environment"].items()}
+        assert shared.items() <= environment.items(), name
+        # several processes: one token key for all, and the metadata in PostgreSQL
+        assert environment["AIRFLOW__API_AUTH__JWT_SECRET"], name
+        assert environment["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql"), name
+
+
+def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
+    """spark-submit drivers and executors start before sigflow's code runs, so the image's
+    spark-defaults.conf must hold the session settings get_spark and the deploy DAG give:
+    delta-spark's extension, the log store, and S3A pointed at compose's MinIO."""
+    from spark_jobs.runtime import jars
+
+    conf = dict(
+        line.split(None, 1) for line in (REPO / "infra/spark/spark-defaults.conf").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    conf = {key: value.strip() for key, value in conf.items()}
+    installed = Path(__import__("tempfile").mkdtemp())
+    jars.logstore_jar(installed).parent.mkdir(parents=True)
+    jars.logstore_jar(installed).touch()  # as the image has it
+    expected = {**jars.DELTA_SESSION_CONF, **jars.object_store_conf(installed, _env("spark-master"))}
+    assert expected["spark.delta.logStore.s3a.impl"] == jars.LOGSTORE_CLASS
+    assert {key: conf.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("dockerfile", ["infra/spark/Dockerfile", "infra/airflow/Dockerfile"])
+def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile):
+    from spark_jobs.runtime import jars
+
+    text = (REPO / dockerfile).read_text()
+    pom = (REPO / "infra/logstore/pom.xml").read_text()
+    built = "{}-{}.jar".format(*re.search(r"<artifactId>(sigflow-[\w-]+)</artifactId>\s*<version>([^<]+)</version>",
+                                           pom).groups())
+    assert built == jars.LOGSTORE_JAR
+    assert f"/build/target/{built} /opt/sigflow/jars/s3/" in text  # where jars.logstore_jar looks
+    assert "ENV SIGFLOW_JARS_DIR=/opt/sigflow/jars" in text
+    assert f"sigflow jars fetch {' '.join(jars.SPARK_CLASSPATH_SETS)}" in text  # the lock file's sets
+
+
 def test_airflow_gets_its_connections_from_the_environment():
     env = _env("airflow-scheduler")
     assert env["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://spark-master:7077"
-    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
 
 
 @pytest.mark.parametrize("dockerfile", sorted(str(p.relative_to(REPO)) for p in REPO.glob("infra/*/Dockerfile")))
@@ -148,3 +204,15 @@ def test_the_embedded_cluster_is_the_compose_cluster_on_loopback():
     assert all(cluster.WORKER_CLASS in " ".join(SERVICES[name]["command"]) for name in workers)
     assert all(f"spark-master:{defaults.cluster_port}" in " ".join(SERVICES[name]["command"]) for name in workers)
     assert _env("spark-master")["SIGFLOW_SPARK_MASTER"] == f"spark://spark-master:{defaults.cluster_port}"
+
+
+def test_compose_publishes_kafka_and_airflow_where_the_embedded_ones_listen():
+    """A client pointed at localhost works the same against `make run` and `make up`."""
+    defaults = load_settings(env={})
+
+    def published(service: str) -> set[int]:
+        return {int(str(port).split(":")[1]) for port in SERVICES[service]["ports"]}
+
+    assert defaults.broker_port in published("kafka")
+    assert f"HOST://localhost:{defaults.broker_port}" in _env("kafka")["KAFKA_ADVERTISED_LISTENERS"]
+    assert published("airflow-apiserver") == {defaults.airflow_port}

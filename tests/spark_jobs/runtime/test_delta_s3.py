@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_jobs.jobs.registry import get_job
+from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.ops import maintenance, restart
 from spark_jobs.runtime import jars
 from tests.helpers import REPO, cli_env, contents, records_in, run_job, sigflow, table
@@ -109,25 +109,27 @@ def test_two_spark_drivers_and_a_delta_rs_writer_committing_at_once_lose_no_comm
     assert {c.get("engineInfo", "delta-rs").split("/")[0] for c in delta.history()} >= {"Apache-Spark"}
 
 
-JOBS_AT_ONCE = ("dedup", "windowed-averages")  # both append to late_events and pipeline_metrics
+JOBS_AT_ONCE = tuple(JOBS)  # every job its own driver, all appending to pipeline_metrics
 
 
 def _batch_ids(progress_file: Path) -> set[int]:
     return {json.loads(line)["batch_id"] for line in progress_file.read_text().splitlines()}
 
 
+@pytest.mark.timeout(1800)  # six JVMs and moto on 2 cores: about 9 minutes (docs/streaming-facts.md)
 def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_by_one(
         s3, s3_jars, settings, spark, tmp_path, monkeypatch):
-    """Two drivers at once with tables and checkpoints on S3, all appending to the shared
-    late_events and pipeline_metrics; meanwhile maintenance compacts and vacuums those tables
+    """Every job its own driver, all at once, tables and checkpoints on S3, all appending to
+    the shared pipeline_metrics and the stateful ones to late_events; meanwhile maintenance compacts and vacuums those tables
     over and over, and dedup, once done, is rewound to its first batch and run again. Every
     table ends as the same steps leave it run one after the other on local disk."""
     for name, value in s3.items():
         monkeypatch.setenv(name, value)  # delta-rs and pyarrow in this process read the same variables
-    settings = settings.replace(max_offsets_per_trigger=500)
-    produced = sigflow(settings, "simulate", "--events", "1000", "--devices", "10", "--seed", "7")
+    settings = settings.replace(max_offsets_per_trigger=300)
+    produced = sigflow(settings, "simulate", "--events", "600", "--devices", "8", "--seed", "7")
     assert produced.returncode == 0, produced.stderr
-    sent = records_in(settings.kafka_bootstrap_servers, settings.events_topic)
+    in_kafka = {topic: records_in(settings.kafka_bootstrap_servers, topic)
+                for topic in (settings.events_topic, settings.alerts_topic)}
 
     root = f"s3a://{BUCKET}/at-once-{time.time_ns()}"
     on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
@@ -175,4 +177,6 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
     per_job = table(on_s3, "pipeline_metrics").groupby("job")
     for job in JOBS_AT_ONCE:
         assert sorted(per_job.get_group(job)["batch_id"]) == sorted(_batch_ids(on_s3.progress_file(job))), job
-    assert all(per_job.get_group(job)["input_rows"].sum() == sent for job in JOBS_AT_ONCE)
+    for job in JOBS_AT_ONCE:
+        read = sum(in_kafka[topic] for topic in get_job(job).topics(settings))
+        assert per_job.get_group(job)["input_rows"].sum() == read, job

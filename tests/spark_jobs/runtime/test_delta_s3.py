@@ -158,7 +158,7 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
         for job, driver in list(drivers.items()):
             if finished(job, driver):
                 del drivers[job]
-                if job == "dedup" and dedup_to_rewind:  # windowed-averages may still be running
+                if job == "dedup" and dedup_to_rewind:  # other jobs may still be running
                     restart.plan_rewind(on_s3, "dedup", to_batch=0).apply()
                     drivers["dedup"], dedup_to_rewind = start("dedup"), False
     assert not dedup_to_rewind

@@ -28,7 +28,7 @@ from spark_jobs.jobs import JOB_NAMES
 from spark_jobs.runtime import jars
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
-# submitted driver; empty when none is installed (the job then runs the python engine).
+# submitted driver; empty when none is installed (the job then stops, saying to fetch them).
 SUBMIT_JARS, SUBMIT_CONF = jars.submit_options()
 
 RUN_MODE = (

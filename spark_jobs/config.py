@@ -163,10 +163,8 @@ class Settings(BaseSettings):
     # backoff) before it stops; 0 stops at the first failure.
     broker_outage_budget: DurationSetting = "5 minutes"
 
-    # Engine: jvm = Spark's Kafka source and delta-spark (the pinned JARs, see
-    # infra/jars/); python = the Python Kafka source and delta-rs (a fallback); auto = jvm
-    # when its classes load. jars_dir: where `sigflow jars fetch` put them.
-    engine: Literal["auto", "jvm", "python"] = "auto"
+    # Where `sigflow jars fetch` put the pinned JARs (Spark's Kafka source, delta-spark;
+    # see infra/jars/).
     jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
     # Where jobs run: local[N] in this process's JVM, or a cluster's master URL (spark://...,
     # e.g. the one `sigflow cluster start` runs). Executors then read Kafka and write Delta,
@@ -174,7 +172,7 @@ class Settings(BaseSettings):
     spark_master: str = "local[2]"
     spark_executor_memory: JvmMemory = "1g"  # per executor, on a cluster
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
-    # --driver-memory wins); the embedded path's batches pass through it on their way to delta-rs.
+    # --driver-memory wins); in local mode the executors' tasks run in it too.
     spark_driver_memory: JvmMemory = "2g"
     shuffle_partitions: AtLeastOne = 4
     spark_ui: bool = False

@@ -3,8 +3,7 @@
 In one run, on one broker: producer rates (kafka-python, confluent-kafka), the raw consume
 ceiling of the fastest Python client (confluent-kafka), then each job's end-to-end events
 per second over the same topic from a fresh checkpoint, and its ratio to that ceiling (beside
-the rate at which the jobs' Kafka source alone delivers the topic to Spark, their bound), on
-the JVM engine (Spark's Kafka source, delta-spark) and then on the python fallback;
+the rate at which Spark's Kafka source alone delivers the topic to Spark, their bound);
 ingest's rate under a 10% malformed storm beside its rate over as many clean records;
 ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the stateful
 jobs after 10 and after 60 minutes of event time at --devices devices; the peak memory of
@@ -12,7 +11,7 @@ the Spark driver and of the broker. The figures are appended to
 docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
-                          [--latency-rate 5000] [--latency-seconds 30] [--no-fallback] [--no-write]
+                          [--latency-rate 5000] [--latency-seconds 30] [--no-write]
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-ENGINE_NAMES = {"jvm": "JVM engine (Spark's Kafka source, delta-spark)",
-                "python": "python engine (Python Kafka source, delta-rs)"}
 
 
 def _timed_rate(count_records) -> float:
@@ -79,18 +76,16 @@ def consume_all(bootstrap: str, topic: str) -> int:
 
 
 def source_into_spark(spark, settings, topic: str) -> int:
-    """Count one topic's records through the Kafka source the jobs use (the Python source
-    here, the JVM one where its JAR is on the classpath): the rate at which records reach
-    Spark before any job does anything, so no job can beat it."""
-    from spark_jobs.runtime.engines import detect_engine
+    """Count one topic's records through the Kafka source the jobs use: the rate at which
+    records reach Spark before any job does anything, so no job can beat it."""
+    from spark_jobs.runtime import kafka_source
 
     bootstrap = settings.kafka_bootstrap_servers
     partitions = kafka_client.topic_partitions(bootstrap, topic)
     ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
     start = {topic: {str(p): ends[p][0] for p in partitions}}
     end = {topic: {str(p): ends[p][1] for p in partitions}}
-    engine = detect_engine(spark, settings)
-    return engine.read_kafka_range(spark, settings, bootstrap, [topic], start, end).count()
+    return kafka_source.read_range(spark, settings, bootstrap, [topic], start, end).count()
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -206,21 +201,18 @@ def main(argv=None) -> int:
                         help="events per second offered while ingest's batch latency is measured")
     parser.add_argument("--latency-seconds", type=int, default=30,
                         help="how long that load is offered")
-    parser.add_argument("--no-fallback", action="store_true",
-                        help="skip the python engine's per-job figures")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
 
     from spark_jobs.jobs.registry import get_job
-    from spark_jobs.runtime.engines import detect_engine
     from spark_jobs.runtime.runner import JobRun
     from spark_jobs.runtime.spark import get_spark
 
-    # One step per measurement: produce, ceiling, warm-up, source, each job (twice with the
-    # fallback), storm, latency, state. The bar shows on a terminal only; lines go above it.
-    bar = tqdm(total=4 + len(JOBS) * (1 if args.no_fallback else 2) + 3, desc="bench", unit=" step",
+    # One step per measurement: produce, ceiling, warm-up, source, each job, storm, latency,
+    # state. The bar shows on a terminal only; lines go above it.
+    bar = tqdm(total=4 + len(JOBS) + 3, desc="bench", unit=" step",
                disable=None, leave=False)
     say = bar.write
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
@@ -264,7 +256,6 @@ def main(argv=None) -> int:
         )
         say(f"  Kafka source into Spark, count only: {source:,.0f} events/s ({source / ceiling:.2f} of the ceiling)")
         bar.update()
-        engine = detect_engine(spark, s).name
         per_job = {}
         for job in JOBS:
             started = time.perf_counter()
@@ -273,17 +264,6 @@ def main(argv=None) -> int:
             per_job[job] = _rate(args.events, seconds)
             say(f"  {job}: {seconds:.1f} s, {summary.line()}")
             bar.update()
-        fallback = {}
-        if engine != "python" and not args.no_fallback:  # the fallback's figures beside, same topic
-            py = s.replace(engine="python", checkpoint_root=str(data / "py-cp"), delta_root=str(data / "py-delta"))
-            figures["python engine: Kafka source into Spark, count only"] = _timed_rate(
-                lambda: source_into_spark(spark, py, py.events_topic))
-            for job in JOBS:
-                started = time.perf_counter()
-                JobRun(get_job(job), py, spark).run_available_now()
-                fallback[job] = _rate(args.events, time.perf_counter() - started)
-                say(f"  {job} on the python engine: {fallback[job]:,.0f} events/s")
-                bar.update()
         clean, storm = storm_rates(spark, s, args.storm_events, say)
         bar.update()
         figures[f"ingest, {args.storm_events} clean records (events/s)"] = clean
@@ -310,12 +290,11 @@ def main(argv=None) -> int:
     lines = [f"bench {job} events_per_s={eps:.0f} ratio={eps / ceiling:.2f}" for job, eps in per_job.items()]
     print("\n".join(lines))
     if not args.no_write:
-        _append_report(args, figures, per_job, fallback, ceiling, engine)
+        _append_report(args, figures, per_job, ceiling)
     return 0
 
 
-def _append_report(args, figures: dict[str, float], per_job: dict[str, float], fallback: dict[str, float],
-                   ceiling: float, engine: str) -> None:
+def _append_report(args, figures: dict[str, float], per_job: dict[str, float], ceiling: float) -> None:
     import pyspark
 
     header = "" if REPORT.exists() else (
@@ -326,12 +305,10 @@ def _append_report(args, figures: dict[str, float], per_job: dict[str, float], f
     cpu = f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB"
     rows = [f"| {name} | {value:,.0f} |" for name, value in figures.items()]
     rows += [f"| {job} end to end (events/s) | {eps:,.0f} (ratio {eps / ceiling:.2f}) |" for job, eps in per_job.items()]
-    rows += [f"| {job} on the python engine (events/s) | {eps:,.0f} (ratio {eps / ceiling:.2f}) |"
-             for job, eps in fallback.items()]
     section = (
         f"\n## {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.events} events, {args.devices} devices\n\n"
         f"{platform.platform()}, {cpu}, Python {platform.python_version()}, PySpark {pyspark.__version__}, "
-        f"embedded Apache Kafka broker, {ENGINE_NAMES[engine]}.\n\n"
+        "embedded Apache Kafka broker, Spark's Kafka source, delta-spark.\n\n"
         "| figure | value |\n| --- | --- |\n" + "\n".join(rows) + "\n"
     )
     with REPORT.open("a") as out:

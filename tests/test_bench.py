@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_whole_storm():
     result = subprocess.run(
         [sys.executable, "-m", "tests.bench", "--events", "2000", "--storm-events", "500",
-         "--devices", "20", "--latency-rate", "200", "--latency-seconds", "3", "--no-fallback", "--no-write"],
+         "--devices", "20", "--latency-rate", "200", "--latency-seconds", "3", "--no-write"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

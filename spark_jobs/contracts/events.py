@@ -20,6 +20,11 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Duration
 from spark_jobs.contracts.reasons import REASON_CODES
 
+# A Kafka record as Spark's Kafka source gives it (includeHeaders=false): what the contract parses.
+KAFKA_RECORD_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
+)
+
 _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
 _ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$"
 

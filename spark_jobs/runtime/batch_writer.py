@@ -13,10 +13,9 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.runtime import failpoints, kafka_client
+from spark_jobs.runtime import failpoints, kafka_client, kafka_source
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
-from spark_jobs.runtime.engines import Engine
 from spark_jobs.runtime.kafka_connection import KafkaConnection
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
 from spark_jobs.runtime.run_summary import RunSummary
@@ -28,11 +27,11 @@ class BatchWriter:
     """The ``foreachBatch`` function of a job's query."""
 
     def __init__(
-        self, job: StreamingJob, settings: Settings, spark: SparkSession, engine: Engine, sink: DeltaSink,
+        self, job: StreamingJob, settings: Settings, spark: SparkSession, sink: DeltaSink,
         checkpoint: Checkpoint, kafka: KafkaConnection, tables: tuple[TableSpec, ...], app_id: str, checkpoint_id: str,
         summary: RunSummary, recorder: MetricsRecorder, before_batch: Callable[[], None],
     ):
-        self.job, self.settings, self.spark, self.engine, self.sink = job, settings, spark, engine, sink
+        self.job, self.settings, self.spark, self.sink = job, settings, spark, sink
         self.checkpoint, self.kafka, self.tables = checkpoint, kafka, tables
         self.app_id, self.checkpoint_id = app_id, checkpoint_id
         self.summary, self.recorder = summary, recorder
@@ -67,7 +66,7 @@ class BatchWriter:
             outputs = self.job.split(self.settings, batch_df, context)
             if self.job.late_rule:
                 outputs[LATE_EVENTS.name] = self.late_events(context, previous)
-            failpoints.hit("before_delta_commit", batch_id, self.job.name)
+            failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
             written = {}
             for index, spec in enumerate(self.tables):
                 if index == 1:
@@ -127,7 +126,7 @@ class BatchWriter:
         late_watermark_ms = previous.watermark_ms if previous else 0
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)
-        records = self.engine.read_kafka_range(
+        records = kafka_source.read_range(
             self.spark, self.settings, self.kafka,
             self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
         )

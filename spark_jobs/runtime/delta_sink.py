@@ -1,4 +1,5 @@
-"""Exactly-once Delta writes for micro-batches: one interface, a delta-spark and a delta-rs writer.
+"""Exactly-once Delta writes for micro-batches (delta-spark), and table creation and
+additive migration for operators (delta-rs, no Spark needed).
 
 Every commit carries an application transaction (app id = the checkpoint's id, version =
 the batch id). A batch replayed after a crash finds its version already in the table and
@@ -31,7 +32,8 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
 
 
 class DeltaSink:
-    """Writes micro-batches to Delta tables, once per (app id, batch id)."""
+    """Writes micro-batches to Delta tables with delta-spark, once per (app id, batch id):
+    Delta itself skips a (txnAppId, txnVersion) the table already holds."""
 
     def __init__(self, spark: SparkSession, settings: Settings):
         self.spark = spark
@@ -45,7 +47,8 @@ class DeltaSink:
         return _ensure(self.uri(spec), spec, lambda: self._create(spec))
 
     def _create(self, spec: TableSpec) -> None:
-        raise NotImplementedError
+        empty = self.spark.createDataFrame([], spec.schema)
+        empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(self.uri(spec))
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         from deltalake import DeltaTable
@@ -61,17 +64,6 @@ class DeltaSink:
             log.info("%s: batch %s already committed by %s, skipped", spec.name, batch_id, app_id)
             return None
         return self._append(df, spec, app_id, batch_id, json.dumps({METADATA_KEY: metadata}))
-
-    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
-        raise NotImplementedError
-
-
-class DeltaSparkSink(DeltaSink):
-    """delta-spark: the JVM writes, and Delta itself skips a (txnAppId, txnVersion) it holds."""
-
-    def _create(self, spec: TableSpec) -> None:
-        empty = self.spark.createDataFrame([], spec.schema)
-        empty.write.format("delta").mode("ignore").partitionBy(*spec.partition_by).save(self.uri(spec))
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
         uri = self.uri(spec)
@@ -98,31 +90,9 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
     return None
 
 
-class DeltaRsSink(DeltaSink):
-    """delta-rs (the python engine): the batch is collected to Arrow in the driver."""
-
-    def _create(self, spec: TableSpec) -> None:
-        _create_with_delta_rs(self.uri(spec), spec)
-
-    def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        schema = arrow_schema(spec)
-        data = df.select(*schema.names).toArrow().cast(schema)
-        write_deltalake(
-            self.uri(spec),
-            data,
-            mode="append",
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id, batch_id)],
-                custom_metadata={METADATA_KEY: commit_info},
-            ),
-        )
-        return data.num_rows
-
-
 def create_table(uri: str, spec: TableSpec) -> str:
-    """Create the table with its schema when missing, or migrate it (delta-rs): what was done."""
+    """Create the table with its schema when missing, or migrate it, without Spark (delta-rs):
+    what was done. `sigflow_deploy` does this before any job runs."""
     return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec))
 
 

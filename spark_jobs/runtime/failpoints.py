@@ -1,7 +1,9 @@
 """Named crash points for fault tests: ``SIGFLOW_FAILPOINTS=after_delta_commit:2`` makes the
 process SIGKILL itself when batch 2 of any job reaches that point, and
 ``sessions/after_delta_commit:2`` only when the job is ``sessions`` (a ``sigflow pipeline``
-runs several jobs in one process). Unset in normal operation, where ``hit`` is a
+runs several jobs in one process). A point ending in ``@jvm`` halts the driver's JVM
+instead and leaves the Python process running, as a JVM that ran out of memory does
+(``-XX:+ExitOnOutOfMemoryError``). Unset in normal operation, where ``hit`` is a
 dictionary lookup."""
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ import signal
 POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")
 
 
-def _armed() -> dict[tuple[str, str], int]:
+def _armed() -> dict[tuple[str, str], tuple[int, str]]:
     armed = {}
     for item in filter(None, os.environ.get("SIGFLOW_FAILPOINTS", "").split(",")):
         where, _, batch = item.partition(":")
+        batch, _, victim = batch.partition("@")
         job, _, point = where.strip().rpartition("/")
-        armed[(job, point)] = int(batch or 0)
+        armed[(job, point)] = (int(batch or 0), victim or "process")
     return armed
 
 
 _ARMED = _armed()
 
 
-def hit(point: str, batch_id: int, job: str) -> None:
-    if batch_id in (_ARMED.get(("", point)), _ARMED.get((job, point))):
+def hit(point: str, batch_id: int, job: str, spark=None) -> None:
+    for armed in (_ARMED.get(("", point)), _ARMED.get((job, point))):
+        if armed is None or armed[0] != batch_id:
+            continue
+        if armed[1] == "jvm" and spark is not None:
+            spark.sparkContext._jvm.java.lang.Runtime.getRuntime().halt(137)  # noqa: SLF001
         os.kill(os.getpid(), signal.SIGKILL)

@@ -325,7 +325,7 @@ def pin() -> list[Jar]:
 def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     """``--jars`` and the Delta ``--conf`` for a spark-submit of a sigflow job, from the
     installed JARs (checked for presence only: cheap enough for a DAG file); nothing when
-    none is installed, and the job then runs the python engine."""
+    none is installed, and the submitted job then stops saying to fetch them."""
     dest = dest or Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
     present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
     if not any(p.parent.name == "spark" for p in present):
@@ -334,14 +334,12 @@ def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
 
 
-def spark_jar_paths(dest: Path | None = None) -> list[Path] | None:
-    """The verified Spark-classpath JARs, or None when none of them is installed (fallback).
+def spark_jar_paths(dest: Path | None = None) -> list[Path]:
+    """The verified Spark-classpath JARs; raises naming the first missing or corrupt one.
     The s3 set joins when it was fetched; each JAR is hashed once (the AWS SDK is large)."""
     dest = dest or default_dir()
-    installed = [name for name in SPARK_CLASSPATH_SETS
-                 if any(path_of(j, dest).exists() for j in locked((name,)))]
-    if "spark" not in installed:
-        return None
+    installed = ["spark"] + [name for name in SPARK_CLASSPATH_SETS if name != "spark"
+                             and any(path_of(j, dest).exists() for j in locked((name,)))]
     built = [logstore_jar(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
     return verified_paths(installed, dest) + built
 

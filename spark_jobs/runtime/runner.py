@@ -32,10 +32,10 @@ from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local import broker
 from spark_jobs.ops import status
-from spark_jobs.runtime import checkpoint_guards, kafka_client
+from spark_jobs.runtime import checkpoint_guards, kafka_client, kafka_source
 from spark_jobs.runtime.batch_writer import BatchWriter
 from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.engines import detect_engine
+from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.metrics import (
     QUERY_PREFIX,
     Counting,
@@ -43,7 +43,6 @@ from spark_jobs.runtime.metrics import (
     source_scans,
 )
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
-from spark_jobs.runtime.python_kafka_source import DATA_LOSS_MARKER
 from spark_jobs.runtime.run_summary import RunSummary
 from spark_jobs.runtime.spark import configure_session, get_spark
 
@@ -74,8 +73,8 @@ class JobRun:
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch
-        self.engine = detect_engine(self.spark, settings)
-        self.sink = self.engine.sink(self.spark, settings)
+        kafka_source.require_classes(self.spark)
+        self.sink = DeltaSink(self.spark, settings)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
         for spec in self.tables + (PIPELINE_METRICS,):
             self.sink.ensure_table(spec)
@@ -84,15 +83,13 @@ class JobRun:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.spark, self.sink, self.app_id, self.summary)
         self.write_batch = BatchWriter(
-            job, settings, self.spark, self.engine, self.sink, self.checkpoint, self.kafka, self.tables,
+            job, settings, self.spark, self.sink, self.checkpoint, self.kafka, self.tables,
             self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,
         )
         self.query = None
 
     def plan(self) -> DataFrame:
-        records = self.engine.read_kafka(
-            self.spark, self.settings, self.kafka, self.job.topics(self.settings)
-        )
+        records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings))
         plan = self.job.build(self.settings, records)
         counting = Counting(scans=source_scans(plan), branches=self.job.branches)
         self.recorder.counting = counting
@@ -252,8 +249,8 @@ def _jvm_died(job: str, settings: Settings) -> DriverDied:
 
 def _explain(job: str, exc: Exception) -> Exception:
     text = str(exc)
-    if DATA_LOSS_MARKER in text or "have been lost" in text or "OffsetOutOfRange" in text:
-        detail = text.split(DATA_LOSS_MARKER + ":", 1)[-1].split("\n")[0].strip()
+    if "have been lost" in text or "OffsetOutOfRange" in text:
+        detail = text.split("\n")[0].strip()
         return DataLossError(
             f"job {job} stopped: Kafka no longer has offsets its checkpoint needs: {detail}",
             "see docs/runbooks/checkpoint-lost-or-corrupt.md; SIGFLOW_FAIL_ON_DATA_LOSS=false skips ahead",

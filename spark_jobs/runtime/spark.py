@@ -81,7 +81,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
         builder = builder.master(settings.spark_master)
-        for key, value in jvm_engine_conf(settings).items():
+        for key, value in jar_conf(settings).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
@@ -89,18 +89,12 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     return spark
 
 
-def jvm_engine_conf(settings: Settings) -> dict[str, str]:
-    """The pinned JARs on the classpath and delta-spark's settings, unless the python engine
-    is asked for or no JAR is installed. A missing or corrupt JAR fails here, naming it."""
+def jar_conf(settings: Settings) -> dict[str, str]:
+    """The pinned JARs on the classpath and delta-spark's settings. A missing or corrupt
+    JAR fails here, naming it and the fix, before a JVM starts."""
     from spark_jobs.runtime import jars
 
-    if settings.engine == "python":
-        return {}
     paths = jars.spark_jar_paths(settings.jars_path)
-    if paths is None:
-        if settings.engine == "jvm":
-            jars.verified_paths(("spark",), settings.jars_path)  # raises, naming the first missing
-        return {}
     return {"spark.jars": ",".join(str(p) for p in paths), **jars.DELTA_SESSION_CONF,
             **jars.object_store_conf(settings.jars_path, os.environ)}
 

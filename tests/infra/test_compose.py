@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime.engines import JVM, choose_engine, kafka_options
+from spark_jobs.runtime.kafka_source import kafka_options
 from tests.helpers import system_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +105,6 @@ def test_services_get_a_valid_production_configuration(service):
     assert settings.kafka_bootstrap_servers == "kafka:9092"
     assert settings.table_uri("device_events").startswith("s3a://sigflow/delta/")
     assert settings.checkpoint_uri("ingest").startswith("s3a://sigflow/checkpoints/")
-    assert choose_engine(settings, lambda name: True) is JVM  # the image bakes the JARs in
     assert kafka_options(settings, settings.kafka_bootstrap_servers, [settings.events_topic])["subscribe"] == "device-events"
 
 

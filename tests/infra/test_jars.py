@@ -12,7 +12,7 @@ import pytest
 
 from spark_jobs.config import load_settings
 from spark_jobs.runtime import jars
-from spark_jobs.runtime.spark import jvm_engine_conf
+from spark_jobs.runtime.spark import jar_conf
 from tests.helpers import REPO, sigflow
 
 
@@ -69,7 +69,7 @@ def test_a_corrupt_jar_stops_the_session_start_naming_it_and_the_fix(jars_copy):
     (jars_copy / "spark" / victim.file_name).write_bytes(b"not a jar")
     settings = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
     with pytest.raises(jars.JarError, match=re.escape(victim.coordinate) + " is corrupt") as err:
-        jvm_engine_conf(settings)
+        jar_conf(settings)
     assert "sigflow jars fetch" in err.value.hint
 
 

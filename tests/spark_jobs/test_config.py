@@ -31,7 +31,7 @@ def test_object_store_roots_are_accepted():
     [
         ({"SIGFLOW_TOPIC_PARTITIONS": "three"}, "topic_partitions"),
         ({"SIGFLOW_WATERMARK_DELAY": "soon"}, "watermark_delay"),
-        ({"SIGFLOW_ENGINE": "jdbc"}, "engine"),
+        ({"SIGFLOW_MULTIPLE_WATERMARK_POLICY": "avg"}, "multiple_watermark_policy"),
         ({"SIGFLOW_STARTING_OFFSETS": "yesterday"}, "starting_offsets"),
         ({"SIGFLOW_WATERMARK": "10m"}, "watermark"),
         ({"SIGFLOW_SPARK_DRIVER_MEMORY": "2 GB"}, "spark_driver_memory"),

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from spark_jobs.contracts.events import (
     ALERT_CONTRACT,
     EVENT_CONTRACT,
+    KAFKA_RECORD_SCHEMA,
     MAX_PAYLOAD_BYTES,
     Contract,
     parse_device_alerts,
@@ -28,7 +29,6 @@ from spark_jobs.contracts.events import (
 )
 from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.python_kafka_source import KAFKA_SCHEMA
 from tests.helpers import confluent_produce, run_job, table
 
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)
@@ -108,7 +108,7 @@ def records(draw, contract: Contract):
 
 def _split(spark, parse, batch):
     rows = [(key, value, "fuzz", 0, offset, KAFKA_TIME, 0) for offset, (key, value, _) in enumerate(batch)]
-    valid, quarantined = parse(spark.createDataFrame(rows, KAFKA_SCHEMA), MAX_AHEAD)
+    valid, quarantined = parse(spark.createDataFrame(rows, KAFKA_RECORD_SCHEMA), MAX_AHEAD)
     return valid.collect(), quarantined.select("offset", "reason_code").collect()
 
 

@@ -2,8 +2,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from spark_jobs.contracts.events import parse_device_events
-from spark_jobs.runtime.python_kafka_source import KAFKA_SCHEMA
+from spark_jobs.contracts.events import KAFKA_RECORD_SCHEMA, parse_device_events
 
 VALID = '{"event_id": "e1", "device_id": "d1", "event_time": "2026-11-22T12:04:00Z", "signal": 1.5, "site": "north", "tags": {"a": 1}}'
 
@@ -29,7 +28,7 @@ MAX_AHEAD = "1 minute"
 def kafka_rows(spark, values, now=KAFKA_TIME):
     rows = [(b"k", v if isinstance(v, (bytes, type(None))) else v.encode(), "t", 0, i, now, 0)
             for i, v in enumerate(values)]
-    return spark.createDataFrame(rows, KAFKA_SCHEMA)
+    return spark.createDataFrame(rows, KAFKA_RECORD_SCHEMA)
 
 
 def test_valid_event_is_typed_and_keeps_extra_fields(spark):

@@ -69,7 +69,7 @@ SPARK_WRITER = """
 import sys
 from spark_jobs.config import load_settings
 from spark_jobs.runtime.spark import get_spark
-spark = get_spark(load_settings(overrides={"engine": "jvm", "spark_master": "local[1]"}), "writer")
+spark = get_spark(load_settings(overrides={"spark_master": "local[1]"}), "writer")
 name, uri, commits = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for i in range(commits):
     spark.createDataFrame([(name, i)], "writer string, n int").write.format("delta").mode("append").save(uri)
@@ -134,7 +134,7 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
     root = f"s3a://{BUCKET}/at-once-{time.time_ns()}"
     on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
                              checkpoint_root=f"{root}/checkpoints")
-    env = cli_env(on_s3, {**s3, "SIGFLOW_JARS_DIR": str(s3_jars), "SIGFLOW_ENGINE": "jvm",
+    env = cli_env(on_s3, {**s3, "SIGFLOW_JARS_DIR": str(s3_jars),
                           "SIGFLOW_DELTA_ROOT": on_s3.delta_root, "SIGFLOW_CHECKPOINT_ROOT": on_s3.checkpoint_root})
 
     def start(job: str) -> subprocess.Popen:

@@ -1,14 +1,12 @@
-"""Both writers behind one interface: the same table, the same exactly-once behaviour."""
+"""The Delta sink: tables created and migrated, each batch written exactly once."""
 
 import pyarrow as pa
-import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_jobs.contracts.tables import QUARANTINED_EVENTS, TableSpec
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta_sink import (
-    DeltaRsSink,
-    DeltaSparkSink,
+    DeltaSink,
     arrow_schema,
     create_table,
 )
@@ -16,12 +14,10 @@ from spark_jobs.runtime.delta_tables import commit_metadata, count_matching, rea
 from tests.helpers import produce, run_job
 
 READINGS = TableSpec("readings", "device_id STRING, value DOUBLE", "test table")
-WRITERS = pytest.mark.parametrize("writer", [DeltaSparkSink, DeltaRsSink], ids=["delta-spark", "delta-rs"])
 
 
-@WRITERS
-def test_table_is_created_empty_with_its_schema(spark, settings, writer):
-    sink = writer(spark, settings)
+def test_table_is_created_empty_with_its_schema(spark, settings):
+    sink = DeltaSink(spark, settings)
     assert sink.ensure_table(READINGS) == "created"
     assert sink.ensure_table(READINGS) == "exists"
     table = DeltaTable(settings.table_uri("readings"))
@@ -29,9 +25,8 @@ def test_table_is_created_empty_with_its_schema(spark, settings, writer):
     assert count_matching(table.table_uri) == 0
 
 
-@WRITERS
-def test_a_replayed_batch_is_written_once(spark, settings, writer):
-    sink = writer(spark, settings)
+def test_a_replayed_batch_is_written_once(spark, settings):
+    sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0), ("d2", 2.0)], READINGS.schema)
     assert sink.append(batch, READINGS, "app-a", 0, {"batch_id": 0}) == 2
@@ -44,7 +39,7 @@ def test_a_replayed_batch_is_written_once(spark, settings, writer):
 
 def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings):
     """The guard is Delta's own: a replay that bypasses sigflow's pre-check writes nothing."""
-    sink = DeltaSparkSink(spark, settings)
+    sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0)], READINGS.schema)
     assert sink._append(batch, READINGS, "app", 3, '{"try": 1}') == 1
@@ -53,9 +48,8 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     assert count_matching(settings.table_uri("readings")) == 1
 
 
-@WRITERS
-def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings, writer):
-    sink = writer(spark, settings)
+def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings):
+    sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
     sink.append(spark.createDataFrame([("d1", 1.0), ("d2", -3.0)], READINGS.schema), READINGS, "app", 0, {})
     grown = TableSpec("readings", "sign STRING, device_id STRING, value DOUBLE", "test table",

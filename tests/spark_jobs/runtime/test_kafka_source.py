@@ -1,38 +1,17 @@
 import json
 from pathlib import Path
 
-import pytest
-
 from spark_jobs.config import load_settings
-from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.runtime.engines import (
+from spark_jobs.runtime.kafka_source import (
     DELTA_SPARK_CLASS,
-    JVM,
     KAFKA_PROVIDER_CLASS,
-    PYTHON,
-    choose_engine,
     kafka_options,
 )
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.spark import class_available
 from tests.helpers import at, send
 from tests.oracle import Event
-
-
-def test_auto_takes_the_jvm_engine_when_its_classes_load():
-    assert choose_engine(load_settings(env={}), lambda name: True) is JVM
-
-
-def test_auto_falls_back_to_python_source_and_delta_rs_when_a_class_is_missing():
-    assert choose_engine(load_settings(env={}), {KAFKA_PROVIDER_CLASS}.__contains__) is PYTHON
-    assert choose_engine(load_settings(env={"SIGFLOW_ENGINE": "python"}), lambda name: True) is PYTHON
-
-
-def test_forcing_the_jvm_engine_without_its_jars_is_a_config_error_naming_the_fix():
-    with pytest.raises(ConfigError, match=DELTA_SPARK_CLASS) as err:
-        choose_engine(load_settings(env={"SIGFLOW_ENGINE": "jvm"}), {KAFKA_PROVIDER_CLASS}.__contains__)
-    assert "sigflow jars fetch" in err.value.hint
 
 
 def test_production_settings_yield_spark_kafka_options():
@@ -52,7 +31,7 @@ def test_production_settings_yield_spark_kafka_options():
     assert s.table_uri("device_events") == "s3a://sigflow/delta/device_events"
 
 
-def test_the_test_session_runs_the_jvm_engine(spark):
+def test_the_test_session_has_the_kafka_source_and_delta_spark(spark):
     # The pinned JARs are installed by make install: everything the suite proves is on them.
     assert class_available(spark, KAFKA_PROVIDER_CLASS) and class_available(spark, DELTA_SPARK_CLASS)
 

@@ -1,0 +1,76 @@
+"""Spark's own Kafka source (``format("kafka")``): the options sigflow reads with, and the
+check that it and delta-spark are on the session's classpath.
+
+Both come from the pinned JARs (``infra/jars/``, ``sigflow jars fetch``); a session without
+them fails here, naming the fix, rather than in the middle of a query plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.config import Settings
+from spark_jobs.errors import ConfigError
+from spark_jobs.runtime.kafka_connection import KafkaConnection
+
+KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+DELTA_SPARK_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+REQUIRED_CLASSES = (KAFKA_PROVIDER_CLASS, DELTA_SPARK_CLASS)
+
+
+def kafka_options(settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> dict[str, str]:
+    """The source options that follow from the settings (what an operator configures)."""
+    options = {
+        **KafkaConnection.of(kafka).spark_options(),
+        "subscribe": ",".join(topics),
+        "startingOffsets": settings.starting_offsets,
+        "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+        "includeHeaders": "false",
+    }
+    if settings.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    return options
+
+
+def source_options(settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> dict[str, str]:
+    # Fail a planning or a read within kafka_read_timeout_s when Kafka is gone (the
+    # defaults wait 3 x 60 s to plan and 120 s to read): the runner then backs off and
+    # restarts the query from its checkpoint, so one try here is enough.
+    timeout_ms = str(int(settings.kafka_read_timeout_s * 1000))
+    return {
+        **kafka_options(settings, kafka, topics),
+        "kafka.default.api.timeout.ms": timeout_ms,
+        "kafka.request.timeout.ms": timeout_ms,
+        "kafkaConsumer.pollTimeoutMs": timeout_ms,
+        "fetchOffset.numRetries": "1",
+    }
+
+
+def read_stream(spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> DataFrame:
+    return spark.readStream.format("kafka").options(**source_options(settings, kafka, topics)).load()
+
+
+def read_range(
+    spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str],
+    start: dict, end: dict,
+) -> DataFrame:
+    """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
+    options = source_options(settings, kafka, topics)
+    options.pop("maxOffsetsPerTrigger", None)
+    options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
+    return spark.read.format("kafka").options(**options).load()
+
+
+def require_classes(spark: SparkSession) -> None:
+    """Spark's Kafka source and delta-spark must load in this session."""
+    from spark_jobs.runtime.spark import class_available
+
+    missing = [name for name in REQUIRED_CLASSES if not class_available(spark, name)]
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)} is not on Spark's classpath",
+            "run `sigflow jars fetch` (make install does), or ship the JARs of infra/jars/lock.txt "
+            "with spark.jars",
+        )

@@ -427,6 +427,11 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     for noisy in QUIET_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not verbose:
+        # When the driver's JVM dies, py4j logs a traceback per thread that was talking to
+        # it, partly through the root logger; the runner says what happened in one line
+        # (DriverDied), so those are for -v.
+        handler.addFilter(lambda record: f"{os.sep}py4j{os.sep}" not in record.pathname)
     # Per-batch JSON lines go to each job's progress file; on the console only with --json,
     # bare, one per line, for log shippers.
     progress = logging.getLogger("sigflow.progress")

@@ -85,6 +85,11 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
+    # PySpark's accumulator server prints a socket traceback when the driver's JVM dies
+    # mid-batch; the runner reports that death in one line (DriverDied).
+    accumulators = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if accumulators is not None:
+        accumulators.handle_error = lambda request, client_address: None
     configure_session(spark, settings)
     return spark
 

@@ -50,8 +50,9 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 
 # Two workers, one test file at a time each: a file's tests share their fixtures, and on
 # 2 cores much of a test is waiting (JVM start, Airflow scheduling), so this halves the time.
+# Files go out in collection order, the longest first (tests/conftest.py, LONG_FILES).
 test: install
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: install
 	$(BIN)/python -m tests.bench

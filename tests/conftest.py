@@ -81,3 +81,29 @@ def settings(tmp_path, embedded_broker) -> Settings:
         s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], s.topic_partitions, s.topic_retention_ms
     )
     return s
+
+
+# The files that take minutes, longest first (measured: docs/streaming-facts.md, test-suite
+# costs). `make test` hands whole files to two workers in collection order
+# (--dist loadfile --no-loadscope-reorder); starting the long ones first lets both workers
+# end together instead of one running a ten-minute file alone at the end.
+LONG_FILES = (
+    "tests/spark_jobs/runtime/test_delta_s3.py",
+    "tests/spark_jobs/runtime/test_runner_kills.py",
+    "tests/spark_jobs/local/test_cluster.py",
+    "tests/spark_jobs/local/test_airflow_production.py",
+    "tests/test_bench.py",
+    "tests/spark_jobs/jobs/test_alert_join.py",
+    "tests/spark_jobs/jobs/test_sessions.py",
+    "tests/dags/test_sigflow_quality.py",
+    "tests/spark_jobs/runtime/test_runner.py",
+    "tests/spark_jobs/ops/test_restart.py",
+    "tests/spark_jobs/runtime/test_metrics.py",
+    "tests/spark_jobs/test_cli_signals.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: index for index, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))  # stable
+

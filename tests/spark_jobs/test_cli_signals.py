@@ -64,7 +64,7 @@ def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings,
 
 
 def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(settings):
-    s = settings.replace(max_offsets_per_trigger=100)
+    s = settings.replace(max_offsets_per_trigger=300)  # five ingest batches: the signal lands mid-run
     records = generate_events(1500, seed=5, late_ratio=0.0, malformed_ratio=0.02)
     produce(s, records)
     command = _start(s, "pipeline", "ingest", "dedup")

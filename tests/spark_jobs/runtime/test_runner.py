@@ -1,7 +1,6 @@
 """Exactly-once and restart behaviour of the runner, with real processes killed mid-batch."""
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -9,65 +8,17 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
 from spark_jobs.errors import BrokerUnavailable, DataLossError
 from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.local import broker as embedded
-from spark_jobs.local.simulate import generate_alerts, generate_events
+from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.failpoints import POINTS
 from spark_jobs.runtime.runner import JobRun
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, contents, produce, run_job, sigflow, table
-
-# columns that say when a row was written, not what it holds
-WRITE_TIME_COLUMNS = frozenset({"ingest_time", "batch_id"})
-
-
-def _contents(settings, name):
-    return contents(settings, name, WRITE_TIME_COLUMNS)
-
-
-# Every job is a victim once, with a fixed seed each: a failure names a schedule that replays.
-VICTIM_PAIRS = [("ingest", "dedup"), ("windowed-averages", "fleet-rollup"), ("sessions", "alert-join")]
-
-
-@pytest.mark.parametrize("victims", VICTIM_PAIRS, ids="+".join)
-def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(spark, settings, tmp_path, victims):
-    """Each job SIGKILLed at a commit point and batch drawn from a fixed seed, inside a
-    `sigflow pipeline` process, then a run that finishes: its tables equal an uninterrupted
-    run, and pipeline_metrics has one row for every batch the job committed."""
-    assert sorted(job for pair in VICTIM_PAIRS for job in pair) == sorted(JOBS)
-    seed = VICTIM_PAIRS.index(victims) + 1
-    rng = random.Random(seed)
-    events = generate_events(400, devices=6, seed=seed, malformed_ratio=0.05, duplicate_ratio=0.05)
-    produce(settings, events)
-    produce(settings, generate_alerts(events, every=20, seed=seed), settings.alerts_topic)
-    s = settings.replace(max_offsets_per_trigger=170)  # three batches per job
-
-    uninterrupted = s.replace(data_dir=str(tmp_path / "uninterrupted"))
-    for job in victims:
-        run_job(spark, uninterrupted, job)
-
-    for job in victims:
-        failpoint = f"{job}/{rng.choice(POINTS)}:{rng.randint(0, 1)}"
-        killed = sigflow(s, "pipeline", *victims, extra_env={"SIGFLOW_FAILPOINTS": failpoint})
-        assert killed.returncode == -9, f"seed {seed}, {failpoint}: " + killed.stderr[-2000:]
-    finished = sigflow(s, "pipeline", *victims)
-    assert finished.returncode == 0, finished.stderr[-2000:]
-
-    written = {spec.name for job in victims for spec in JOBS[job].tables}
-    written |= {"late_events"} if any(JOBS[job].late_rule for job in victims) else set()
-    for name in sorted(written):
-        assert _contents(s, name) == _contents(uninterrupted, name), f"seed {seed}, victims {victims}: {name}"
-    metrics = table(s, "pipeline_metrics")
-    for job in victims:
-        commits = Path(s.checkpoint_uri(job), "commits")
-        committed = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-        assert sorted(metrics[metrics.job == job].batch_id) == committed, f"seed {seed}: {job}"
+from tests.helpers import REPO, cli_env, produce, run_job, sigflow, table
 
 
 @pytest.fixture

@@ -88,10 +88,10 @@ def settings(tmp_path, embedded_broker) -> Settings:
 # (--dist loadfile --no-loadscope-reorder); starting the long ones first lets both workers
 # end together instead of one running a ten-minute file alone at the end.
 LONG_FILES = (
-    "tests/spark_jobs/runtime/test_delta_s3.py",
     "tests/spark_jobs/runtime/test_runner_kills.py",
     "tests/spark_jobs/local/test_cluster.py",
     "tests/spark_jobs/local/test_airflow_production.py",
+    "tests/spark_jobs/runtime/test_delta_s3.py",
     "tests/test_bench.py",
     "tests/spark_jobs/jobs/test_alert_join.py",
     "tests/spark_jobs/jobs/test_sessions.py",

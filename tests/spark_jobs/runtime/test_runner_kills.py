@@ -44,9 +44,10 @@ def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(
 
     for job in victims:
         failpoint = f"{job}/{rng.choice(POINTS)}:{rng.randint(0, 1)}"
-        killed = sigflow(s, "pipeline", *victims, extra_env={"SIGFLOW_FAILPOINTS": failpoint})
+        # generous timeouts: beside the suite's heaviest files one run measured over 300 s
+        killed = sigflow(s, "pipeline", *victims, extra_env={"SIGFLOW_FAILPOINTS": failpoint}, timeout=900)
         assert killed.returncode == -9, f"seed {seed}, {failpoint}: " + killed.stderr[-2000:]
-    finished = sigflow(s, "pipeline", *victims)
+    finished = sigflow(s, "pipeline", *victims, timeout=900)
     assert finished.returncode == 0, finished.stderr[-2000:]
 
     written = {spec.name for job in victims for spec in JOBS[job].tables}

@@ -86,3 +86,15 @@ def test_every_suite_is_for_a_table_sigflow_writes():
     settings = make_settings("/nonexistent", "localhost:1")
     suite = quality.suites(settings)
     assert set(suite) <= set(ALL_TABLES)  # every suite is for a table sigflow writes
+
+
+def test_data_docs_keep_a_page_per_run_and_the_index_links_every_one(good_tables, tmp_path):
+    s = _copy(good_tables, tmp_path)
+    for _ in range(3):
+        quality.run(s, ["device_events"])
+    site = Path(quality.data_docs_index(s)).parent
+    pages = sorted(site.glob("validations/sigflow/device_events/**/*.html"))
+    assert len(pages) == 3  # earlier runs' pages stay when a run renders its own
+    index = (site / "index.html").read_text()
+    assert all(str(page.relative_to(site)) in index for page in pages)
+    assert (site / "expectations" / "sigflow" / "device_events.html").exists()

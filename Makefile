@@ -50,7 +50,8 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 
 # Two workers, one test file at a time each: a file's tests share their fixtures, and on
 # 2 cores much of a test is waiting (JVM start, Airflow scheduling), so this halves the time.
-# Files go out in collection order, the longest first (tests/conftest.py, LONG_FILES).
+# Files go out in collection order, the longest first; the files that start clusters and
+# several drivers run on one worker, one after the other (tests/conftest.py).
 test: install
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 

@@ -83,15 +83,20 @@ def settings(tmp_path, embedded_broker) -> Settings:
     return s
 
 
-# The files that take minutes, longest first (measured: docs/streaming-facts.md, test-suite
-# costs). `make test` hands whole files to two workers in collection order
-# (--dist loadfile --no-loadscope-reorder); starting the long ones first lets both workers
-# end together instead of one running a ten-minute file alone at the end.
+# Tests that start several heavy processes of their own (a Spark cluster, Airflow's
+# components beside PostgreSQL, drivers at once on S3) run on one worker, one after the
+# other, beside the other worker's single-session tests. Two of them at once on 2 cores
+# slowed each several times over and past its limits (docs/streaming-facts.md).
+MULTI_PROCESS_FILES = (
+    "tests/spark_jobs/local/test_airflow_production.py",
+    "tests/spark_jobs/local/test_cluster.py",
+    "tests/spark_jobs/runtime/test_delta_s3.py",
+)
+# The other files that take minutes, longest first (measured: docs/streaming-facts.md,
+# test-suite costs). Files go to the two workers in collection order; starting the long
+# ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (
     "tests/spark_jobs/runtime/test_runner_kills.py",
-    "tests/spark_jobs/local/test_cluster.py",
-    "tests/spark_jobs/local/test_airflow_production.py",
-    "tests/spark_jobs/runtime/test_delta_s3.py",
     "tests/test_bench.py",
     "tests/spark_jobs/jobs/test_alert_join.py",
     "tests/spark_jobs/jobs/test_sessions.py",
@@ -104,6 +109,22 @@ LONG_FILES = (
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {path: index for index, path in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FILES)))  # stable
+    rank = {path: index for index, path in enumerate(MULTI_PROCESS_FILES + LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s scheduler (--dist loadfile): whole files to each worker in collection
+    order, the multi-process files all as one unit."""
+    from xdist.scheduler import LoadFileScheduling
+
+    if config.getvalue("dist") != "loadfile":
+        return None
+
+    class MultiProcessFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "multi-process tests" if path in MULTI_PROCESS_FILES else path
+
+    return MultiProcessFilesTogether(config, log)

@@ -212,7 +212,9 @@ def _context(settings: Settings):
 def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> TableReport:
     import great_expectations as gx
     import great_expectations.expectations as gxe
-    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+    )
 
     schema = Check("ExpectTableColumnsToMatchSet",
                    {"column_set": [f.name for f in ALL_TABLES[table].schema.fields], "exact_match": True})

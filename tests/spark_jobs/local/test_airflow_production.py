@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.local import airflow_local, cluster, postgres
@@ -21,6 +22,7 @@ from tests.helpers import REPO, contents, produce
 ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
 
 
+@pytest.mark.timeout(1500)  # one run measured 266 s alone, and past 900 s beside two JVM-heavy tests
 def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflow(settings, spark_cluster, monkeypatch):
     monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)  # set for dag.test() elsewhere
     data = Path(tempfile.mkdtemp(prefix="sigflow-production-"))

@@ -114,8 +114,8 @@ def _wait(what: str, ready, processes: list[subprocess.Popen], settings: Setting
         try:
             if ready():
                 return
-        except OSError:
-            pass  # not answering yet
+        except (OSError, ValueError):
+            pass  # not answering yet, or a page that is not the JSON yet
         if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
             for p in processes:
                 p.kill()

@@ -13,6 +13,6 @@ def spark_cluster(tmp_path_factory):
 
     s = load_settings(env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("cluster")),
                                          "cluster_port": 0, "cluster_ui_port": 0})
-    cluster.start(s)
+    cluster.start(s, timeout_s=300)  # several JVMs may be starting beside it on 2 cores
     yield s
     cluster.stop(s)

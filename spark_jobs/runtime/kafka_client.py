@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Iterable
 
+import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -176,7 +177,36 @@ def create_topics(
                 outcome[topic] = "exists"
             else:
                 raise SigflowError(f"could not create topic {topic}: {exc}") from None
+    _await_listed(client, [t.topic for t in wanted], partitions)
     return outcome
+
+
+def _await_listed(client: AdminClient, topics: list[str], partitions: int, timeout_s: float = 60.0) -> None:
+    """Return once every topic is listed with its partitions and their leaders.
+
+    CreateTopics answers when the controller has the topic; the broker that serves metadata
+    may list it later. CI saw a producer, called right after creation on a loaded machine,
+    told the topic did not exist.
+    """
+    if not topics:
+        return
+
+    def unlisted() -> list[str]:
+        listed = client.list_topics(timeout=10).topics
+        return [t for t in topics if t not in listed or listed[t].error is not None
+                or len(listed[t].partitions) < partitions
+                or any(p.leader < 0 for p in listed[t].partitions.values())]
+
+    waiting = tenacity.Retrying(
+        retry=tenacity.retry_if_result(bool), wait=tenacity.wait_fixed(0.2),
+        stop=tenacity.stop_after_delay(timeout_s), retry_error_callback=lambda state: state.outcome.result(),
+    )
+    missing = waiting(unlisted)
+    if missing:
+        raise SigflowError(
+            f"Kafka accepted topic(s) {', '.join(missing)} but did not list them within {timeout_s:.0f} s",
+            "check the broker's log (`sigflow broker status`) and run the command again",
+        )
 
 
 def offset_bounds(

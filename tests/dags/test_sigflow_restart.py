@@ -66,7 +66,7 @@ def test_resume_by_dag_stops_the_running_job_and_loses_nothing(settings, dag_env
         env=cli_env(s), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600  # generous: the wait ends at the first commit
         while Checkpoint(s.checkpoint_uri("ingest")).last_committed() is None:
             assert job.poll() is None and time.monotonic() < deadline, job.stderr.read() if job.poll() else "slow"
             time.sleep(1)

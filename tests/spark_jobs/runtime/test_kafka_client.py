@@ -14,6 +14,14 @@ def test_create_topics_is_idempotent(settings):
     assert again["fresh-" + settings.events_topic].startswith("exists")
 
 
+def test_created_topics_are_listed_with_their_partitions_when_create_topics_returns(settings):
+    topics = [f"listed-{n}-{settings.events_topic}" for n in range(12)]
+    kafka_client.create_topics(settings.kafka_bootstrap_servers, topics, 3, 60000)
+    # no wait between: a producer or a job starts right after creation
+    assert {t: kafka_client.topic_partitions(settings.kafka_bootstrap_servers, t) for t in topics} == \
+        {t: [0, 1, 2] for t in topics}
+
+
 def test_offset_bounds_are_confirmed_by_reading(settings):
     for seed in range(4):
         produce(settings, generate_events(1000, seed=seed, malformed_ratio=0))

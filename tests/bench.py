@@ -12,6 +12,7 @@ docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
                           [--latency-rate 5000] [--latency-seconds 30] [--no-write]
+                          [--skip warm-up state]
 """
 
 from __future__ import annotations
@@ -202,6 +203,8 @@ def main(argv=None) -> int:
     parser.add_argument("--latency-seconds", type=int, default=30,
                         help="how long that load is offered")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
+    parser.add_argument("--skip", nargs="+", default=[], choices=("warm-up", "state"),
+                        help="leave out the JIT warm-up run or the state-rows measurement (the suite's smoke run)")
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
@@ -248,8 +251,9 @@ def main(argv=None) -> int:
         # Warm-up, not measured: one full-size ingest into throwaway tables. Measured: after a
         # 5,000-record warm-up the first 100,000-record batch still took twice as long as the
         # next one (the JIT compiles the parse for large batches only once it sees them).
-        warm = s.replace(checkpoint_root=str(data / "warm-cp"), delta_root=str(data / "warm-delta"))
-        JobRun(get_job("ingest"), warm, spark).run_available_now()
+        if "warm-up" not in args.skip:
+            warm = s.replace(checkpoint_root=str(data / "warm-cp"), delta_root=str(data / "warm-delta"))
+            JobRun(get_job("ingest"), warm, spark).run_available_now()
         bar.update()
         source = figures["Kafka source into Spark, count only (best of 3)"] = max(
             _timed_rate(lambda: source_into_spark(spark, s, s.events_topic)) for _ in range(3)
@@ -274,9 +278,10 @@ def main(argv=None) -> int:
         bar.update()
         figures[f"ingest batch p50 ms at {args.latency_rate} events/s"] = latency["p50_ms"]
         figures[f"ingest batch p95 ms at {args.latency_rate} events/s"] = latency["p95_ms"]
-        for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices, say).items():
-            figures[f"{job} state rows after 10 min"] = after_10
-            figures[f"{job} state rows after 60 min"] = after_60
+        if "state" not in args.skip:
+            for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices, say).items():
+                figures[f"{job} state rows after 10 min"] = after_10
+                figures[f"{job} state rows after 60 min"] = after_60
         figures["driver peak rss MB"] = driver_peak_rss_mb()
         figures["broker peak rss MB"] = peak_rss_mb(info.pid)
         bar.update()

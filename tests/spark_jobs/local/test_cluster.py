@@ -34,7 +34,7 @@ def test_status_shows_the_master_and_both_workers(spark_cluster):
 
 
 def test_jobs_on_the_cluster_write_the_tables_a_local_run_writes(spark, settings, spark_cluster):
-    s = settings.replace(max_offsets_per_trigger=300)  # four batches
+    s = settings.replace(max_offsets_per_trigger=600)  # two batches: state carried across one
     produce(s, generate_events(1200, seed=21, late_ratio=0.03, malformed_ratio=0.02))
     on_cluster, env = _on_cluster(spark_cluster, s, "cluster")
     apps_before = len(_apps(spark_cluster))

@@ -47,8 +47,8 @@ def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(
         # generous timeouts: beside the suite's heaviest files one run measured over 300 s
         killed = sigflow(s, "pipeline", *victims, extra_env={"SIGFLOW_FAILPOINTS": failpoint}, timeout=900)
         assert killed.returncode == -9, f"seed {seed}, {failpoint}: " + killed.stderr[-2000:]
-    finished = sigflow(s, "pipeline", *victims, timeout=900)
-    assert finished.returncode == 0, finished.stderr[-2000:]
+    for job in victims:  # the restart from what the kills left, in this session's warm JVM
+        run_job(spark, s, job)
 
     written = {spec.name for job in victims for spec in JOBS[job].tables}
     written |= {"late_events"} if any(JOBS[job].late_rule for job in victims) else set()

@@ -177,12 +177,12 @@ def create_topics(
                 outcome[topic] = "exists"
             else:
                 raise SigflowError(f"could not create topic {topic}: {exc}") from None
-    _await_listed(client, [t.topic for t in wanted], partitions)
+    _await_listed(client, [t.topic for t in wanted])
     return outcome
 
 
-def _await_listed(client: AdminClient, topics: list[str], partitions: int, timeout_s: float = 60.0) -> None:
-    """Return once every topic is listed with its partitions and their leaders.
+def _await_listed(client: AdminClient, topics: list[str], timeout_s: float = 60.0) -> None:
+    """Return once every topic is listed with partitions, each with a leader.
 
     CreateTopics answers when the controller has the topic; the broker that serves metadata
     may list it later. CI saw a producer, called right after creation on a loaded machine,
@@ -194,8 +194,7 @@ def _await_listed(client: AdminClient, topics: list[str], partitions: int, timeo
     def unlisted() -> list[str]:
         listed = client.list_topics(timeout=10).topics
         return [t for t in topics if t not in listed or listed[t].error is not None
-                or len(listed[t].partitions) < partitions
-                or any(p.leader < 0 for p in listed[t].partitions.values())]
+                or not listed[t].partitions or any(p.leader < 0 for p in listed[t].partitions.values())]
 
     waiting = tenacity.Retrying(
         retry=tenacity.retry_if_result(bool), wait=tenacity.wait_fixed(0.2),

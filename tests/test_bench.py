@@ -1,6 +1,6 @@
 """`make bench` runs end to end at a toy size and prints what the issue fixes, without its
-warm-up and state sections: seven of its fifteen job runs, whose state figures the job tests
-bound already. Its speed is not asserted: the figures are for people (docs/benchmarks.md).
+warm-up and state sections: seven of its fifteen job runs. The job tests bound dedup's and
+sessions' state; windowed-averages' state is measured only by `make bench` itself. Its speed is not asserted: the figures are for people (docs/benchmarks.md).
 In this process, on the session's SparkSession: a JVM of its own would only add its start-up
 and warm-up."""
 

@@ -140,7 +140,7 @@ def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0) -> lis
     # with auto-creation (Tansu, default Apache Kafka) create the topic behind our back.
     metadata = admin(target).list_topics(timeout=timeout_s)
     meta = metadata.topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
+    if not _listed(meta):
         raise SigflowError(
             f"Kafka topic {topic!r} does not exist at {target}",
             "create it with `sigflow topics create` (or the sigflow_deploy DAG)",
@@ -181,6 +181,11 @@ def create_topics(
     return outcome
 
 
+def _listed(meta) -> bool:
+    """A topic's metadata says it exists with partitions."""
+    return meta is not None and meta.error is None and bool(meta.partitions)
+
+
 def _await_listed(client: AdminClient, topics: list[str], timeout_s: float = 60.0) -> None:
     """Return once every topic is listed with partitions, each with a leader.
 
@@ -193,8 +198,8 @@ def _await_listed(client: AdminClient, topics: list[str], timeout_s: float = 60.
 
     def unlisted() -> list[str]:
         listed = client.list_topics(timeout=10).topics
-        return [t for t in topics if t not in listed or listed[t].error is not None
-                or not listed[t].partitions or any(p.leader < 0 for p in listed[t].partitions.values())]
+        return [t for t in topics if not _listed(listed.get(t))
+                or any(p.leader < 0 for p in listed[t].partitions.values())]
 
     waiting = tenacity.Retrying(
         retry=tenacity.retry_if_result(bool), wait=tenacity.wait_fixed(0.2),

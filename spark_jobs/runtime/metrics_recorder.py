@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-from pyspark.sql import SparkSession
-
 from spark_jobs.contracts.tables import PIPELINE_METRICS
 from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.metrics import Counting, progress_dicts, progress_row
@@ -21,8 +19,8 @@ class MetricsRecorder:
     loop from recording at once.
     """
 
-    def __init__(self, job: str, spark: SparkSession, sink: DeltaSink, app_id: str, summary: RunSummary):
-        self.job, self.spark, self.sink, self.app_id, self.summary = job, spark, sink, app_id, summary
+    def __init__(self, job: str, sink: DeltaSink, app_id: str, summary: RunSummary):
+        self.job, self.sink, self.app_id, self.summary = job, sink, app_id, summary
         self.counting = Counting()  # set once the plan is built (metrics.Counting)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
@@ -51,6 +49,5 @@ class MetricsRecorder:
         done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
         fresh = [r for r in fresh if done is None or r["batch_id"] > done]
         if fresh:
-            frame = self.spark.createDataFrame(fresh, PIPELINE_METRICS.schema)
             last = max(r["batch_id"] for r in fresh)
-            self.sink.append(frame, PIPELINE_METRICS, self.app_id, last, {"job": self.job})
+            self.sink.append_rows(fresh, PIPELINE_METRICS, self.app_id, last, {"job": self.job})

@@ -84,19 +84,19 @@ def settings(tmp_path, embedded_broker) -> Settings:
 
 
 # Tests that start several heavy processes of their own (a Spark cluster, Airflow's
-# components beside PostgreSQL, drivers at once on S3) run on one worker, one after the
-# other, beside the other worker's single-session tests. Two of them at once on 2 cores
-# slowed each several times over and past its limits (docs/streaming-facts.md).
+# components beside PostgreSQL, drivers at once on S3, a JVM per kill) run on one worker,
+# one after the other, beside the other worker's single-session tests. Two of them at once
+# on 2 cores slowed each three to four times over (docs/streaming-facts.md).
 MULTI_PROCESS_FILES = (
     "tests/spark_jobs/local/test_airflow_production.py",
     "tests/spark_jobs/local/test_cluster.py",
     "tests/spark_jobs/runtime/test_delta_s3.py",
+    "tests/spark_jobs/runtime/test_runner_kills.py",
 )
 # The other files that take minutes, longest first (measured: docs/streaming-facts.md,
 # test-suite costs). Files go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (
-    "tests/spark_jobs/runtime/test_runner_kills.py",
     "tests/test_bench.py",
     "tests/spark_jobs/jobs/test_alert_join.py",
     "tests/spark_jobs/jobs/test_sessions.py",

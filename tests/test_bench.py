@@ -15,7 +15,7 @@ from tests import bench
 
 @pytest.mark.timeout(1500)
 def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_whole_storm(spark, capsys):
-    assert bench.main(["--events", "2000", "--storm-events", "500", "--devices", "20",
+    assert bench.main(["--events", "1000", "--storm-events", "300", "--devices", "20",
                        "--latency-rate", "200", "--latency-seconds", "3", "--no-write",
                        "--skip", "warm-up", "state"]) == 0
     out = capsys.readouterr().out

@@ -16,7 +16,7 @@ from tests import kafka_cluster
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, records_in, sigflow, table
 
-RATE, SECONDS, SEED = 60, 40, 21
+RATE, SECONDS, SEED = 60, 24, 21  # long enough to kill a leader with records still to come
 
 
 def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) -> None:

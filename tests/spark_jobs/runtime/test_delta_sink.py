@@ -48,6 +48,23 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     assert count_matching(settings.table_uri("readings")) == 1
 
 
+def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_others(spark, settings):
+    """delta-rs appends to a table delta-spark created and writes to: one transaction per
+    (app id, version) across both writers, and Spark reads every row."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(READINGS)
+    assert sink.append(spark.createDataFrame([("d1", 1.0)], READINGS.schema), READINGS, "app", 0, {"batch_id": 0}) == 1
+    rows = [{"device_id": "d2", "value": 2.0}, {"device_id": "d3", "value": 3.0}]
+    assert sink.append_rows(rows, READINGS, "app", 0, {"batch_id": 0}) is None  # Spark's commit holds 0
+    assert sink.append_rows(rows, READINGS, "app", 1, {"batch_id": 1}) == 2
+    assert sink.append_rows(rows, READINGS, "app", 1, {"batch_id": 1}) is None  # the replay
+    assert sink.committed_version(READINGS, "app") == 1
+    assert sink.append(spark.createDataFrame([("d4", 4.0)], READINGS.schema), READINGS, "app", 1, {}) is None
+    read_by_spark = spark.read.format("delta").load(settings.table_uri("readings"))
+    assert sorted(r.device_id for r in read_by_spark.collect()) == ["d1", "d2", "d3"]
+    assert [m["batch_id"] for m in commit_metadata(settings.table_uri("readings"))] == [1, 0]
+
+
 def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings):
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)

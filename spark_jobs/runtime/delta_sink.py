@@ -1,5 +1,6 @@
-"""Exactly-once Delta writes for micro-batches (delta-spark), and table creation and
-additive migration for operators (delta-rs, no Spark needed).
+"""Exactly-once Delta writes: micro-batches with delta-spark, the few rows a driver holds
+(pipeline_metrics) with delta-rs; and table creation and additive migration for operators
+(delta-rs, no Spark needed).
 
 Every commit carries an application transaction (app id = the checkpoint's id, version =
 the batch id). A batch replayed after a crash finds its version already in the table and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -163,18 +164,29 @@ class ProgressLog(StreamingQueryListener):
 
     The listener bus is asynchronous: a batch's event can arrive after the query has
     stopped. pipeline_metrics is therefore written from the query's ``recentProgress``,
-    which is complete when the run returns; both come from the same ``progress_row``.
+    which is complete when the run returns; both come from the same ``progress_row``. A run
+    waits for its last batch's line (``wait_for``) before it returns, so a process that
+    exits right after a run still logs every batch.
     """
 
     def __init__(self):
         super().__init__()
         self.counting: dict[str, Counting] = {}  # job -> how its progress is counted
         self.files: dict[str, Path] = {}  # job -> its JSON lines file
+        self.logged: dict[str, int] = {}  # job -> the newest batch id of this run logged
+        self.delivered = threading.Condition()
 
     def follow(self, job: str, counting: Counting, progress_file: Path) -> None:
         """Count and file this job's batches so (one session runs many jobs in turn)."""
         self.counting[job] = counting
         self.files[job] = progress_file
+        with self.delivered:
+            self.logged[job] = -1  # batch ids start again with each checkpoint
+
+    def wait_for(self, job: str, batch_id: int, timeout_s: float = 30) -> bool:
+        """Whether the job's batch ``batch_id`` was logged within ``timeout_s``."""
+        with self.delivered:
+            return self.delivered.wait_for(lambda: self.logged.get(job, -1) >= batch_id, timeout_s)
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -192,6 +204,9 @@ class ProgressLog(StreamingQueryListener):
                     out.write(text + "\n")
             progress_log.info(text)
             batch_log.info(progress_sentence(line))
+            with self.delivered:
+                self.logged[job] = max(self.logged.get(job, -1), int(progress["batchId"]))
+                self.delivered.notify_all()
 
     def onQueryIdle(self, event) -> None:
         pass

@@ -40,6 +40,7 @@ from spark_jobs.runtime.metrics import (
     QUERY_PREFIX,
     Counting,
     listen,
+    progress_dicts,
     source_scans,
 )
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
@@ -130,8 +131,16 @@ class JobRun:
         finally:
             if jvm_alive:  # a dead driver JVM has no query left to stop
                 query.stop()
+                self._await_progress_lines(query)
             status.mark_stopped(self.settings, self.job.name)
         self.record_metrics(query)
+
+    def _await_progress_lines(self, query) -> None:
+        """The listener gets progress asynchronously: without this wait a process that exits
+        right after its run lost the last batch's line and progress-file entry."""
+        last = max((int(p["batchId"]) for p in progress_dicts(query)), default=-1)
+        if last >= 0 and not self.progress_log.wait_for(self.job.name, last):
+            log.warning("%s: batch %d's progress line did not arrive within 30 s", self.job.name, last)
 
     def _failure(self, query, exc: Exception) -> Exception:
         if "OutOfMemoryError" in str(exc):

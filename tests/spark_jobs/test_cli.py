@@ -1,8 +1,9 @@
 """The CLI as operators meet it: one actionable line on failure, exit code non-zero."""
 
+import json
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime.delta_tables import count_matching
+from spark_jobs.runtime.delta_tables import count_matching, read_pandas
 from tests.helpers import sigflow
 
 
@@ -73,3 +74,6 @@ def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the
     rerun = sigflow(settings, "run", "ingest")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert count_matching(settings.table_uri("device_events_raw")) == len(records)  # every record, once
+    # the process exits right after its last batch, whose progress line still reaches the file
+    logged = [json.loads(line)["batch_id"] for line in settings.progress_file("ingest").read_text().splitlines()]
+    assert sorted(logged) == sorted(read_pandas(settings.table_uri("pipeline_metrics")).batch_id) == [0]

@@ -33,7 +33,7 @@ def private_broker(tmp_path):
 def _fresh_topic(broker_settings, settings):
     info = embedded.start(broker_settings)
     s = settings.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, s.topic_retention_ms)
     return s
 
 
@@ -142,7 +142,7 @@ def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=600):
 def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, private_broker):
     info = embedded.start(private_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, 60000)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, s.topic_retention_ms)
     before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
     produce(s, before)
     with _continuous_ingest(s) as output:

@@ -56,13 +56,18 @@ class DeltaSink:
 
         return DeltaTable(self.uri(spec)).transaction_version(app_id)
 
+    def _already_committed(self, spec: TableSpec, app_id: str, version: int) -> bool:
+        done = self.committed_version(spec, app_id)
+        if done is not None and done >= version:
+            log.info("%s: batch %s already committed by %s, skipped", spec.name, version, app_id)
+            return True
+        return False
+
     def append(
         self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, metadata: dict[str, Any]
     ) -> int | None:
         """Append one batch's rows. Returns the rows written, or None when already written."""
-        done = self.committed_version(spec, app_id)
-        if done is not None and done >= batch_id:
-            log.info("%s: batch %s already committed by %s, skipped", spec.name, batch_id, app_id)
+        if self._already_committed(spec, app_id, batch_id):
             return None
         return self._append(df, spec, app_id, batch_id, json.dumps({METADATA_KEY: metadata}))
 
@@ -78,7 +83,6 @@ class DeltaSink:
         )
         return _rows_committed(uri, commit_info)
 
-
     def append_rows(
         self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, metadata: dict[str, Any]
     ) -> int | None:
@@ -91,9 +95,7 @@ class DeltaSink:
         delta-rs reads the transaction from the log it has already loaded."""
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        done = self.committed_version(spec, app_id)
-        if done is not None and done >= version:
-            log.info("%s: version %s already committed by %s, skipped", spec.name, version, app_id)
+        if self._already_committed(spec, app_id, version):
             return None
         write_deltalake(
             self.uri(spec), pa.Table.from_pylist(rows, schema=arrow_schema(spec)), mode="append",

@@ -71,6 +71,12 @@ class DeltaSink:
             return None
         return self._append(df, spec, app_id, batch_id, json.dumps({METADATA_KEY: metadata}))
 
+    def rows_written_before(self, spec: TableSpec, metadata: dict[str, Any]) -> int:
+        """The rows an earlier attempt of this batch committed (a replay writes none, but its
+        pipeline_metrics row reports the batch's real output): 0 when no longer in the
+        table's recent history."""
+        return _rows_committed(self.uri(spec), json.dumps({METADATA_KEY: metadata})) or 0
+
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, commit_info: str) -> int | None:
         uri = self.uri(spec)
         (

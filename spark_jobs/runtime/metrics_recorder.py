@@ -34,20 +34,21 @@ class MetricsRecorder:
             self._record(query)
 
     def _record(self, query) -> None:
+        done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
         fresh = []
         for progress in progress_dicts(query):
             batch_id = int(progress["batchId"])
             if batch_id in self.rows:
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
-            self.rows[batch_id] = row = progress_row(self.job, progress, output, late, self.counting)
-            fresh.append(row)
+            fresh.append(progress_row(self.job, progress, output, late, self.counting))
+        unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
+        if unwritten:  # a failure here leaves the rows unrecorded, so the next call retries them
+            last = max(r["batch_id"] for r in unwritten)
+            self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, {"job": self.job})
+        for row in fresh:
+            self.rows[row["batch_id"]] = row
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
             self.summary.duplicates_dropped += row["duplicates_dropped"]
             self.summary.state_rows = row["state_rows"]
-        done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
-        fresh = [r for r in fresh if done is None or r["batch_id"] > done]
-        if fresh:
-            last = max(r["batch_id"] for r in fresh)
-            self.sink.append_rows(fresh, PIPELINE_METRICS, self.app_id, last, {"job": self.job})

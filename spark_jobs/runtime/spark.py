@@ -78,6 +78,9 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.executor.memory", settings.spark_executor_memory)
         .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # a batch's table appends run at once from driver threads (concurrent_writes), each
+        # in a pool of its own: FAIR shares the executors between them instead of queueing
+        .config("spark.scheduler.mode", "FAIR")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
         builder = builder.master(settings.spark_master)

@@ -1,0 +1,50 @@
+"""A micro-batch's table writes, all at once.
+
+Each transactional Delta append is mostly fixed cost (a state rebuild to look up the
+transaction, then the commit: docs/streaming-facts.md), and the tables of one batch are
+independent, so their appends overlap instead of queueing. Spark runs jobs from several
+driver threads at once; under the FAIR scheduler (``spark.scheduler.mode``, set by
+``get_spark``) each thread's pool gets its share of the executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+
+def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run every task in a driver thread of its own and wait for all of them.
+
+    Every task runs to its end even when another fails, and the first failure (in the
+    tasks' order) is raised only then: ``foreachBatch`` must not return, and the query
+    must not commit the batch, while a write is still in flight or after one failed."""
+    if len(tasks) <= 1:
+        return {name: task() for name, task in tasks.items()}
+    results: dict[str, T] = {}
+    failures: dict[str, BaseException] = {}
+
+    def work(name: str, task: Callable[[], T]) -> None:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+        try:
+            results[name] = task()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failures[name] = exc
+
+    # InheritableThread: PySpark's pinned-thread mode gives each a JVM thread that inherits
+    # the caller's local properties (job group, description) and cleans up after it.
+    threads = [InheritableThread(target=work, args=(name, task), name=f"sigflow-write-{name}")
+               for name, task in tasks.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in tasks:
+        if name in failures:
+            raise failures[name]
+    return results

@@ -6,7 +6,8 @@ and joined on ``device_id`` with a time range: the events of the device with
 so Spark evicts each side's state once the other side's watermark makes a match impossible
 (a state value watermark, docs/semantics.md).
 
-Events are deduplicated by ``event_id`` before the join, as in the dedup job. One left outer
+Events are deduplicated by ``event_id`` and alerts by ``alert_id`` before the join, as in
+the dedup job. One left outer
 join from alerts serves both tables: matched rows are emitted as soon as
 both sides are there (-> alert_signal_context), and an alert with no event in its range
 is emitted with nulls once the watermark proves none can come (-> alerts_without_telemetry).
@@ -28,8 +29,12 @@ ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
 
 def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
-    alerts = parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS).withWatermark(
-        "alert_time", settings.alert_watermark_delay.spark
+    # An alert_id is one alert: a producer that re-sends (at-least-once) must not make it
+    # join, or be reported without telemetry, twice. Same rule as events, on the alerts' delay.
+    alerts = (
+        parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS)
+        .withWatermark("alert_time", settings.alert_watermark_delay.spark)
+        .dropDuplicatesWithinWatermark(["alert_id"])
     )
     # A re-sent event would join every alert in its range once more: events are deduplicated
     # first, as in the dedup job, so each (alert, event) pair is one row.
@@ -95,4 +100,5 @@ ALERT_JOIN = StreamingJob(
     tables=JOB_TABLES["alert-join"],
     late_rule=dropped_by_the_join,
     checkpoint_settings=("alert_context", "multiple_watermark_policy"),
+    state_format=2,  # 2: alerts deduplicated by alert_id before the join
 )

@@ -124,3 +124,22 @@ def test_a_re_sent_event_joins_each_alert_once(spark, settings):
         ("a1", "e1"), ("a1", "e2"), ("a1", "e3"), ("a2", "e1"), ("a2", "e2"), ("a2", "e3"),
     ]
     assert table(s, "pipeline_metrics").duplicates_dropped.sum() == 2
+
+
+def test_a_re_sent_alert_is_one_alert(spark, settings):
+    """An at-least-once producer re-sends alerts: an alert_id is one alert. A copy in the same
+    batch or in a later one adds no context row and no second 'without telemetry' row."""
+    s = one_partition_topics(settings)
+    send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 2), 2.0)])
+    alert(s, "a1", "d1", at(12, 4))
+    alert(s, "a1", "d1", at(12, 4))
+    alert(s, "silent", "d2", at(12, 5))
+    run_job(spark, s, "alert-join")
+    alert(s, "a1", "d1", at(12, 4))  # re-sent after its first copy was joined
+    alert(s, "silent", "d2", at(12, 5))
+    send(s, [Event("e3", "d1", at(12, 50), 3.0)])
+    alert(s, "later", "d1", at(12, 50))
+    run_job(spark, s, "alert-join")
+    context = table(s, "alert_signal_context")
+    assert sorted(zip(context.alert_id, context.event_id)) == [("a1", "e1"), ("a1", "e2"), ("later", "e3")]
+    assert table(s, "alerts_without_telemetry").alert_id.tolist() == ["silent"]

@@ -105,6 +105,11 @@ def cmd_jars(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from spark_jobs.ops import deploy
 
+    if args.action == "grow":
+        if not args.partitions:
+            raise SigflowError("say how many partitions the topics should have", "add --partitions N")
+        print("\n".join(deploy.grow_topics(_settings(args), args.partitions, args.topic or None)))
+        return 0
     print("\n".join(deploy.ensure_topics(_settings(args))))
     return 0
 
@@ -318,8 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark, s3, kafka-broker (default: spark and kafka-broker)")
     p.set_defaults(func=cmd_jars)
 
-    p = sub.add_parser("topics", help="create the configured topics (idempotent)")
-    p.add_argument("action", choices=["create"])
+    p = sub.add_parser("topics", help="create the configured topics (idempotent), or grow them")
+    p.add_argument("action", choices=["create", "grow"])
+    p.add_argument("--partitions", type=int, help="grow: the partitions each topic should have")
+    p.add_argument("--topic", action="append", help="grow: this topic only (repeatable; default both)")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("produce", help="publish each line of a JSONL file as is")

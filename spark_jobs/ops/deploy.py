@@ -33,6 +33,14 @@ def ensure_topics(settings: Settings) -> list[str]:
     return [f"topic {topic}: {what}" for topic, what in outcome.items()]
 
 
+def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = None) -> list[str]:
+    """Scale topics up to ``partitions`` (docs/runbooks/topic-scale-up.md): what happened to each."""
+    bootstrap = broker.connection(settings)
+    kafka_client.check_reachable(bootstrap)
+    return [kafka_client.add_partitions(bootstrap, topic, partitions)
+            for topic in topics or [settings.events_topic, settings.alerts_topic]]
+
+
 def ensure_tables(settings: Settings) -> list[str]:
     return [f"table {name}: {create_table(settings.table_uri(name), spec)}" for name, spec in ALL_TABLES.items()]
 

@@ -18,7 +18,7 @@ from typing import Iterable
 
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from spark_jobs.config import ENV_PREFIX
 from spark_jobs.errors import BrokerUnavailable, KafkaRefused, SigflowError
@@ -179,6 +179,32 @@ def create_topics(
                 raise SigflowError(f"could not create topic {topic}: {exc}") from None
     _await_listed(client, [t.topic for t in wanted])
     return outcome
+
+
+def add_partitions(target: Target, topic: str, total: int) -> str:
+    """Grow a topic to ``total`` partitions (Kafka never shrinks one): what happened.
+
+    Running jobs pick the new partitions up at their next batch, from their earliest offset.
+    Keyed records of a device may land in another partition from now on, so a device's
+    records are in order per partition only (docs/runbooks/topic-scale-up.md)."""
+    client = admin(target)
+    have = len(topic_partitions(target, topic))
+    if have >= total:
+        return f"{topic} has {have} partitions already; Kafka cannot shrink a topic"
+    try:
+        client.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=15)
+    except KafkaException as exc:
+        raise SigflowError(f"could not add partitions to {topic}: {exc}") from None
+    _await_listed(client, [topic])
+    waiting = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda n: n < total), wait=tenacity.wait_fixed(0.2),
+        stop=tenacity.stop_after_delay(60), retry_error_callback=lambda state: state.outcome.result(),
+    )
+    listed = waiting(lambda: len(topic_partitions(target, topic)))
+    if listed < total:
+        raise SigflowError(f"Kafka accepted {total} partitions for {topic} but lists {listed} after 60 s",
+                           "check the broker's log (`sigflow broker status`) and run the command again")
+    return f"{topic}: {have} -> {total} partitions"
 
 
 def _listed(meta) -> bool:

@@ -56,11 +56,27 @@ def read_range(
     spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str],
     start: dict, end: dict,
 ) -> DataFrame:
-    """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input."""
+    """A batch read of exactly the offsets [start, end), e.g. one micro-batch's input.
+
+    ``start`` may predate a change of the topic's partitions (Spark's source refuses ranges
+    whose ends name different partitions): see ``aligned_start``."""
     options = source_options(settings, kafka, topics)
     options.pop("maxOffsetsPerTrigger", None)
-    options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
+    options.update(startingOffsets=json.dumps(aligned_start(start, end)), endingOffsets=json.dumps(end))
     return spark.read.format("kafka").options(**options).load()
+
+
+EARLIEST = -2  # Spark's Kafka source's JSON offset for "the partition's earliest offset"
+
+
+def aligned_start(start: dict, end: dict) -> dict:
+    """Start offsets for exactly the partitions of ``end``: a partition added to the topic
+    after ``start`` was taken begins at its earliest offset, as Spark's source reads a new
+    partition; one that vanished since (a topic recreated smaller) has nothing to read."""
+    return {
+        topic: {partition: start.get(topic, {}).get(partition, EARLIEST) for partition in parts}
+        for topic, parts in end.items()
+    }
 
 
 def require_classes(spark: SparkSession) -> None:

@@ -61,3 +61,30 @@ def test_the_run_summary_says_why_no_event_was_dropped_late(spark, settings):
     assert "; 0 duplicates removed, 1 dropped late, " in run_job(spark, s, "dedup").line()
     send(s, [Event("newer", "d1", at(10, 30), 1.0)])
     assert "0 dropped late (none behind the watermark)" in run_job(spark, s, "dedup").line()
+
+
+def test_partitions_added_between_runs_are_read_once_and_late_events_still_listed(spark, settings):
+    """Scaling a topic, as operators do: the job carries on over the new partitions, writes
+    every event once, and still finds the late ones (their re-read spans old and new
+    partitions)."""
+    from spark_jobs.runtime import kafka_client
+
+    s = settings.replace(events_topic=settings.events_topic + "-grown", topic_partitions=2)
+    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 2, s.topic_retention_ms)
+    first = [Event(f"a{n}", f"d{n}", at(9, n), 1.0) for n in range(8)]
+    send(s, first)
+    run_job(spark, s, "dedup")
+    send(s, [Event("w", "d0", at(9, 40), 1.0)])  # watermark 09:30
+    run_job(spark, s, "dedup")
+    kafka_client.add_partitions(s.kafka_bootstrap_servers, s.events_topic, 5)
+    devices = [f"d{n}" for n in range(20)]  # keys spread over all five partitions
+    second = [Event(f"b{n}", device, at(9, 41), 2.0) for n, device in enumerate(devices)]
+    late = [Event(f"late{n}", device, at(9, 5), 3.0) for n, device in enumerate(devices)]
+    send(s, second + late + second[:3])  # and three re-sent
+    run_job(spark, s, "dedup")
+    kept = table(s, "device_events_deduplicated").event_id
+    assert kept.is_unique
+    assert sorted(kept) == sorted(e.event_id for e in first + [Event("w", "d0", 0, 0)] + second)
+    listed = table(s, "late_events")
+    assert sorted(listed.event_id) == sorted(e.event_id for e in late)
+    assert listed.partition.nunique() > 2  # late events from the new partitions too

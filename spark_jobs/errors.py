@@ -42,3 +42,7 @@ class DataLossError(SigflowError):
 
 class DriverDied(SigflowError):
     """The Spark driver JVM exited during a batch (out of memory, as measured so far)."""
+
+
+class CheckpointIdentityLost(SigflowError):
+    """A checkpoint has batches but not the id its Delta commits carry (sigflow.json)."""

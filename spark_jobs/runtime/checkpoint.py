@@ -16,6 +16,8 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
+from spark_jobs.errors import CheckpointIdentityLost
+
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in uri:
@@ -92,9 +94,15 @@ class Checkpoint:
         return json.loads(text) if text else {}
 
     def save_identity(self, identity: dict[str, Any]) -> None:
+        """Replace sigflow.json whole: a crash mid-write must not leave half a file, or none.
+        Written aside and renamed (atomic on local and HDFS-like storage; an object store's
+        put is whole by itself)."""
         self.fs.create_dir(self.path, recursive=True)
-        with self.fs.open_output_stream(f"{self.path}/sigflow.json") as out:
+        final = f"{self.path}/sigflow.json"
+        aside = f"{self.path}/.sigflow.json.{uuid.uuid4().hex[:8]}.tmp"
+        with self.fs.open_output_stream(aside) as out:
             out.write(json.dumps(identity, indent=1).encode())
+        self.fs.move(aside, final)
 
     def app_id(self, job: str) -> str:
         """The id this checkpoint's Delta commits are tagged with, created on first use.
@@ -103,6 +111,13 @@ class Checkpoint:
         and must not be mistaken for batches an earlier checkpoint already wrote.
         """
         identity = self.identity()
+        if "app_id" not in identity and self.offset_batches():
+            # A new id would let the batch in flight be appended a second time under it.
+            raise CheckpointIdentityLost(
+                f"the checkpoint at {self.uri} has batches (offsets/) but no sigflow.json, the id "
+                "its Delta commits carry: a new one would write its last batch twice",
+                f"rebuild it: `sigflow checkpoint recover {job}` (docs/runbooks/checkpoint-lost-or-corrupt.md)",
+            )
         if "app_id" not in identity:
             identity = {"app_id": _new_app_id(job), "job": job, **identity}
             self.save_identity(identity)
@@ -158,6 +173,8 @@ class Checkpoint:
                 found.append(f"commits/{batch_id} has no offsets/{batch_id}")
         if offsets and self._read("metadata") is None:
             found.append("metadata (the query id) is missing")
+        if offsets and "app_id" not in self.identity():
+            found.append("sigflow.json (the id its Delta commits carry) is missing")
         return found
 
     def truncate_after(self, batch_id: int) -> list[str]:
@@ -204,9 +221,11 @@ def _new_app_id(job: str) -> str:
 
 
 def _file_version(name: str) -> int | None:
-    """5 for ``5``, ``5.delta``, ``5.snapshot``, ``.5.crc``, ``5.zip``; None otherwise."""
+    """5 for ``5``, ``5.delta``, ``5.snapshot``, ``.5.crc``, ``5.zip``, ``5_<uuid>.zip`` (RocksDB
+    state format 2); None otherwise."""
     core = name.removeprefix(".").removesuffix(".crc")
     head, _, ext = core.partition(".")
+    head = head.split("_", 1)[0] if ext == "zip" else head
     if head.isdigit() and ext in ("", "delta", "snapshot", "zip", "changelog"):
         return int(head)
     return None

@@ -2,6 +2,7 @@ from spark_jobs.runtime.checkpoint import Checkpoint
 
 
 def test_reads_offset_log_entries_and_keeps_one_app_id(tmp_path):
+    app_id = Checkpoint(str(tmp_path)).app_id("ingest")  # made before the first batch, as a run does
     (tmp_path / "offsets").mkdir()
     (tmp_path / "commits").mkdir()
     (tmp_path / "offsets" / "0").write_text(
@@ -17,6 +18,45 @@ def test_reads_offset_log_entries_and_keeps_one_app_id(tmp_path):
     batch = ck.offsets(1)
     assert (batch.watermark_ms, batch.batch_timestamp_ms, batch.sources) == (720000, 2000, [{"events": {"0": 9}}])
     assert ck.offsets(7) is None
-    app_id = ck.app_id("ingest")
+    assert ck.app_id("ingest") == app_id
     assert app_id.startswith("sigflow-ingest-") and Checkpoint(str(tmp_path)).app_id("ingest") == app_id
     assert Checkpoint(str(tmp_path / "fresh")).app_id("ingest") != app_id
+
+
+def test_batches_without_the_identity_file_are_refused_not_given_a_new_id(tmp_path):
+    """A new app id would append the batch in flight a second time under it."""
+    import pytest
+
+    from spark_jobs.errors import CheckpointIdentityLost
+
+    ck = Checkpoint(str(tmp_path))
+    ck.app_id("dedup")
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}')
+    (tmp_path / "sigflow.json").unlink()
+    with pytest.raises(CheckpointIdentityLost, match="sigflow checkpoint recover dedup"):
+        ck.app_id("dedup")
+    assert not (tmp_path / "sigflow.json").exists()
+    assert any("sigflow.json" in problem for problem in ck.problems())
+
+
+def test_identity_is_replaced_whole_and_leaves_no_temporary_file(tmp_path):
+    ck = Checkpoint(str(tmp_path))
+    first = ck.app_id("sessions")
+    ck.rotate_app_id("sessions", rewound_to=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sigflow.json"]
+    identity = ck.identity()
+    assert identity["checkpoint_id"] == first and identity["app_id"] != first
+
+
+def test_a_rewind_removes_state_files_of_both_rocksdb_formats(tmp_path):
+    """State format 2 names its snapshots N_<uuid>.zip; a rewind to batch 1 keeps versions
+    up to 2 (batch N leaves version N+1) and deletes later ones of either naming."""
+    state = tmp_path / "state" / "0" / "0"
+    state.mkdir(parents=True)
+    names = ["1.changelog", "2.zip", "2_0a1b2c.zip", "3.changelog", "3_9f8e7d.zip", "4.delta", "_metadata"]
+    for name in names:
+        (state / name).write_text("x")
+    removed = Checkpoint(str(tmp_path)).truncate_after(1)
+    assert sorted(p.name for p in state.iterdir()) == ["1.changelog", "2.zip", "2_0a1b2c.zip", "_metadata"]
+    assert len(removed) == 3

@@ -77,3 +77,20 @@ def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the
     # the process exits right after its last batch, whose progress line still reaches the file
     logged = [json.loads(line)["batch_id"] for line in settings.progress_file("ingest").read_text().splitlines()]
     assert sorted(logged) == sorted(read_pandas(settings.table_uri("pipeline_metrics")).batch_id) == [0]
+
+
+def test_a_batch_replayed_after_its_commits_reports_what_it_wrote_in_pipeline_metrics(spark, settings):
+    """Killed after the batch's Delta commits, before Spark's: the rerun writes nothing new
+    (Delta has the batch), and the batch's pipeline_metrics row still counts its output:
+    each of the 200 valid records once raw and once typed."""
+    from spark_jobs.local.simulate import generate_events
+    from tests.helpers import produce, run_job
+
+    produce(settings, generate_events(200, seed=5, malformed_ratio=0))
+    killed = sigflow(settings, "run", "ingest", extra_env={"SIGFLOW_FAILPOINTS": "ingest/after_delta_commit:0"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert count_matching(settings.table_uri("device_events_raw")) == 200
+    run_job(spark, settings, "ingest")
+    assert count_matching(settings.table_uri("device_events_raw")) == 200
+    metrics = read_pandas(settings.table_uri("pipeline_metrics"))
+    assert metrics[["batch_id", "input_rows", "output_rows"]].values.tolist() == [[0, 200, 400]]

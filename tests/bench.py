@@ -89,6 +89,39 @@ def source_into_spark(spark, settings, topic: str) -> int:
     return kafka_source.read_range(spark, settings, bootstrap, [topic], start, end).count()
 
 
+PLAIN_JOBS = ("ingest", "dedup", "windowed-averages")
+
+
+def plain_job_rate(spark, settings, kind: str, events: int, root: Path) -> float:
+    """events/s of the job a user writes from Spark's and Delta's docs over the same topic:
+    ``from_json``, the same stateful operator as sigflow's job of that name, one native
+    Delta sink, trigger availableNow. It quarantines nothing, keeps no raw copy, lists no
+    late events and records no metrics: the baseline sigflow's extra work is measured against."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.runtime import kafka_source
+
+    records = kafka_source.read_stream(spark, settings, settings.kafka_bootstrap_servers, [settings.events_topic])
+    body = F.from_json(F.col("value").cast("string"),
+                       "event_id STRING, device_id STRING, event_time STRING, signal DOUBLE")
+    events_df = records.select(body.alias("e")).select("e.*").withColumn(
+        "event_time", F.coalesce(F.try_to_timestamp("event_time"),
+                                 F.timestamp_millis(F.col("event_time").try_cast("bigint"))))
+    delay = settings.watermark_delay.spark
+    if kind == "dedup":
+        events_df = events_df.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
+    elif kind == "windowed-averages":
+        events_df = (events_df.withWatermark("event_time", delay)
+                     .groupBy(F.window("event_time", settings.tumbling_window.spark), "device_id")
+                     .agg(F.avg("signal").alias("avg_signal"), F.count("*").alias("event_count")))
+    started = time.perf_counter()
+    query = (events_df.writeStream.format("delta").outputMode("append")
+             .option("checkpointLocation", str(root / f"plain-{kind}-cp"))
+             .trigger(availableNow=True).start(str(root / f"plain-{kind}")))
+    query.awaitTermination()
+    return _rate(events, time.perf_counter() - started)
+
+
 def peak_rss_mb(pid: int) -> float:
     """Peak resident memory (VmHWM) of a process."""
     try:
@@ -260,6 +293,11 @@ def main(argv=None) -> int:
         )
         say(f"  Kafka source into Spark, count only: {source:,.0f} events/s ({source / ceiling:.2f} of the ceiling)")
         bar.update()
+        plain = {}
+        for kind in PLAIN_JOBS:
+            plain[kind] = figures[f"plain job {kind} (from_json + native Delta sink, events/s)"] = plain_job_rate(
+                spark, s, kind, args.events, data)
+            say(f"  plain job {kind}: {plain[kind]:,.0f} events/s")
         per_job = {}
         for job in JOBS:
             started = time.perf_counter()
@@ -292,7 +330,10 @@ def main(argv=None) -> int:
 
     print(f"  peak memory: driver {figures['driver peak rss MB']:,.0f} MB, "
           f"broker {figures['broker peak rss MB']:,.0f} MB")
-    lines = [f"bench {job} events_per_s={eps:.0f} ratio={eps / ceiling:.2f}" for job, eps in per_job.items()]
+    plain_ingest = figures.get("plain job ingest (from_json + native Delta sink, events/s)", 0)
+    lines = [f"bench {job} events_per_s={eps:.0f} ratio={eps / ceiling:.2f} "
+             f"vs_plain={eps / figures.get(f'plain job {job} (from_json + native Delta sink, events/s)', plain_ingest):.2f}"
+             for job, eps in per_job.items()]
     print("\n".join(lines))
     if not args.no_write:
         _append_report(args, figures, per_job, ceiling)

@@ -19,8 +19,10 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
                        "--latency-rate", "200", "--latency-seconds", "3", "--no-write",
                        "--skip", "warm-up", "state"]) == 0
     out = capsys.readouterr().out
-    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) ratio=(\d+\.\d\d)$", out, re.M)
-    assert [job for job, _, _ in lines] == list(bench.JOBS)
-    assert all(int(rate) > 0 for _, rate, _ in lines)
+    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) ratio=(\d+\.\d\d) vs_plain=(\d+\.\d\d)$", out, re.M)
+    assert [job for job, _, _, _ in lines] == list(bench.JOBS)
+    assert all(int(rate) > 0 and float(vs_plain) > 0 for _, rate, _, vs_plain in lines)
+    plain = re.findall(r"plain job (\S+): ([\d,]+) events/s", out)
+    assert [kind for kind, _ in plain] == list(bench.PLAIN_JOBS)
     storm = re.search(r"storm \(10% malformed\): .* ([\d,]+) quarantined of ([\d,]+) malformed", out)
     assert storm and storm[1] == storm[2] != "0", out

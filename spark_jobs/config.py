@@ -162,6 +162,9 @@ class Settings(BaseSettings):
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.
     broker_outage_budget: DurationSetting = "5 minutes"
+    # A run holds its checkpoint's lease while it runs and renews it every quarter of this;
+    # a holder on another host that stops renewing loses it after this long.
+    lease_ttl: DurationSetting = "2 minutes"
 
     # Where `sigflow jars fetch` put the pinned JARs (Spark's Kafka source, delta-spark;
     # see infra/jars/).

@@ -46,3 +46,11 @@ class DriverDied(SigflowError):
 
 class CheckpointIdentityLost(SigflowError):
     """A checkpoint has batches but not the id its Delta commits carry (sigflow.json)."""
+
+
+class JobAlreadyRunning(SigflowError):
+    """Another live run holds the checkpoint's lease."""
+
+
+class LeaseLost(SigflowError):
+    """This run no longer holds its checkpoint's lease: another run took it over."""

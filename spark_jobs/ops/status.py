@@ -7,10 +7,8 @@ Read from the checkpoints, the pipeline_metrics table and Kafka only (no Spark n
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
@@ -19,32 +17,19 @@ from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_tables import read_pandas
+from spark_jobs.runtime.lease import Holder, Lease
 
 
-def _runfile(settings: Settings, job: str) -> Path:
-    return Path(settings.data_dir) / "run" / f"{job}.json"
-
-
-def mark_running(settings: Settings, job: str, mode: str) -> None:
-    path = _runfile(settings, job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": os.getpid(), "mode": mode, "since": datetime.now(timezone.utc).isoformat()}))
-
-
-def mark_stopped(settings: Settings, job: str) -> None:
-    _runfile(settings, job).unlink(missing_ok=True)
+def running_holder(settings: Settings, job: str) -> Holder | None:
+    """The live run holding the job's checkpoint lease, on any host, or None."""
+    holder = Lease(Checkpoint(settings.checkpoint_uri(job)), job, settings.lease_ttl.seconds).holder()
+    return holder if holder is not None and holder.alive() else None
 
 
 def running_pid(settings: Settings, job: str) -> int | None:
-    path = _runfile(settings, job)
-    if not path.exists():
-        return None
-    pid = json.loads(path.read_text())["pid"]
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return None
-    return pid
+    """The pid of the job's live run (on its host: see ``running_holder``), or None."""
+    holder = running_holder(settings, job)
+    return holder.pid if holder else None
 
 
 @dataclass

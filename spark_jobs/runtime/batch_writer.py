@@ -19,6 +19,7 @@ from spark_jobs.runtime import concurrent_writes, failpoints, kafka_client, kafk
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.lease import Lease
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
 from spark_jobs.runtime.run_summary import RunSummary
 
@@ -31,15 +32,18 @@ class BatchWriter:
     def __init__(
         self, job: StreamingJob, settings: Settings, spark: SparkSession, sink: DeltaSink,
         checkpoint: Checkpoint, kafka: KafkaConnection, tables: tuple[TableSpec, ...], app_id: str, checkpoint_id: str,
-        summary: RunSummary, recorder: MetricsRecorder, before_batch: Callable[[], None],
+        summary: RunSummary, recorder: MetricsRecorder, before_batch: Callable[[], None], lease: Lease,
     ):
         self.job, self.settings, self.spark, self.sink = job, settings, spark, sink
         self.checkpoint, self.kafka, self.tables = checkpoint, kafka, tables
         self.app_id, self.checkpoint_id = app_id, checkpoint_id
         self.summary, self.recorder = summary, recorder
         self.before_batch = before_batch  # the recorder catching up on the batches before
+        self.lease = lease
+        self.replayable_upto = -1  # the last batch an earlier query planned (set at each start)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self.lease.check()  # a run that lost its lease must not write beside its successor
         self.before_batch()
         offsets = self.checkpoint.offsets(batch_id)
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
@@ -110,7 +114,8 @@ class BatchWriter:
             frame = outputs.get(spec.name)
             if frame is None or (no_input and frame.isEmpty()):
                 return 0
-            rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata)
+            rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata,
+                                    replay_possible=batch_id <= self.replayable_upto)
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing
             if first_commit.acquire(blocking=False):

@@ -124,13 +124,14 @@ def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None
         DeltaTable(uri).delete(predicate(job, after_batch))
 
 
-def commit_metadata(uri: str) -> list[dict[str, Any]]:
-    """sigflow metadata of each commit of a table, newest first (version included)."""
+def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """sigflow metadata of each commit of a table (of its newest ``limit`` commits), newest
+    first (version included)."""
     from deltalake import DeltaTable
 
     table = DeltaTable(uri)
     found = []
-    for entry in table.history():
+    for entry in table.history(limit):
         raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
         if not raw:
             continue

@@ -74,6 +74,20 @@ def object_store_conf(dest: Path, environ) -> dict[str, str]:
     return {**log_store, **s3a_conf(environ)}
 
 
+def require_s3_log_store(delta_root: str, configured_log_store: str | None) -> None:
+    """Refuse s3a:// tables without sigflow's log store. Without it delta-spark falls back to
+    its default S3 log store, which excludes concurrent commits within one driver only:
+    several jobs writing a shared table lose commits (docs/streaming-facts.md)."""
+    if delta_root.startswith("s3a://") and configured_log_store != LOGSTORE_CLASS:
+        raise JarError(
+            f"the tables are on S3 ({delta_root}) but Spark's session has no conditional-put log "
+            f"store (spark.delta.logStore.s3a.impl is {configured_log_store or 'unset'}): several "
+            "jobs committing to one table would lose commits",
+            "run `sigflow jars fetch s3` and start the job again (spark-submit: ship the s3 JARs "
+            f"and set spark.delta.logStore.s3a.impl={LOGSTORE_CLASS})",
+        )
+
+
 def s3a_conf(environ) -> dict[str, str]:
     """S3A pointed where the AWS SDKs and delta-rs look (AWS_ENDPOINT_URL, AWS_REGION), with the
     credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: one set of variables for Spark,

@@ -31,11 +31,11 @@ from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, Sigf
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local import broker
-from spark_jobs.ops import status
-from spark_jobs.runtime import checkpoint_guards, kafka_client, kafka_source
+from spark_jobs.runtime import checkpoint_guards, jars, kafka_client, kafka_source
 from spark_jobs.runtime.batch_writer import BatchWriter
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
+from spark_jobs.runtime.lease import Lease
 from spark_jobs.runtime.metrics import (
     QUERY_PREFIX,
     Counting,
@@ -56,12 +56,24 @@ class JobRun:
     """One job's streaming query, from its checkpoint: the checks before it starts, the
     wiring (source, trigger, checkpoint, sinks) and its supervision (failures explained,
     Kafka outages waited out, a graceful stop on signals). Each batch is written by a
-    ``BatchWriter``; pipeline_metrics by a ``MetricsRecorder``."""
+    ``BatchWriter``; pipeline_metrics by a ``MetricsRecorder``. It holds the checkpoint's
+    lease (``lease.Lease``) from its construction until its run ends."""
 
     def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
         self.job = job
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
         checkpoint_guards.check_no_pending_rewind(self.checkpoint, job.name)
+        # held from here until the run ends: before the app id is read or made, so two runs
+        # starting at once cannot each make one
+        self.lease = Lease(self.checkpoint, job.name, settings.lease_ttl.seconds)
+        self.lease.acquire()
+        try:
+            self._prepare(job, settings, spark)
+        except BaseException:
+            self.lease.release()
+            raise
+
+    def _prepare(self, job: StreamingJob, settings: Settings, spark: SparkSession | None) -> None:
         recovered_start = self.checkpoint.starting_offsets()
         if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
             settings = settings.replace(starting_offsets=recovered_start)
@@ -75,6 +87,7 @@ class JobRun:
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch
         kafka_source.require_classes(self.spark)
+        jars.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
         self.sink = DeltaSink(self.spark, settings)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
         for spec in self.tables + (PIPELINE_METRICS,):
@@ -86,6 +99,7 @@ class JobRun:
         self.write_batch = BatchWriter(
             job, settings, self.spark, self.sink, self.checkpoint, self.kafka, self.tables,
             self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,
+            lease=self.lease,
         )
         self.query = None
 
@@ -105,6 +119,9 @@ class JobRun:
             self.recorder.record(self.query)
 
     def start(self, trigger_interval: str):
+        # the batches an earlier query planned are the only ones that can be replays
+        batches = self.checkpoint.offset_batches()
+        self.write_batch.replayable_upto = batches[-1] if batches else -1
         self.query = (
             self.plan()
             .writeStream.queryName(f"{QUERY_PREFIX}{self.job.name}")
@@ -119,7 +136,6 @@ class JobRun:
     def _running(self, trigger_interval: str):
         """The query for the duration of a run: errors explained, stopped and metered after."""
         query = self.start(trigger_interval)
-        status.mark_running(self.settings, self.job.name, trigger_interval)
         jvm_alive = True
         try:
             yield query
@@ -132,7 +148,6 @@ class JobRun:
             if jvm_alive:  # a dead driver JVM has no query left to stop
                 query.stop()
                 self._await_progress_lines(query)
-            status.mark_stopped(self.settings, self.job.name)
         self.record_metrics(query)
 
     def _await_progress_lines(self, query) -> None:
@@ -153,14 +168,17 @@ class JobRun:
     def _run(self, trigger_interval: str, drive, stop: threading.Event | None = None) -> RunSummary:
         """Run the query; while Kafka is away, wait with backoff and start again from the
         checkpoint (a restarted query replays at most the batch that was in flight)."""
-        while True:
-            try:
-                with self._running(trigger_interval) as query:
-                    drive(query)
-                return self.summary
-            except _KafkaGone as gone:
-                if not self._await_kafka(str(gone), stop):
+        try:
+            while True:
+                try:
+                    with self._running(trigger_interval) as query:
+                        drive(query)
                     return self.summary
+                except _KafkaGone as gone:
+                    if not self._await_kafka(str(gone), stop):
+                        return self.summary
+        finally:
+            self.lease.release()
 
     def _await_kafka(self, cause: str, stop: threading.Event | None) -> bool:
         """Back off (1, 2, 4 ... 30 s) until Kafka answers. False when stopped meanwhile;

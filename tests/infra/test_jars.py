@@ -84,3 +84,19 @@ def test_fetch_restores_a_missing_and_a_corrupt_jar_and_check_then_passes(jars_c
     assert fetched.returncode == 0, fetched.stderr
     assert "2 fetched" in fetched.stdout
     assert sigflow(None, "jars", "check", "spark", extra_env=env).returncode == 0
+
+
+def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
+    """The s3 set absent: the session gets no conditional-put log store, and a job whose tables
+    are on s3a:// refuses to start rather than fall back to delta-spark's single-driver one."""
+    key = "spark.delta.logStore.s3a.impl"
+    without = jars.object_store_conf(tmp_path / "no-s3-set", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    assert key not in without
+    with pytest.raises(jars.JarError, match="would lose commits") as err:
+        jars.require_s3_log_store("s3a://lake/delta", without.get(key))
+    assert "sigflow jars fetch s3" in err.value.hint
+    jars.require_s3_log_store(str(tmp_path / "delta"), without.get(key))  # local tables need none
+    installed = tmp_path / "with-s3-set"
+    jars.logstore_jar(installed).parent.mkdir(parents=True)
+    jars.logstore_jar(installed).touch()
+    jars.require_s3_log_store("s3a://lake/delta", jars.object_store_conf(installed, {}).get(key))

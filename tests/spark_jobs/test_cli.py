@@ -1,6 +1,7 @@
 """The CLI as operators meet it: one actionable line on failure, exit code non-zero."""
 
 import json
+import os
 
 from spark_jobs.config import load_settings
 from spark_jobs.runtime.delta_tables import count_matching, read_pandas
@@ -94,3 +95,25 @@ def test_a_batch_replayed_after_its_commits_reports_what_it_wrote_in_pipeline_me
     assert count_matching(settings.table_uri("device_events_raw")) == 200
     metrics = read_pandas(settings.table_uri("pipeline_metrics"))
     assert metrics[["batch_id", "input_rows", "output_rows"]].values.tolist() == [[0, 200, 400]]
+
+
+def test_a_second_run_of_a_job_on_its_checkpoint_is_refused_and_no_row_is_written_twice(spark, settings):
+    """While a run holds the checkpoint, `sigflow run` of the same job is refused, naming the
+    holder, before it starts a driver; the first run then writes every record once."""
+    from spark_jobs.jobs.registry import get_job
+    from spark_jobs.local.simulate import generate_events
+    from spark_jobs.runtime.runner import JobRun
+    from tests.helpers import produce
+
+    produce(settings, generate_events(120, seed=9, malformed_ratio=0))
+    first = JobRun(get_job("ingest"), settings, spark)  # holds the lease from here
+    second = sigflow(settings, "run", "ingest", timeout=120)
+    assert second.returncode != 0
+    refusal = [line for line in second.stderr.splitlines() if line.startswith("sigflow:")]
+    assert "ingest is already running on this host" in refusal[0] and f"pid {os.getpid()}" in refusal[0], second.stderr
+    assert "Traceback" not in second.stderr
+    first.run_available_now()
+    assert count_matching(settings.table_uri("device_events_raw")) == 120
+    again = sigflow(settings, "run", "ingest")  # the lease was released with the run
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert count_matching(settings.table_uri("device_events_raw")) == 120

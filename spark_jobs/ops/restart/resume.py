@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 from spark_jobs.config import Settings
@@ -15,21 +13,29 @@ from spark_jobs.runtime.checkpoint import Checkpoint
 
 
 def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int | None:
-    """SIGTERM the job's running query (it finishes its batch in flight); its pid, or None."""
-    pid = status.running_pid(settings, job)
-    if pid is None:
+    """SIGTERM the run holding the job's lease (it finishes its batch in flight); its pid, or
+    None. Only that very process (pid and start time, psutil) is signalled, never one that
+    reused its pid, and a run on another host is left to that host."""
+    holder = status.running_holder(settings, job)
+    if holder is None:
         return None
-    os.kill(pid, signal.SIGTERM)
+    process = holder.process()
+    if process is None:
+        raise SigflowError(
+            f"{job} runs on {holder.host} (pid {holder.pid}), not on this host",
+            f"stop it there with `sigflow stop {job}`; its lease lapses {holder.ttl_s:.0f} s after it stops renewing",
+        )
+    process.terminate()
     deadline = time.monotonic() + timeout_s
-    while status.running_pid(settings, job) is not None:
+    while status.running_holder(settings, job) is not None:
         if time.monotonic() > deadline:
             raise SigflowError(
-                f"{job} (pid {pid}) did not stop within {timeout_s:g}s of SIGTERM",
-                f"it may be stuck in a batch: check its log, then `kill -9 {pid}` (safe: the "
+                f"{job} (pid {holder.pid}) did not stop within {timeout_s:g}s of SIGTERM",
+                f"it may be stuck in a batch: check its log, then `kill -9 {holder.pid}` (safe: the "
                 "checkpoint and Delta transactions make the next run redo the batch exactly once)",
             )
         time.sleep(0.5)
-    return pid
+    return holder.pid
 
 
 def plan_resume(settings: Settings, job_name: str) -> Plan:

@@ -37,6 +37,26 @@ def test_a_replayed_batch_is_written_once(spark, settings):
     assert [m["batch_id"] for m in commit_metadata(settings.table_uri("readings"))] == [0, 0]
 
 
+def test_a_batch_appended_without_a_transaction_is_found_by_a_later_runs_replay_check(spark, settings):
+    """A batch its own run planned is appended without Delta's transaction lookup; when a
+    later run replays it, the check finds it in the commit metadata, behind other writers'
+    commits too (a shared table), and the batch after it is still written."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(READINGS)
+    batch = spark.createDataFrame([("d1", 1.0), ("d2", 2.0)], READINGS.schema)
+
+    def meta(app, batch_id):
+        return {"app_id": app, "batch_id": batch_id}
+
+    assert sink.append(batch, READINGS, "app-a", 0, meta("app-a", 0), replay_possible=False) == 2
+    assert sink.append(batch, READINGS, "app-a", 1, meta("app-a", 1), replay_possible=False) == 2
+    assert sink.append(batch, READINGS, "app-b", 5, meta("app-b", 5), replay_possible=False) == 2
+    assert sink.committed_version(READINGS, "app-a") is None  # no transaction recorded
+    assert sink.append(batch, READINGS, "app-a", 1, meta("app-a", 1)) is None  # the replay
+    assert sink.append(batch, READINGS, "app-a", 2, meta("app-a", 2)) == 2
+    assert count_matching(settings.table_uri("readings")) == 8
+
+
 def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings):
     """The guard is Delta's own: a replay that bypasses sigflow's pre-check writes nothing."""
     sink = DeltaSink(spark, settings)

@@ -1,0 +1,87 @@
+"""One writer per checkpoint: the lease a run holds, refused to a second run while its holder
+lives, taken over once the holder is gone (killed, a reused pid, or silent past lease_ttl)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spark_jobs.errors import JobAlreadyRunning, LeaseLost
+from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.lease import LEASE_FILE, Lease
+
+
+def _lease(tmp_path, ttl_s=60.0):
+    return Lease(Checkpoint(str(tmp_path / "cp")), "dedup", ttl_s)
+
+
+def _forge(tmp_path, **fields):
+    """A lease file as another run left it."""
+    holder = {"owner": "other", "job": "dedup", "host": socket.gethostname(), "pid": os.getpid(),
+              "process_started": 0.0, "renewed": time.time(), "ttl_s": 60.0, **fields}
+    (tmp_path / "cp").mkdir(exist_ok=True)
+    (tmp_path / "cp" / LEASE_FILE).write_text(json.dumps(holder))
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
+    first, second = _lease(tmp_path), _lease(tmp_path)
+    first.acquire()
+    with pytest.raises(JobAlreadyRunning, match=f"dedup is already running on this host.*pid {os.getpid()}") as err:
+        second.acquire()
+    assert "sigflow stop dedup" in err.value.hint
+    first.release()
+    second.acquire()
+    assert second.holder().owner == second.owner
+    second.release()
+    assert not (tmp_path / "cp" / LEASE_FILE).exists()
+
+
+def test_the_lease_of_a_killed_run_is_taken_over_at_once(tmp_path):
+    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
+            "from spark_jobs.runtime.lease import Lease; "
+            f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 60).acquire(); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(JobAlreadyRunning, match=f"pid {holder.pid}"):
+            _lease(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    successor = _lease(tmp_path)
+    successor.acquire()  # SIGKILL left the file: its process is gone, so the lease is free
+    assert successor.holder().pid == os.getpid()
+    successor.release()
+
+
+def test_a_reused_pid_does_not_hold_the_lease(tmp_path):
+    _forge(tmp_path, pid=os.getpid(), process_started=12345.0)  # our pid, another process's start
+    lease = _lease(tmp_path)
+    lease.acquire()
+    assert lease.holder().owner == lease.owner
+    lease.release()
+
+
+def test_a_holder_on_another_host_keeps_the_lease_until_it_stops_renewing(tmp_path):
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time())
+    with pytest.raises(JobAlreadyRunning, match="running on spark-driver-7"):
+        _lease(tmp_path).acquire()
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61)
+    lease = _lease(tmp_path)
+    lease.acquire()
+    lease.release()
+
+
+def test_a_run_whose_lease_was_taken_over_stops_before_writing(tmp_path):
+    lease = _lease(tmp_path)
+    lease.acquire()
+    lease.check()
+    _forge(tmp_path, host="spark-driver-7")  # a successor after this run stopped renewing
+    with pytest.raises(LeaseLost, match="spark-driver-7"):
+        lease.check()
+    lease.release()
+    assert json.loads((tmp_path / "cp" / LEASE_FILE).read_text())["host"] == "spark-driver-7"

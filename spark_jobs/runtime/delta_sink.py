@@ -2,11 +2,11 @@
 (pipeline_metrics) with delta-rs; and table creation and additive migration for operators
 (delta-rs, no Spark needed).
 
-Every commit carries an application transaction (app id = the checkpoint's id, version =
-the batch id). A batch replayed after a crash finds its version already in the table and
-writes nothing, so a batch that committed to Delta but not to Spark's commit log is not
-written twice. Commit metadata also records the batch's Kafka end offsets and watermark;
-``sigflow checkpoint recover`` rebuilds a lost checkpoint from them.
+Every commit records its app id (the checkpoint's id) and batch id in its metadata, with the
+batch's Kafka end offsets and watermark (``sigflow checkpoint recover`` rebuilds a lost
+checkpoint from them). A batch that can be a replay is checked against them and appended
+under Delta's application transaction (txnAppId = app id, txnVersion = batch id), so a
+batch that committed to Delta but not to Spark's commit log is not written twice.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
 
 
 class DeltaSink:
-    """Writes micro-batches to Delta tables with delta-spark, once per (app id, batch id):
-    Delta itself skips a (txnAppId, txnVersion) the table already holds."""
+    """Writes micro-batches to Delta tables with delta-spark, once per (app id, batch id)."""
 
     def __init__(self, spark: SparkSession, settings: Settings):
         self.spark = spark

@@ -86,8 +86,8 @@ class BatchWriter:
             batch_df.unpersist()
         self.summary.batches += 1
         # a replayed batch's metrics row counts what its first attempt wrote
-        counted = {name: self.sink.rows_written_before(spec, metadata) if written[name] is None else written[name]
-                   for name, spec in ((spec.name, spec) for spec in self.tables)}
+        counted = {spec.name: self.sink.rows_written_before(spec, metadata) if written[spec.name] is None
+                   else written[spec.name] for spec in self.tables}
         late = counted.get(LATE_EVENTS.name, 0)
         self.recorder.batch_written(batch_id, sum(counted.values()) - late, late)
         if all(rows is None for rows in written.values()):

@@ -105,17 +105,22 @@ class BatchWriter:
         """Append each table's rows at once (``concurrent_writes``): rows written per table,
         None where the batch was already committed.
 
-        A batch that read no new records (Spark runs one when the watermark moves) commits
-        only the tables it has rows for: its offsets equal the batch before's, so every table
-        still holds a commit with the offsets it ended at (what ``recover`` looks for)."""
+        A batch that read records commits to every table, rows or none, so each table holds a
+        commit with the offsets of every such batch (what ``recover`` looks for); an empty one
+        is committed by delta-rs, without Spark's state rebuild. A batch that read no new
+        records (Spark runs one when the watermark moves) commits only the tables it has rows
+        for: its offsets equal the batch before's."""
         first_commit = threading.Lock()
 
         def write(spec: TableSpec) -> int | None:
             frame = outputs.get(spec.name)
             if frame is None or (no_input and frame.isEmpty()):
                 return 0
-            rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata,
-                                    replay_possible=batch_id <= self.replayable_upto)
+            if frame.isEmpty():
+                rows = self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
+            else:
+                rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata,
+                                        replay_possible=batch_id <= self.replayable_upto)
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing
             if first_commit.acquire(blocking=False):

@@ -8,8 +8,9 @@ import pytest
 
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.ops import restart, status
+from spark_jobs.ops import restart
 from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.lease import Lease
 from tests.helpers import at, produce, run_job, send, sigflow, single_partition, table
 from tests.oracle import Event
 
@@ -89,14 +90,15 @@ def test_rewind_refuses_unsafe_requests_with_a_reason(spark, settings):
     assert "nothing after it" in restart.plan_rewind(s, "dedup", to_batch=ends[1]).describe()
     assert "no longer in the checkpoint" in restart.plan_rewind(s, "dedup", to_batch=-5).describe()
     assert "which batch" in restart.plan_rewind(s, "dedup").describe()
-    status.mark_running(s, "dedup", "test")  # this test process stands in for a live query
+    live = Lease(Checkpoint(s.checkpoint_uri("dedup")), "dedup", 60)
+    live.acquire()  # this test process holds the lease, as a live run does
     try:
         refused = restart.plan_rewind(s, "dedup", to_batch=ends[0])
         assert "is running" in refused.describe() and "sigflow stop dedup" in refused.describe()
         with pytest.raises(SigflowError, match="refusing to rewind"):
             refused.apply()
     finally:
-        status.mark_stopped(s, "dedup")
+        live.release()
 
 
 def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings):

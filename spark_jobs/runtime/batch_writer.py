@@ -1,5 +1,5 @@
 """One micro-batch: its rows split into the job's tables, its late events found again,
-each table appended once under the batch's Delta transaction (``foreachBatch``)."""
+each table appended once per (app id, batch id) (``foreachBatch``)."""
 
 from __future__ import annotations
 
@@ -114,9 +114,10 @@ class BatchWriter:
 
         def write(spec: TableSpec) -> int | None:
             frame = outputs.get(spec.name)
-            if frame is None or (no_input and frame.isEmpty()):
+            empty = frame is None or frame.isEmpty()  # one Spark job, asked once
+            if empty and (frame is None or no_input):
                 return 0
-            if frame.isEmpty():
+            if empty:
                 rows = self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
             else:
                 rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata,

@@ -62,7 +62,7 @@ class DeltaSink:
         search ends at this app id's latest commit)."""
         recorded = self.committed_version(spec, app_id)
         found = None
-        for limit in (50, None):
+        for limit in (50, None):  # the whole history only when the newest 50 hold none of it
             metadata = commit_metadata(self.uri(spec), limit)
             found = next((int(m["batch_id"]) for m in metadata
                           if m.get("app_id") == app_id and m.get("batch_id") is not None), None)

@@ -235,6 +235,8 @@ def main(argv=None) -> int:
                         help="events per second offered while ingest's batch latency is measured")
     parser.add_argument("--latency-seconds", type=int, default=30,
                         help="how long that load is offered")
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
+                        help="the jobs to measure, each beside its plain job (all by default)")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     parser.add_argument("--skip", nargs="+", default=[], choices=("warm-up", "state"),
                         help="leave out the JIT warm-up run or the state-rows measurement (the suite's smoke run)")
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
 
     # One step per measurement: produce, ceiling, warm-up, source, each job, storm, latency,
     # state. The bar shows on a terminal only; lines go above it.
-    bar = tqdm(total=4 + len(JOBS) + 3, desc="bench", unit=" step",
+    bar = tqdm(total=4 + len(args.jobs) + 3, desc="bench", unit=" step",
                disable=None, leave=False)
     say = bar.write
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
@@ -294,12 +296,12 @@ def main(argv=None) -> int:
         say(f"  Kafka source into Spark, count only: {source:,.0f} events/s ({source / ceiling:.2f} of the ceiling)")
         bar.update()
         plain = {}
-        for kind in PLAIN_JOBS:
+        for kind in (kind for kind in PLAIN_JOBS if kind in args.jobs or kind == "ingest"):  # ingest: every job's base
             plain[kind] = figures[f"plain job {kind} (from_json + native Delta sink, events/s)"] = plain_job_rate(
                 spark, s, kind, args.events, data)
             say(f"  plain job {kind}: {plain[kind]:,.0f} events/s")
         per_job = {}
-        for job in JOBS:
+        for job in args.jobs:
             started = time.perf_counter()
             summary = JobRun(get_job(job), s, spark).run_available_now()
             seconds = time.perf_counter() - started

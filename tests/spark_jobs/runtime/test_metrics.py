@@ -132,7 +132,7 @@ def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, 
     Spark reports dropped by the watermark are exactly the job's late_events rows."""
     records = generate_events(900, devices=5, seed=31, malformed_ratio=0.0, late_ratio=0.05, duplicate_ratio=0.05)
     produce(settings, records)
-    s = settings.replace(max_offsets_per_trigger=200)  # five batches: later ones see late records
+    s = settings.replace(max_offsets_per_trigger=300)  # three batches: the later two see late records
 
     summary = run_job(spark, s, job)
 

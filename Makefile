@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: install system-deps run test bench airflow lint clean stop up down
+.PHONY: install system-deps run test test-fast bench airflow lint clean stop up down
 
 # The Python packages, then the pinned Maven JARs (Spark's Kafka connector, delta-spark,
 # Apache Kafka): fetched once, verified against infra/jars/lock.txt on every install.
@@ -48,12 +48,18 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 	$(BIN)/sigflow broker start
 	$(BIN)/sigflow airflow
 
-# Two workers, one test file at a time each: a file's tests share their fixtures, and on
-# 2 cores much of a test is waiting (JVM start, Airflow scheduling), so this halves the time.
-# Files go out in collection order, the longest first; the files that start clusters and
-# several drivers run on one worker, one after the other (tests/conftest.py).
+# Two workers, one xdist group at a time each: a file is a group (its tests share their
+# fixtures), and the files that start clusters and several drivers form one group, run one
+# after the other (tests/helpers.py, MULTI_PROCESS). On 2 cores much of a test is waiting
+# (JVM start, Airflow scheduling), so two workers halve the time. Groups go out in
+# collection order, the longest first (tests/conftest.py). docs/testing.md: what runs where.
 test: install
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+
+# The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
+# DAG parsing, docs. A few minutes; `make test` runs everything.
+test-fast: install
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
 
 bench: install
 	$(BIN)/python -m tests.bench

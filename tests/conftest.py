@@ -16,6 +16,7 @@ import pytest
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker as embedded
 from spark_jobs.runtime import kafka_client
+from tests.helpers import MULTI_PROCESS
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # py4j logs at interpreter exit, after pytest has closed the captured streams.
@@ -83,18 +84,8 @@ def settings(tmp_path, embedded_broker) -> Settings:
     return s
 
 
-# Tests that start several heavy processes of their own (a Spark cluster, Airflow's
-# components beside PostgreSQL, drivers at once on S3, a JVM per kill) run on one worker,
-# one after the other, beside the other worker's single-session tests. Two of them at once
-# on 2 cores slowed each three to four times over (docs/streaming-facts.md).
-MULTI_PROCESS_FILES = (
-    "tests/spark_jobs/local/test_airflow_production.py",
-    "tests/spark_jobs/local/test_cluster.py",
-    "tests/spark_jobs/runtime/test_delta_s3.py",
-    "tests/spark_jobs/runtime/test_runner_kills.py",
-)
 # The other files that take minutes, longest first (measured: docs/streaming-facts.md,
-# test-suite costs). Files go to the two workers in collection order; starting the long
+# test-suite costs). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (
     "tests/test_bench.py",
@@ -108,23 +99,29 @@ LONG_FILES = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist files each test under its group
 def pytest_collection_modifyitems(config, items):
-    rank = {path: index for index, path in enumerate(MULTI_PROCESS_FILES + LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+    """Every file is one xdist group unless it names its own (its tests share their module
+    fixtures on one worker), the multi-process group first, then the long files."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+    def rank(item) -> int:
+        if item.get_closest_marker("xdist_group").args == MULTI_PROCESS.args:
+            return -1
+        path = item.nodeid.split("::")[0]
+        return LONG_FILES.index(path) if path in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: collection order within a rank
+
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s scheduler (--dist loadfile): whole files to each worker in collection
-    order, the multi-process files all as one unit."""
-    from xdist.scheduler import LoadFileScheduling
-
-    if config.getvalue("dist") != "loadfile":
-        return None
-
-    class MultiProcessFilesTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return "multi-process tests" if path in MULTI_PROCESS_FILES else path
-
-    return MultiProcessFilesTogether(config, log)
+def pytest_xdist_node_collection_finished(node, ids):
+    """xdist's loadgroup names each test's group in its node id; a pytest whose node ids no
+    longer take that (9.2 with xdist 3.8) spreads a file's tests over both workers, and each
+    worker then builds the module fixtures again. Stop at once rather than run slowly."""
+    if node.config.getvalue("dist") == "loadgroup" and any("@" not in nodeid for nodeid in ids):
+        pytest.exit("pytest-xdist's --dist loadgroup did not group the tests by file: install "
+                    "the pytest pyproject.toml pins (make install)", returncode=4)

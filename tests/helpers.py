@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from spark_jobs.config import Settings
 from spark_jobs.jobs.base import StreamingJob
@@ -19,6 +20,13 @@ from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.delta_tables import read_pandas
 from spark_jobs.runtime.run_summary import RunSummary
 from spark_jobs.runtime.runner import JobRun
+
+# The files that start several heavy processes of their own (a Spark cluster, Airflow's
+# components beside PostgreSQL, drivers at once on S3, a JVM per kill) carry this mark:
+# xdist's loadgroup mode sends them to one worker, one after the other, beside the other
+# worker's single-session files. Two of them at once on 2 cores slowed each three to four
+# times over (docs/streaming-facts.md, test-suite costs).
+MULTI_PROCESS = pytest.mark.xdist_group("multi-process")
 
 REPO = Path(__file__).resolve().parent.parent
 DAY_MS = int(datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp() * 1000)
@@ -130,8 +138,6 @@ def system_tool(name: str, debian_package: str) -> str:
     """Path of a Debian-packaged tool a test needs. `.ci/run` installs these; elsewhere a
     missing tool skips the test, but under CI it fails it, so CI never passes by skipping."""
     import shutil
-
-    import pytest
 
     path = shutil.which(name)
     if path:

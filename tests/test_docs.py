@@ -36,3 +36,18 @@ def test_links_in_docs_resolve():
     for page in [DOCS.parent / "README.md", *DOCS.rglob("*.md")]:
         for target in re.findall(r"\]\(([^)#]+\.md)\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_the_list_of_proofs_names_every_test_file_and_only_tests_that_exist():
+    """docs/testing.md says which test proves what: a test file it does not cover, or a test
+    it names that is gone, is a proof added or cut without saying so."""
+    text = (DOCS / "testing.md").read_text()
+    tests_dir = DOCS.parent / "tests"
+    named_paths = set(re.findall(r"`(tests/[\w/]*?(?:\.py|/))`", text))
+    missing_paths = [p for p in named_paths if not (DOCS.parent / p).exists()]
+    assert missing_paths == []
+    files = {str(p.relative_to(DOCS.parent)) for p in tests_dir.rglob("test_*.py")}
+    uncovered = [f for f in files if not any(f == p or (p.endswith("/") and f.startswith(p)) for p in named_paths)]
+    assert sorted(uncovered) == []
+    defined = {name for f in tests_dir.rglob("test_*.py") for name in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
+    assert sorted(set(re.findall(r"`(test_\w+)`", text)) - defined) == []

@@ -25,6 +25,8 @@ from tests.conftest import make_settings
 from tests.dags.conftest import airflow_home  # noqa: F401 (a fixture)
 from tests.helpers import REPO, cli_env, produce, run_job
 
+pytestmark = pytest.mark.slow  # every runbook block against a stack with three jobs run twice
+
 RUNBOOKS = sorted((REPO / "docs" / "runbooks").glob("*.md"))
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 

@@ -6,6 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
@@ -15,6 +16,8 @@ from spark_jobs.runtime import kafka_client
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, table
+
+pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
 
 def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path):

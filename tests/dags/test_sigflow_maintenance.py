@@ -1,8 +1,12 @@
 """sigflow_maintenance leaves every table's contents as they were."""
 
+import pytest
+
 from spark_jobs.local.simulate import generate_events
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, run_job, table
+
+pytestmark = pytest.mark.slow  # a real DAG run
 
 
 def test_maintenance_run_keeps_table_contents(spark, settings, dag_env, monkeypatch):

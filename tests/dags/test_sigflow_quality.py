@@ -1,6 +1,7 @@
 """sigflow_quality passes on pipeline output and fails the task of a table with bad rows."""
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 from spark_jobs.contracts.tables import ALL_TABLES
@@ -9,7 +10,10 @@ from spark_jobs.runtime.delta_sink import arrow_schema
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, run_job, table
 
+pytestmark = pytest.mark.slow  # real DAG runs, GX on every table
 
+
+@pytest.mark.timeout(600)  # 122 s in a clean-clone make test
 def test_quality_passes_on_good_data_and_fails_the_table_with_bad_rows(spark, settings, dag_env):
     s = dag_env(settings)
     produce(s, generate_events(300, seed=12))

@@ -4,7 +4,11 @@ import json
 from collections import Counter
 from datetime import datetime
 
+import pytest
+
 from tests.dags.conftest import DAGS, run_dag
+
+pytestmark = pytest.mark.slow  # a real DAG run of every job
 
 
 def test_jobs_run_in_dependency_order_and_emit_their_tables_as_assets(airflow_home):
@@ -16,6 +20,7 @@ def test_jobs_run_in_dependency_order_and_emit_their_tables_as_assets(airflow_ho
     assert outlets == {"sigflow.device_signal_averages"}
 
 
+@pytest.mark.timeout(600)  # 106 s in a clean-clone make test
 def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     """100 minutes of events with late ones, a device that falls silent and alerts (some for
     devices that send nothing), read in several batches: every job's every table, the

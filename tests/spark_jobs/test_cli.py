@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from spark_jobs.config import load_settings
 from spark_jobs.runtime.delta_tables import count_matching, read_pandas
 from tests.helpers import sigflow
@@ -52,6 +54,8 @@ def test_produce_publishes_each_line_as_is(settings, tmp_path):
     assert sum(end for _, end in bounds.values()) == 2
 
 
+@pytest.mark.slow  # two driver JVMs of its own
+@pytest.mark.timeout(600)  # 105 s beside the suite
 def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the_batch_once(settings):
     """The driver's JVM exits in the middle of a batch (as it does on OutOfMemoryError, with
     -XX:+ExitOnOutOfMemoryError) while Python lives on: the command says which two settings
@@ -80,6 +84,7 @@ def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the
     assert sorted(logged) == sorted(read_pandas(settings.table_uri("pipeline_metrics")).batch_id) == [0]
 
 
+@pytest.mark.slow  # a driver JVM of its own
 def test_a_batch_replayed_after_its_commits_reports_what_it_wrote_in_pipeline_metrics(spark, settings):
     """Killed after the batch's Delta commits, before Spark's: the rerun writes nothing new
     (Delta has the batch), and the batch's pipeline_metrics row still counts its output:
@@ -97,6 +102,7 @@ def test_a_batch_replayed_after_its_commits_reports_what_it_wrote_in_pipeline_me
     assert metrics[["batch_id", "input_rows", "output_rows"]].values.tolist() == [[0, 200, 400]]
 
 
+@pytest.mark.slow  # a CLI process of its own
 def test_a_second_run_of_a_job_on_its_checkpoint_is_refused_and_no_row_is_written_twice(spark, settings):
     """While a run holds the checkpoint, `sigflow run` of the same job is refused, naming the
     holder, before it starts a driver; the first run then writes every record once."""
@@ -114,6 +120,5 @@ def test_a_second_run_of_a_job_on_its_checkpoint_is_refused_and_no_row_is_writte
     assert "Traceback" not in second.stderr
     first.run_available_now()
     assert count_matching(settings.table_uri("device_events_raw")) == 120
-    again = sigflow(settings, "run", "ingest")  # the lease was released with the run
-    assert again.returncode == 0, again.stderr[-2000:]
+    JobRun(get_job("ingest"), settings, spark).run_available_now()  # the lease was released with the run
     assert count_matching(settings.table_uri("device_events_raw")) == 120

@@ -25,6 +25,8 @@ from tests.helpers import (
     table,
 )
 
+pytestmark = pytest.mark.slow  # signals to CLI processes, a JVM each
+
 SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 
 

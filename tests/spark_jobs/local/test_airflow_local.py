@@ -17,6 +17,8 @@ from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
 from tests.helpers import REPO, cli_env, processes_with_env
 
+pytestmark = pytest.mark.slow  # Airflow standalone
+
 ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
 
 

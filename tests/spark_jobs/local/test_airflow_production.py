@@ -17,12 +17,14 @@ from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import REPO, contents, produce
+from tests.helpers import MULTI_PROCESS, REPO, contents, produce
+
+pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
 ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
 
 
-@pytest.mark.timeout(1500)  # one run measured 266 s alone, and past 900 s beside two JVM-heavy tests
+@pytest.mark.timeout(900)  # 292 s in a clean-clone make test
 def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflow(settings, spark_cluster, monkeypatch):
     monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)  # set for dag.test() elsewhere
     data = Path(tempfile.mkdtemp(prefix="sigflow-production-"))

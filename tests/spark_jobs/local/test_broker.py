@@ -3,9 +3,13 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from spark_jobs.config import load_settings
 from spark_jobs.local import broker
 from tests.helpers import sigflow
+
+pytestmark = pytest.mark.slow  # brokers of its own
 
 
 def test_start_status_stop_manage_only_the_recorded_broker(tmp_path):

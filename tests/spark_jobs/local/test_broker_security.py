@@ -20,6 +20,8 @@ from spark_jobs.runtime.kafka_connection import KafkaConnection
 from tests.conftest import SECURED_USER
 from tests.helpers import sigflow, table
 
+pytestmark = pytest.mark.slow  # a SASL_SSL broker of its own
+
 
 def _env(settings, password: str, **extra: str) -> dict[str, str]:
     return {"SIGFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "SIGFLOW_KAFKA_USERNAME": SECURED_USER,

@@ -8,9 +8,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from spark_jobs.local import cluster
 from spark_jobs.local.simulate import generate_events
-from tests.helpers import REPO, cli_env, contents, produce, run_job
+from tests.helpers import MULTI_PROCESS, REPO, cli_env, contents, produce, run_job
+
+pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
 COMPARED = ("device_events", "quarantined_events", "device_signal_averages")
 
@@ -33,6 +37,7 @@ def test_status_shows_the_master_and_both_workers(spark_cluster):
     assert sum("ALIVE: 0/1 cores" in line or "ALIVE: 1/1 cores" in line for line in lines) == 2
 
 
+@pytest.mark.timeout(900)  # 211 s in a clean-clone make test
 def test_jobs_on_the_cluster_losing_a_worker_mid_run_write_the_tables_a_local_run_writes(spark, settings, spark_cluster):
     """ingest and windowed-averages submitted to the cluster, a worker SIGKILLed once ingest's
     first batch is written: the lost executor's tasks rerun on the other worker, and the

@@ -12,6 +12,8 @@ from spark_jobs.config import load_settings
 from spark_jobs.local import postgres
 from tests.helpers import system_tool
 
+pytestmark = pytest.mark.slow  # PostgreSQL
+
 
 @pytest.fixture
 def data_dir():

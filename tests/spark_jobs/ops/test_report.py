@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import report
 from tests.helpers import produce, run_job, table
@@ -12,6 +14,7 @@ def _sections(page: str) -> dict[str, str]:
     return dict(zip(parts[::2], parts[1::2]))
 
 
+@pytest.mark.slow  # three jobs over four batches and more
 def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings, tmp_path):
     s = settings.replace(max_offsets_per_trigger=150)  # 4+ batches: late drops start at the third
     produced = produce(s, generate_events(600, seed=3, late_ratio=0.05))

@@ -164,6 +164,7 @@ def test_recover_refuses_to_replace_a_sound_checkpoint(spark, settings):
     assert not restart.plan_recover(settings, "ingest", force=True).refusals
 
 
+@pytest.mark.slow  # a driver JVM of its own
 def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(spark, settings):
     send(settings, [Event("a", "d1", at(9, 0), 1.0)])
     run_job(spark, settings, "windowed-averages")

@@ -5,9 +5,12 @@ import sys
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 from spark_jobs.runtime.delta_tables import count_matching, read_pandas
+
+pytestmark = pytest.mark.slow  # sixteen fresh Python processes
 
 FRESH_PROCESSES = 16
 

@@ -11,10 +11,14 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 from spark_jobs.local.simulate import generate_events
 from tests import kafka_cluster
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, records_in, sigflow, table
+
+pytestmark = pytest.mark.slow  # a three-broker cluster
 
 RATE, SECONDS, SEED = 60, 24, 21  # long enough to kill a leader with records still to come
 
@@ -28,6 +32,7 @@ def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) ->
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(600)  # 120 s in a clean-clone make test
 def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_rejoins(tmp_path):
     cluster = kafka_cluster.start(tmp_path / "kafka")
     try:

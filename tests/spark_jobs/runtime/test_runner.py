@@ -21,6 +21,8 @@ from spark_jobs.runtime.runner import JobRun
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, produce, run_job, table
 
+pytestmark = pytest.mark.slow  # brokers of its own killed, jobs in JVMs of their own
+
 
 @pytest.fixture
 def private_broker(tmp_path):
@@ -121,9 +123,9 @@ def _stop_gracefully(output: _Lines) -> None:
     assert output.process.returncode == 0, "".join(output.lines[-30:])
 
 
-def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=600):
-    # Generous: a wait ends when the rows are there. Beside the suite's heaviest files CI saw
-    # a JVM take 100 s to finish an empty first batch.
+def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=240):
+    # A wait ends when the rows are there. Beside the suite's heaviest files CI saw a JVM
+    # take 100 s to finish an empty first batch.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         output.check_alive()
@@ -139,6 +141,7 @@ def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=600):
                          f"last batches (offsets): {batches}")
 
 
+@pytest.mark.timeout(600)  # 135 s in a clean-clone make test
 def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, private_broker):
     info = embedded.start(private_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)

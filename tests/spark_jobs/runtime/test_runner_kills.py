@@ -6,10 +6,14 @@ test scheduler can run it beside the rest."""
 import random
 from pathlib import Path
 
+import pytest
+
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime.failpoints import POINTS
-from tests.helpers import contents, produce, run_job, sigflow, table
+from tests.helpers import MULTI_PROCESS, contents, produce, run_job, sigflow, table
+
+pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
 # columns that say when a row was written, not what it holds
 WRITE_TIME_COLUMNS = frozenset({"ingest_time", "batch_id"})
@@ -28,6 +32,7 @@ VICTIMS = ("ingest", "sessions", "alert-join")
 SEED = 25  # fixed, so a failure names a schedule that replays; this one draws every commit point and both batches
 
 
+@pytest.mark.timeout(900)  # 182 s in a clean-clone make test
 def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(spark, settings, tmp_path):
     """Each victim SIGKILLed at a commit point and batch drawn from a fixed seed, inside a
     `sigflow pipeline` process of its own, then restarted until it finishes: its tables

@@ -7,12 +7,12 @@ Read from the checkpoints, the pipeline_metrics table and Kafka only (no Spark n
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs.registry import JOBS
+from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
@@ -32,33 +32,104 @@ def running_pid(settings: Settings, job: str) -> int | None:
     return holder.pid if holder else None
 
 
+NO_WATERMARK = "none yet"
+STALLED_AFTER_TRIGGERS = 10  # a running job with records waiting and no batch for this many triggers
+STALLED_AFTER_MIN_S = 120.0
+
+
+def format_watermark(value) -> str:
+    """One form everywhere: ISO 8601 in UTC, or "none yet" before a query has one (Spark
+    reports the epoch, pandas NaT)."""
+    import pandas as pd
+
+    if value is None or (not isinstance(value, (int, float)) and pd.isna(value)):
+        return NO_WATERMARK
+    stamp = pd.Timestamp(value, unit="ms", tz="UTC") if isinstance(value, (int, float)) else pd.Timestamp(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return NO_WATERMARK if stamp.value <= 0 else stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_age(seconds: float) -> str:
+    whole = max(int(seconds), 0)
+    if whole < 120:
+        return f"{whole} s ago"
+    if whole < 7200:
+        return f"{whole // 60} min ago"
+    if whole < 2 * 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min ago"
+    return f"{whole // 86400} days ago"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN
+    reason: str
+    next_step: str = ""
+
+
+def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: int | None,
+            stale_lease: bool, behind: int | None, age_s: float | None, trigger_s: float,
+            batch_records: int) -> Verdict:
+    """The one word on-call reads first, from what the checkpoint, the lease and Kafka say
+    (docs/observability.md states the rules)."""
+    waiting = f"{behind:,} records waiting in Kafka" if behind else "nothing waiting in Kafka"
+    if behind is None:
+        waiting = "Kafka unreachable, records waiting unknown"
+    if not running and (stale_lease or (planned_batch is not None and planned_batch != last_batch)):
+        stopped = (f"batch {planned_batch} was planned and never committed" if planned_batch != last_batch
+                   else "its last run ended without releasing its lease")
+        return Verdict("FAILED", f"{stopped}: the last run stopped mid-way; {waiting}",
+                       f"docs/runbooks/job-crashed.md, then `sigflow run {job}` (it re-runs the batch once)")
+    if last_batch is None:
+        if running:
+            return Verdict("OK", f"first batch under way; {waiting}")
+        return Verdict("NEVER RUN", waiting, f"`sigflow run {job}`" if behind else "")
+    if running and behind and age_s is not None and age_s > max(STALLED_AFTER_TRIGGERS * trigger_s, STALLED_AFTER_MIN_S):
+        return Verdict("STALLED", f"running, {waiting}, but no batch for {format_age(age_s).removesuffix(' ago')}",
+                       "docs/runbooks/job-lagging.md")
+    if behind and not running:
+        return Verdict("LAGGING", f"not running; {waiting}", f"`sigflow run {job}`")
+    if behind and behind > batch_records:
+        return Verdict("LAGGING", f"running; {waiting}, more than one batch ({batch_records:,})",
+                       "docs/runbooks/job-lagging.md")
+    return Verdict("OK", ("running; " if running else "not running; ") + waiting)
+
+
 @dataclass
 class JobStatus:
     job: str
     running_pid: int | None
+    verdict: Verdict | None = None
     last_batch: int | None = None
     last_batch_time: str | None = None
-    watermark: str | None = None
+    age_s: float | None = None
+    watermark: str = NO_WATERMARK
     input_rows_per_second: float | None = None
     processed_rows_per_second: float | None = None
     state_rows: int | None = None
     rows_dropped_by_watermark: int = 0
     lag: dict[str, int] = field(default_factory=dict)  # "topic[partition]" -> records behind
+    behind: int | None = None  # every partition of the job's topics; None when Kafka is unreachable
 
     def lines(self) -> list[str]:
-        state = f"running (pid {self.running_pid})" if self.running_pid else "not running"
-        if self.last_batch is None:
-            return [f"{self.job}: {state}, no batch yet"]
-        out = [
-            f"{self.job}: {state}, last batch {self.last_batch} at {self.last_batch_time}, "
-            f"watermark {self.watermark or '-'}",
-            f"  rates: {self.input_rows_per_second or 0:,.1f} rows/s in, "
-            f"{self.processed_rows_per_second or 0:,.1f} rows/s processed; state rows "
-            f"{self.state_rows if self.state_rows is not None else '-'}; "
-            f"dropped late (all batches): {self.rows_dropped_by_watermark}",
-        ]
+        head = f"{self.job}: {self.verdict.word if self.verdict else '?'}"
+        if self.running_pid:
+            head += f" (running, pid {self.running_pid})"
+        if self.last_batch is not None:
+            head += f", last batch {self.last_batch}, {format_age(self.age_s or 0)} ({self.last_batch_time})"
+        out = [head + f", watermark {self.watermark}"]
+        if self.verdict:
+            out.append(f"  {self.verdict.reason}")
+        if self.last_batch is not None:
+            out.append(
+                f"  rates: {self.input_rows_per_second or 0:,.1f} rows/s in, "
+                f"{self.processed_rows_per_second or 0:,.1f} rows/s processed; state rows "
+                f"{self.state_rows if self.state_rows is not None else '-'}; "
+                f"dropped late (all batches): {self.rows_dropped_by_watermark}")
         if self.lag:
             out.append("  kafka lag: " + ", ".join(f"{k}={v}" for k, v in sorted(self.lag.items())))
+        if self.verdict and self.verdict.next_step:
+            out.append(f"  next: {self.verdict.next_step}")
         return out
 
 
@@ -74,30 +145,50 @@ def _metrics(settings: Settings):
     ])
 
 
-def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True) -> JobStatus:
-    status = JobStatus(job, running_pid(settings, job))
+def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Records behind per partition of the job's topics: from the committed offsets, or from
+    the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
+    bootstrap = broker.connection(settings)
+    lag = {}
+    for topic in get_job(job).topics(settings):
+        partitions = kafka_client.topic_partitions(bootstrap, topic)
+        done = committed.get(topic, {})
+        for p, (earliest, end) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
+            lag[f"{topic}[{p}]"] = max(end - max(int(done.get(str(p), earliest)), earliest), 0)
+    return lag
+
+
+def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True,
+               now: float | None = None) -> JobStatus:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
+    lease = Lease(checkpoint, job, settings.lease_ttl.seconds).holder()
+    running = lease is not None and lease.alive()
+    status = JobStatus(job, lease.pid if running else None)
     last = checkpoint.last_committed()
-    if last is None:
-        return status
-    offsets = checkpoint.offsets(last)
-    status.last_batch = last
-    status.last_batch_time = datetime.fromtimestamp(offsets.batch_timestamp_ms / 1000, timezone.utc).isoformat()
+    planned = max(checkpoint.offset_batches(), default=None)
+    committed: dict[str, dict[str, int]] = {}
+    if last is not None:
+        offsets = checkpoint.offsets(last)
+        status.last_batch = last
+        status.last_batch_time = format_watermark(offsets.batch_timestamp_ms)
+        status.age_s = (now or time.time()) - offsets.batch_timestamp_ms / 1000
+        status.watermark = format_watermark(offsets.watermark_ms)
+        committed = {topic: parts for source in offsets.sources if source for topic, parts in source.items()}
     if metrics is not None:
         mine = metrics[metrics.job == job].sort_values("batch_id")
         if len(mine):
             row = mine.iloc[-1]
-            status.watermark = None if row.watermark is None else str(row.watermark)
             status.input_rows_per_second = float(row.input_rows_per_second)
             status.processed_rows_per_second = float(row.processed_rows_per_second)
             status.state_rows = int(row.state_rows)
             status.rows_dropped_by_watermark = int(mine.rows_dropped_by_watermark.sum())
-    if with_lag and offsets.sources and offsets.sources[0]:
-        bootstrap = broker.connection(settings)
-        for topic, parts in offsets.sources[0].items():
-            ends = kafka_client.offset_bounds(bootstrap, topic, [int(p) for p in parts])
-            for p, done in parts.items():
-                status.lag[f"{topic}[{p}]"] = max(ends[int(p)][1] - int(done), 0)
+    if with_lag:
+        status.lag = _lag(settings, job, committed)
+        status.behind = sum(status.lag.values())
+    status.verdict = verdict(
+        job, running=running, last_batch=last, planned_batch=planned, stale_lease=lease is not None and not running,
+        behind=status.behind, age_s=status.age_s, trigger_s=settings.trigger_interval.seconds,
+        batch_records=settings.max_offsets_per_trigger)
     return status
 
 
@@ -114,36 +205,15 @@ def all_status(settings: Settings, with_lag: bool = True) -> list[JobStatus]:
 def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     if not checkpoint.exists():
-        return [f"{job}: no checkpoint at {checkpoint.uri}"]
+        raise SigflowError(
+            f"{job} has no checkpoint at {checkpoint.uri}: it has not run with these settings",
+            f"start it with `sigflow run {job}`; if it ran before, check SIGFLOW_DATA_DIR / "
+            "checkpoint_root, or see docs/runbooks/checkpoint-lost-or-corrupt.md")
     committed = set(checkpoint.committed_batches())
     lines = [f"{job}: checkpoint {checkpoint.uri}, app id {checkpoint.app_id(job)}"]
     for batch_id in checkpoint.offset_batches():
         batch = checkpoint.offsets(batch_id)
-        watermark = datetime.fromtimestamp(batch.watermark_ms / 1000, timezone.utc).isoformat()
         flag = "committed" if batch_id in committed else "NOT committed (re-runs on restart)"
-        lines.append(f"  batch {batch_id}: {flag}; watermark {watermark}; offsets {json.dumps(batch.sources)}")
-    return lines
-
-
-def quarantine_summary(settings: Settings, since: str = "24 hours", samples: int = 3) -> list[str]:
-    """What broke the contract lately: counts by reason and by topic partition, and samples."""
-    import pyarrow.dataset as ds
-    from deltalake import DeltaTable
-
-    from spark_jobs.config import duration_seconds
-
-    uri = settings.table_uri("quarantined_events")
-    if not DeltaTable.is_deltatable(uri):
-        return ["quarantined_events: no table yet (ingest has not run)"]
-    cutoff = datetime.now(timezone.utc).timestamp() - duration_seconds(since, "since")
-    recent = read_pandas(uri, where=ds.field("ingest_time") >= datetime.fromtimestamp(cutoff, timezone.utc))
-    lines = [f"quarantined in the last {since}: {len(recent)} records"]
-    if recent.empty:
-        return lines
-    for code, group in recent.groupby("reason_code"):
-        lines.append(f"  {len(group):6d}  {code}")
-        for _, row in group.head(samples).iterrows():
-            lines.append(f"            e.g. {row.reason}: {str(row.payload_text)[:100]!r}")
-    by_partition = recent.groupby(["topic", "partition"]).size().sort_values(ascending=False)
-    lines.append("by topic partition: " + ", ".join(f"{t}[{p}]={n}" for (t, p), n in by_partition.items()))
+        lines.append(f"  batch {batch_id}: {flag}; watermark {format_watermark(batch.watermark_ms)}; "
+                     f"offsets {json.dumps(batch.sources)}")
     return lines

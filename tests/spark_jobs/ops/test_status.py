@@ -1,20 +1,81 @@
+"""`sigflow status` and `checkpoint inspect`: one verdict per job, from the checkpoint, its
+lease and Kafka, the watermark in one form, and what to run next (docs/observability.md)."""
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
+from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.lease import LEASE_FILE
 from tests.helpers import produce, run_job, sigflow
 
+QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, behind=0, age_s=30.0,
+             trigger_s=10.0, batch_records=1000)
 
-def test_status_reports_progress_and_kafka_lag(spark, settings):
+
+@pytest.mark.parametrize("facts, word, next_step", [
+    ({}, "OK", ""),
+    ({"last_batch": None, "planned_batch": None, "behind": 120}, "NEVER RUN", "`sigflow run dedup`"),
+    ({"last_batch": None, "planned_batch": None, "behind": 0}, "NEVER RUN", ""),
+    ({"last_batch": None, "planned_batch": 0, "running": True, "behind": 120}, "OK", ""),  # its first batch
+    ({"planned_batch": 5}, "FAILED", "docs/runbooks/job-crashed.md"),  # planned, never committed
+    ({"stale_lease": True}, "FAILED", "docs/runbooks/job-crashed.md"),  # killed after its last commit
+    ({"planned_batch": 5, "running": True}, "OK", ""),  # a batch under way
+    ({"behind": 10}, "LAGGING", "`sigflow run dedup`"),  # not running, records wait
+    ({"behind": 10, "running": True}, "OK", ""),  # within one batch of the end
+    ({"behind": 1001, "running": True}, "LAGGING", "docs/runbooks/job-lagging.md"),
+    ({"behind": 10, "running": True, "age_s": 101.0}, "OK", ""),  # 10 triggers not yet passed
+    ({"behind": 10, "running": True, "age_s": 121.0}, "STALLED", "docs/runbooks/job-lagging.md"),
+    ({"behind": 10, "running": True, "age_s": 121.0, "trigger_s": 60.0}, "OK", ""),  # 10 triggers are 600 s
+    ({"behind": 0, "running": True, "age_s": 3600.0}, "OK", ""),  # idle: nothing to read
+])
+def test_the_verdict_follows_the_documented_rules(facts, word, next_step):
+    found = status.verdict("dedup", **{**QUIET, **facts})
+    assert (found.word, found.next_step.split(",")[0]) == (word, next_step)
+
+
+@pytest.mark.parametrize("value, shown", [
+    (None, "none yet"), (0, "none yet"), (float("nan"), "none yet"),
+    (1_795_000_000_000, "2026-11-18T11:06:40Z"),
+])
+def test_a_watermark_reads_the_same_from_an_offset_log_and_from_pipeline_metrics(value, shown):
+    import pandas as pd
+
+    assert status.format_watermark(value) == shown
+    if value:
+        assert status.format_watermark(pd.Timestamp(value, unit="ms", tz="UTC")) == shown
+    assert status.format_watermark(pd.NaT) == "none yet"
+
+
+def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last(spark, settings):
     produce(settings, generate_events(120, malformed_ratio=0))
+    before = {s.job: s for s in status.all_status(settings)}["dedup"]
+    assert (before.verdict.word, before.behind, before.watermark) == ("NEVER RUN", 120, "none yet")
+    assert before.verdict.next_step == "`sigflow run dedup`"
+
     run_job(spark, settings, "dedup")
     produce(settings, generate_events(30, seed=2, malformed_ratio=0))  # not processed yet
-    report = {s.job: s for s in status.all_status(settings)}
-    dedup = report["dedup"]
-    assert dedup.running_pid is None and dedup.last_batch is not None
-    assert sum(dedup.lag.values()) == 30
-    assert dedup.state_rows > 0 and dedup.watermark is not None
-    assert report["sessions"].last_batch is None
+    dedup = {s.job: s for s in status.all_status(settings)}["dedup"]
+    assert dedup.running_pid is None and dedup.last_batch is not None and dedup.age_s < 600
+    assert (dedup.verdict.word, dedup.behind, sum(dedup.lag.values())) == ("LAGGING", 30, 30)
+    assert dedup.state_rows > 0 and dedup.watermark.endswith("Z")
+    offsets = Checkpoint(settings.checkpoint_uri("dedup")).offsets(dedup.last_batch)
+    assert dedup.watermark == status.format_watermark(offsets.watermark_ms)
+
+    # killed after its last commit: the lease file outlives its process
+    holder = {"owner": "gone", "job": "dedup", "host": socket.gethostname(), "pid": os.getpid(),
+              "process_started": 0.0, "renewed": time.time(), "ttl_s": 60.0}
+    (Path(settings.checkpoint_uri("dedup")) / LEASE_FILE).write_text(json.dumps(holder))
     text = sigflow(settings, "status").stdout
-    assert "dedup: not running, last batch" in text and "kafka lag:" in text
+    assert "dedup: FAILED, last batch" in text and "next: docs/runbooks/job-crashed.md" in text, text
+    assert "sessions: LAGGING" not in text and "sessions: NEVER RUN" in text
 
 
 def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
@@ -22,5 +83,10 @@ def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
     run_job(spark, settings, "ingest")
     lines = status.inspect_checkpoint(settings, "ingest")
     assert lines[0].startswith("ingest: checkpoint") and "app id sigflow-ingest-" in lines[0]
-    assert any("batch 0: committed" in line for line in lines[1:])
-    assert "no checkpoint" in status.inspect_checkpoint(settings, "sessions")[0]
+    assert any("batch 0: committed" in line and "watermark none yet" in line for line in lines[1:])
+
+    with pytest.raises(SigflowError, match="sessions has no checkpoint") as err:
+        status.inspect_checkpoint(settings, "sessions")
+    assert "sigflow run sessions" in err.value.hint
+    missing = sigflow(settings, "checkpoint", "inspect", "sessions")
+    assert missing.returncode == 2 and "sessions has no checkpoint" in missing.stderr

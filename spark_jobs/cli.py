@@ -248,9 +248,9 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    from spark_jobs.ops import status
+    from spark_jobs.ops import quarantine
 
-    print("\n".join(status.quarantine_summary(_settings(args), args.since, args.samples)))
+    print("\n".join(quarantine.summary(_settings(args), args.since, args.samples, tuple(args.by))))
     return 0
 
 
@@ -391,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quarantine", help="quarantined records by reason, topic and partition, with samples")
     p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
     p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
+    p.add_argument("--by", nargs="+", default=[], choices=("device", "key"),
+                   help="counts per device (the payload's device_id) or per producer key")
     p.set_defaults(func=cmd_quarantine)
 
     p = sub.add_parser("report", help="an HTML page: averages, late data, quarantine; batch time, watermark, lag, state per job")

@@ -37,21 +37,21 @@ RUN_MODE = (
 )
 
 
-@task
+@task(show_return_value_in_logs=False)  # its lines are in the log once already
 def validate_config() -> list[str]:
     from spark_jobs.ops import tasks
 
     return tasks.describe_settings()
 
 
-@task
+@task(show_return_value_in_logs=False)
 def ensure_topics() -> list[str]:
     from spark_jobs.ops import tasks
 
     return tasks.ensure_topics()
 
 
-@task
+@task(show_return_value_in_logs=False)
 def ensure_tables() -> list[str]:
     from spark_jobs.ops import tasks
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.errors import BrokerUnavailable
 from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.delta_sink import create_table
@@ -19,6 +20,12 @@ def describe_settings(settings: Settings) -> list[str]:
     lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
     for name, value in settings.model_dump().items():
         lines.append(f"  {name} = {value!r}")
+    if not settings.kafka_bootstrap_servers:  # the value in use, not only the setting
+        index = next(i for i, line in enumerate(lines) if line.startswith("  kafka_bootstrap_servers = "))
+        try:
+            lines[index] += f" (unset: the embedded broker at {broker.bootstrap_servers(settings)})"
+        except BrokerUnavailable:
+            lines[index] += " (unset, and the embedded broker is not running)"
     return lines
 
 

@@ -64,26 +64,32 @@ def _fresh(settings: Settings, column: str) -> Check:
                  {"column": column, "min_value": oldest}, WARNING)
 
 
+def _not_empty(severity: str = WARNING) -> Check:
+    return Check("ExpectTableRowCountToBeBetween", {"min_value": 1}, severity)
+
+
 _SEVERITY_KNOWN = Check("ExpectColumnValuesToBeInSet",
                        {"column": "severity", "value_set": ["critical", "warning", "info"]})
 
-# table -> its checks under the settings (the schema check is added to every table)
+# table -> its checks under the settings (the schema check is added to every table). A table
+# the jobs fill whenever events flow gets a warning when empty; quarantine and the alert
+# tables may rightly be empty (docs/runbooks/dq-failure.md).
 SUITES: dict[str, Callable[[Settings], list[Check]]] = {
-    "device_events": lambda s: _not_null("event_id", "device_id", "event_time")
+    "device_events": lambda s: [_not_empty()] + _not_null("event_id", "device_id", "event_time")
     + _in_range(s, "signal") + [_fresh(s, "ingest_time")],
-    "device_events_deduplicated": lambda s: _not_null("event_id", "device_id", "event_time")
+    "device_events_deduplicated": lambda s: [_not_empty()] + _not_null("event_id", "device_id", "event_time")
     + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
     + _in_range(s, "signal") + [_fresh(s, "event_time")],
     "device_alerts": lambda s: _not_null("alert_id", "device_id", "alert_time") + [_SEVERITY_KNOWN],
     "quarantined_events": lambda s: _not_null("reason_code", "reason")
     + [Check("ExpectColumnValuesToBeInSet", {"column": "reason_code", "value_set": list(REASON_CODES)})],
-    "device_signal_averages": lambda s: _not_null("device_id", "window_start", "window_end")
+    "device_signal_averages": lambda s: [_not_empty()] + _not_null("device_id", "window_start", "window_end")
     + [_ordered("window_end", "window_start"),
        Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
     + _in_range(s, "avg_signal", "min_signal", "max_signal") + [_fresh(s, "window_end")],
-    "fleet_signal_rollups": lambda s: _not_null("window_start", "window_end")
+    "fleet_signal_rollups": lambda s: [_not_empty()] + _not_null("window_start", "window_end")
     + [_ordered("window_end", "window_start")],
-    "device_sessions": lambda s: _not_null("device_id", "session_start", "session_end")
+    "device_sessions": lambda s: [_not_empty()] + _not_null("device_id", "session_start", "session_end")
     + [_ordered("session_end", "session_start", or_equal=True),
        _ordered("avg_signal", "min_signal", or_equal=True),
        _ordered("max_signal", "avg_signal", or_equal=True),
@@ -110,13 +116,29 @@ class Outcome:
     unexpected_count: int
     sample: list[dict] = field(default_factory=list)
     error: str | None = None  # the expectation could not be evaluated (e.g. a type mismatch)
+    observed: Any = None  # GX's observed value (a row count, a column's maximum)
+    expected: dict = field(default_factory=dict)  # the expectation's bounds
+    rows: int = 0
 
     def line(self) -> str:
         mark = "ok  " if self.success else ("FAIL" if self.severity == CRITICAL else "warn")
-        where = f"({self.column})" if self.column else ""
-        bad = f": {self.unexpected_count} unexpected" if not self.success else ""
-        bad += f" (could not evaluate: {self.error})" if self.error else ""
-        return f"  {mark} {self.expectation}{where} [{self.severity}]{bad}"
+        return f"  {mark} [{self.severity}] {self.finding()}"
+
+    def finding(self) -> str:
+        """What was checked, on what, and what was found, in words."""
+        if self.error:
+            return f"{self.expectation}({self.column or ''}) could not be evaluated: {self.error}"
+        if self.expectation == "expect_table_row_count_to_be_between":
+            return ("the table is empty: expected at least one row once events flow" if self.observed == 0
+                    else f"{self.observed:,} rows, expected at least {self.expected.get('min_value')}")
+        if self.expectation == "expect_column_max_to_be_between":
+            since = _when(self.expected.get("min_value"))
+            if self.observed is None:
+                return f"{self.column}: no rows, so nothing newer than {since} (quality_freshness)"
+            return (f"newest {self.column} is {_when(self.observed)}: expected after {since} "
+                    f"(quality_freshness); no new rows since then")
+        what = f"{self.expectation}({self.column})" if self.column else self.expectation
+        return f"{what}: {self.unexpected_count:,} of {self.rows:,} rows unexpected"
 
 
 @dataclass
@@ -150,8 +172,11 @@ class QualityFailed(SigflowError):
 def check(settings: Settings, tables: list[str] | None = None) -> list[str]:
     """``sigflow quality run`` and each sigflow_quality task: what every table's suite found.
     A failed critical expectation raises QualityFailed, whose details are these lines."""
-    lines = [line for report in run(settings, tables) for line in report.lines()]
-    return lines + [f"all critical expectations met; Data Docs: {data_docs_index(settings)}"]
+    reports = run(settings, tables)
+    lines = [line for report in reports for line in report.lines()]
+    warnings = sum(not o.success for r in reports for o in r.outcomes if o.severity == WARNING)
+    verdict = f"all critical expectations met, {warnings} warning{'s' * (warnings != 1)}"
+    return lines + [f"{verdict}; Data Docs: {data_docs_index(settings)}"]
 
 
 def run(settings: Settings, tables: list[str] | None = None, max_rows: int | None = None) -> list[TableReport]:
@@ -200,6 +225,9 @@ def data_docs_index(settings: Settings) -> str:
 
 
 def _context(settings: Settings):
+    # GX's import logs a line per function it skips registering (about 200 in a task log),
+    # burying the one result line
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -246,10 +274,24 @@ def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> 
             outcomes.append(Outcome(
                 expectation=config.type, column=column, severity=config.meta.get("severity", CRITICAL),
                 success=bool(r.success), unexpected_count=int((r.result or {}).get("unexpected_count") or 0),
-                sample=_plain(sample), error=_error(r),
+                sample=_plain(sample), error=_error(r), observed=(r.result or {}).get("observed_value"),
+                expected={k: v for k, v in config.kwargs.items() if k in ("min_value", "max_value")},
+                rows=len(frame),
             ))
     pages = [ExpectationSuiteIdentifier(name=suite.name), *result.run_results]
     return TableReport(table, len(frame), outcomes, docs_pages=pages)
+
+
+def _when(value) -> str:
+    """A time as on-call reads it elsewhere (ISO 8601, UTC, to the second)."""
+    import pandas as pd
+
+    try:
+        stamp = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        return str(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _error(result) -> str | None:

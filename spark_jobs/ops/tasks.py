@@ -42,7 +42,9 @@ def _kafka_connection() -> dict[str, Any]:
 
 
 def _logged(lines: list[str]) -> list[str]:
-    print("\n".join(lines))
+    # flushed now: a buffered print reaches the task log after the XCom push, inside the
+    # collapsed "Post Execute" group, where on-call does not look
+    print("\n".join(lines), flush=True)
     return lines
 
 

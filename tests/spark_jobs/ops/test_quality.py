@@ -12,7 +12,7 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import quality
 from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.delta_sink import arrow_schema
+from spark_jobs.runtime.delta_sink import arrow_schema, create_table
 from tests.conftest import make_settings
 from tests.helpers import produce, run_job, sigflow, table
 
@@ -78,8 +78,22 @@ def test_a_signal_outside_the_device_range_fails_and_the_cli_says_so(good_tables
     _append(s, "device_events_deduplicated", [{**row, "event_id": "e-out-of-range", "signal": 5000.0}])
     out = sigflow(s, "quality", "run", "device_events_deduplicated")
     assert out.returncode == 2
-    assert "FAIL expect_column_values_to_be_between(signal)" in out.stdout
+    assert "FAIL [critical] expect_column_values_to_be_between(signal): 1 of " in out.stdout
     assert "e-out-of-range" in out.stdout and "runbooks/dq-failure.md" in out.stderr
+
+
+def test_an_empty_and_a_stale_table_are_findings_in_words(good_tables, tmp_path):
+    """fleet-rollup never ran: its table exists and is empty. ingest last wrote when the fixture
+    ran, before three more jobs, so longer ago than a one-second quality_freshness:
+    device_events is stale since then."""
+    s = _copy(good_tables, tmp_path).replace(quality_freshness="1 second")
+    create_table(s.table_uri("fleet_signal_rollups"), ALL_TABLES["fleet_signal_rollups"])
+    lines = quality.check(s, ["fleet_signal_rollups", "device_events"])
+    newest = table(s, "device_events").ingest_time.max().tz_convert("UTC")
+    assert "  warn [warning] the table is empty: expected at least one row once events flow" in lines
+    stale = next(line for line in lines if "newest ingest_time" in line)
+    assert stale.startswith("  warn [warning] ") and f"is {newest:%Y-%m-%dT%H:%M:%SZ}: expected after " in stale
+    assert lines[-1].startswith("all critical expectations met, 2 warnings; Data Docs: ")
 
 
 def test_every_suite_is_for_a_table_sigflow_writes():

@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker as embedded
 from spark_jobs.runtime import kafka_client
-from tests.helpers import MULTI_PROCESS
+from tests.helpers import MULTI_PROCESS, REPO
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # py4j logs at interpreter exit, after pytest has closed the captured streams.
@@ -31,6 +34,20 @@ def embedded_broker(tmp_path_factory):
     info = embedded.start(settings)
     yield info
     embedded.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    """A migrated SQLite Airflow home for the whole test session."""
+    home = tmp_path_factory.mktemp("airflow")
+    os.environ.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+    })
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+    return home
 
 
 SECURED_USER = "sigflow-pipeline"

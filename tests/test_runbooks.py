@@ -22,7 +22,6 @@ from spark_jobs.cli import main
 from spark_jobs.local.simulate import event_payload, generate_alerts, generate_events
 from spark_jobs.runtime import kafka_client
 from tests.conftest import make_settings
-from tests.dags.conftest import airflow_home  # noqa: F401 (a fixture)
 from tests.helpers import REPO, cli_env, produce, run_job
 
 pytestmark = pytest.mark.slow  # every runbook block against a stack with three jobs run twice

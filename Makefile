@@ -52,9 +52,10 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 # fixtures), and the files that start clusters and several drivers form one group, run one
 # after the other (tests/helpers.py, MULTI_PROCESS). On 2 cores much of a test is waiting
 # (JVM start, Airflow scheduling), so two workers halve the time. Groups go out in
-# collection order, the longest first (tests/conftest.py). docs/testing.md: what runs where.
+# collection order, the longest first (tests/conftest.py). The 25 slowest are listed at the end:
+# where the suite's time goes, in every CI log. docs/testing.md: what runs where.
 test: install
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
 # DAG parsing, docs. A few minutes; `make test` runs everything.

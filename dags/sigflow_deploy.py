@@ -26,6 +26,7 @@ from airflow.sdk import DAG, Param, task
 import spark_jobs.cli
 from spark_jobs.jobs import JOB_NAMES
 from spark_jobs.runtime import jars
+from spark_jobs.runtime.jvm_options import java_options_conf
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
 # submitted driver; empty when none is installed (the job then stops, saying to fetch them).
@@ -92,6 +93,8 @@ with DAG(
             application_args=["run", name, RUN_MODE],
             conn_id="spark_default",
             name=f"sigflow-{name}",
-            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF},
+            # sigflow's Java options and log4j2 settings: the driver's JVM starts before sigflow does
+            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF,
+                  **java_options_conf()},
             jars=SUBMIT_JARS or None,
         )

@@ -84,7 +84,8 @@ def _spark_home(settings: Settings) -> Path:
 
 
 def _daemon(settings: Settings, main: str, log_name: str, *args: str) -> subprocess.Popen:
-    from spark_jobs.runtime.spark import LOG4J2_CONFIG, ensure_java
+    from spark_jobs.runtime.jvm_options import LOG4J2_CONFIG
+    from spark_jobs.runtime.spark import ensure_java
 
     ensure_java()
     home = _spark_home(settings)

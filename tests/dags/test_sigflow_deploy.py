@@ -20,7 +20,8 @@ from tests.helpers import produce, table
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
 
-def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path):
+def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path,
+                                                                         capfd):
     s = dag_env(settings.replace(events_topic=settings.events_topic + "-new",
                                  alerts_topic=settings.alerts_topic + "-new", topic_partitions=2))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
@@ -37,8 +38,14 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
 
     records = generate_events(120, seed=2)
     produce(s, records)
+    capfd.readouterr()
     state, tasks = run_dag("sigflow_deploy", conf)  # starts ingest: processes what arrived
     assert state == "success" and tasks["start_ingest"] == "success" and tasks["start_dedup"] == "skipped"
+    submitted = "".join(capfd.readouterr())  # spark-submit's output, as the task log has it
+    assert "120 rows in" in submitted, submitted[-3000:]  # the submitted job's summary line
+    # sigflow's log4j2 settings reached the submitted driver: no Spark start-up INFO chatter
+    chatter = ("default log4j profile", "INFO SparkContext", "INFO SecurityManager")
+    assert not [line for line in submitted.splitlines() if any(c in line for c in chatter)], submitted[-3000:]
     engines = {c.get("engineInfo", "") for c in DeltaTable(s.table_uri("device_events_raw")).history()}
     assert any("Delta-Lake/" in e for e in engines), engines  # the submitted job wrote with delta-spark
     versions = {name: DeltaTable(s.table_uri(name)).version() for name in ALL_TABLES}

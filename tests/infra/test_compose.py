@@ -180,7 +180,7 @@ def test_dockerfiles_pass_hadolint(dockerfile):
 def test_spark_submit_drivers_get_the_same_java_options_as_embedded_ones():
     """Under spark-submit the driver JVM starts before get_spark runs, so its options come
     from the image's spark-defaults.conf: out of memory must exit there too, not hang."""
-    from spark_jobs.runtime.spark import DRIVER_JAVA_OPTIONS
+    from spark_jobs.runtime.jvm_options import DRIVER_JAVA_OPTIONS
 
     conf = dict(
         line.split(None, 1) for line in (REPO / "infra/spark/spark-defaults.conf").read_text().splitlines()

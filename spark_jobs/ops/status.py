@@ -74,7 +74,7 @@ def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: i
     (docs/observability.md states the rules)."""
     waiting = f"{behind:,} records waiting in Kafka" if behind else "nothing waiting in Kafka"
     if behind is None:
-        waiting = "Kafka unreachable, records waiting unknown"
+        waiting = "records waiting unknown (Kafka or the job's topics unavailable)"
     if not running and (stale_lease or (planned_batch is not None and planned_batch != last_batch)):
         stopped = (f"batch {planned_batch} was planned and never committed" if planned_batch != last_batch
                    else "its last run ended without releasing its lease")
@@ -183,8 +183,11 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
             status.state_rows = int(row.state_rows)
             status.rows_dropped_by_watermark = int(mine.rows_dropped_by_watermark.sum())
     if with_lag:
-        status.lag = _lag(settings, job, committed)
-        status.behind = sum(status.lag.values())
+        try:
+            status.lag = _lag(settings, job, committed)
+            status.behind = sum(status.lag.values())
+        except SigflowError:  # a topic not created yet: status still answers for the rest
+            pass
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=lease is not None and not running,
         behind=status.behind, age_s=status.age_s, trigger_s=settings.trigger_interval.seconds,

@@ -58,7 +58,7 @@ test: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
-# DAG parsing, docs. A few minutes; `make test` runs everything.
+# DAG parsing, docs; about a third of the suite's time (docs/testing.md). `make test` runs all.
 test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
 

@@ -59,7 +59,8 @@ def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: t
     lines = [f"quarantined in the last {since}: {len(recent):,} records (what to do: {RUNBOOK})"]
     if recent.empty:
         return lines
-    counts = recent.reason_code.fillna("(no code)").value_counts()  # most first
+    counts = recent.reason_code.fillna("(no code)").value_counts()
+    counts = counts.sort_index().sort_values(ascending=False, kind="stable")  # most first, ties by name
     for code, count in counts.items():
         lines.append(f"  {count:8,d}  {code}")
         group = recent[recent.reason_code.fillna("(no code)") == code]
@@ -77,5 +78,6 @@ def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: t
 
 def _top(values, limit: int = 10) -> str:
     counts = values.value_counts()
+    counts = counts.sort_index().sort_values(ascending=False, kind="stable")  # ties by name: the same every run
     shown = ", ".join(f"{name}={n:,}" for name, n in counts.head(limit).items())
     return shown + (f", and {len(counts) - limit:,} more" if len(counts) > limit else "")

@@ -298,6 +298,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from spark_jobs.ops.quarantine import GROUPINGS
+
     parser = argparse.ArgumentParser(prog="sigflow", description=__doc__)
     parser.add_argument("--config", help="YAML settings file (also SIGFLOW_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -391,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quarantine", help="quarantined records by reason, topic and partition, with samples")
     p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
     p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
-    p.add_argument("--by", nargs="+", default=[], choices=("device", "key"),
+    p.add_argument("--by", nargs="+", default=[], choices=GROUPINGS,
                    help="counts per device (the payload's device_id) or per producer key")
     p.set_defaults(func=cmd_quarantine)
 

@@ -126,16 +126,18 @@ class Outcome:
 
     def finding(self) -> str:
         """What was checked, on what, and what was found, in words."""
+        from spark_jobs.ops.status import format_time
+
         if self.error:
             return f"{self.expectation}({self.column or ''}) could not be evaluated: {self.error}"
         if self.expectation == "expect_table_row_count_to_be_between":
             return ("the table is empty: expected at least one row once events flow" if self.observed == 0
                     else f"{self.observed:,} rows, expected at least {self.expected.get('min_value')}")
         if self.expectation == "expect_column_max_to_be_between":
-            since = _when(self.expected.get("min_value"))
+            since = format_time(self.expected.get("min_value"))
             if self.observed is None:
                 return f"{self.column}: no rows, so nothing newer than {since} (quality_freshness)"
-            return (f"newest {self.column} is {_when(self.observed)}: expected after {since} "
+            return (f"newest {self.column} is {format_time(self.observed)}: expected after {since} "
                     f"(quality_freshness); no new rows since then")
         what = f"{self.expectation}({self.column})" if self.column else self.expectation
         return f"{what}: {self.unexpected_count:,} of {self.rows:,} rows unexpected"
@@ -280,18 +282,6 @@ def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> 
             ))
     pages = [ExpectationSuiteIdentifier(name=suite.name), *result.run_results]
     return TableReport(table, len(frame), outcomes, docs_pages=pages)
-
-
-def _when(value) -> str:
-    """A time as on-call reads it elsewhere (ISO 8601, UTC, to the second)."""
-    import pandas as pd
-
-    try:
-        stamp = pd.Timestamp(value)
-    except (TypeError, ValueError):
-        return str(value)
-    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _error(result) -> str | None:

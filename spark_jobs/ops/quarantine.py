@@ -13,7 +13,7 @@ from spark_jobs.runtime.delta_tables import read_pandas
 
 RUNBOOK = "docs/runbooks/malformed-surge.md"
 SAMPLE_CHARS = 100
-GROUPINGS = ("device", "key")
+GROUPINGS = ("device", "key")  # --by: the payload's device_id, the producer's key
 _FIELD = re.compile(r"field(?:\(s\))?:? '?([A-Za-z_][\w]*)'?")
 
 

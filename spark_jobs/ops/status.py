@@ -37,16 +37,30 @@ STALLED_AFTER_TRIGGERS = 10  # a running job with records waiting and no batch f
 STALLED_AFTER_MIN_S = 120.0
 
 
-def format_watermark(value) -> str:
-    """One form everywhere: ISO 8601 in UTC, or "none yet" before a query has one (Spark
-    reports the epoch, pandas NaT)."""
+def _utc(value):
+    """A pandas Timestamp in UTC from epoch milliseconds or any time pandas reads; None for
+    no time (None, NaN, NaT)."""
     import pandas as pd
 
     if value is None or (not isinstance(value, (int, float)) and pd.isna(value)):
-        return NO_WATERMARK
-    stamp = pd.Timestamp(value, unit="ms", tz="UTC") if isinstance(value, (int, float)) else pd.Timestamp(value)
-    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-    return NO_WATERMARK if stamp.value <= 0 else stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None
+    if isinstance(value, (int, float)):
+        return None if value != value else pd.Timestamp(value, unit="ms", tz="UTC")
+    stamp = pd.Timestamp(value)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def format_time(value) -> str:
+    """A time as on-call reads it everywhere: ISO 8601 in UTC, to the second."""
+    stamp = _utc(value)
+    return "-" if stamp is None else stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_watermark(value) -> str:
+    """A watermark in that form, or "none yet" before a query has one (Spark reports the
+    epoch, pandas NaT)."""
+    stamp = _utc(value)
+    return NO_WATERMARK if stamp is None or stamp.value <= 0 else format_time(stamp)
 
 
 def format_age(seconds: float) -> str:
@@ -158,8 +172,7 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
     return lag
 
 
-def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True,
-               now: float | None = None) -> JobStatus:
+def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True) -> JobStatus:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     lease = Lease(checkpoint, job, settings.lease_ttl.seconds).holder()
     running = lease is not None and lease.alive()
@@ -170,8 +183,8 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
     if last is not None:
         offsets = checkpoint.offsets(last)
         status.last_batch = last
-        status.last_batch_time = format_watermark(offsets.batch_timestamp_ms)
-        status.age_s = (now or time.time()) - offsets.batch_timestamp_ms / 1000
+        status.last_batch_time = format_time(offsets.batch_timestamp_ms)
+        status.age_s = time.time() - offsets.batch_timestamp_ms / 1000
         status.watermark = format_watermark(offsets.watermark_ms)
         committed = {topic: parts for source in offsets.sources if source for topic, parts in source.items()}
     if metrics is not None:

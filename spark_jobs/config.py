@@ -204,8 +204,11 @@ class Settings(BaseSettings):
     quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
 
     # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
-    # vacuum_retention: older table versions lose their files.
+    # vacuum_retention: older table versions lose their files. Maintenance refuses a
+    # retention under vacuum_retention_floor: a batch or a reader in flight still reads
+    # the versions of the last minutes, and a rewind the ones before that.
     vacuum_retention: DurationSetting = "7 days"
+    vacuum_retention_floor: DurationSetting = "1 hour"
     quarantine_retention: DurationSetting = "30 days"
     checkpoint_batches_retained: AtLeastOne = 100
 

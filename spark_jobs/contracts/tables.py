@@ -132,17 +132,20 @@ ALERTS_WITHOUT_TELEMETRY = TableSpec(
 LATE_EVENTS = TableSpec(
     "late_events",
     f"job STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
-    "topic STRING, partition INT, offset BIGINT",
+    "topic STRING, partition INT, offset BIGINT, checkpoint_id STRING",
     "Valid events a stateful job dropped because the watermark had passed them (alert-join "
-    "also lists dropped alerts: alert_id as event_id, alert_time as event_time).",
+    "also lists dropped alerts: alert_id as event_id, alert_time as event_time). "
+    "checkpoint_id names the checkpoint whose batch_id it is (batch ids restart after a recover).",
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
     "job STRING, batch_id BIGINT, batch_time TIMESTAMP, input_rows BIGINT, output_rows BIGINT, "
     "rows_dropped_by_watermark BIGINT, duplicates_dropped BIGINT, late_events BIGINT, state_rows BIGINT, "
     "state_memory_bytes BIGINT, watermark TIMESTAMP, duration_ms BIGINT, "
-    "input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE, progress_json STRING",
-    "One row per micro-batch per job, from Spark's query progress.",
+    "input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE, progress_json STRING, "
+    "checkpoint_id STRING",
+    "One row per micro-batch per job, from Spark's query progress; checkpoint_id names the "
+    "checkpoint whose batch_id it is (batch ids restart after a recover).",
 )
 
 DQ_RESULTS = TableSpec(

@@ -3,6 +3,8 @@ except quarantined records past their retention.
 
 * compact: small files (one per table per micro-batch) merged by delta-rs ``optimize.compact``;
 * vacuum: files no table version younger than ``vacuum_retention`` needs are deleted;
+  a retention under ``vacuum_retention_floor`` is refused, and one that is not whole hours
+  (what delta-rs takes) is rounded up, never down to 0;
 * quarantine: records older than ``quarantine_retention`` are deleted;
 * checkpoints: offset and commit entries beyond the last ``checkpoint_batches_retained``.
 
@@ -13,11 +15,13 @@ needs no Spark, and runs inside an Airflow task.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
+from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint import Checkpoint
@@ -45,7 +49,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
     from deltalake import DeltaTable
 
     lines = []
-    retention_hours = settings.vacuum_retention.seconds / 3600
+    retention_hours = vacuum_retention_hours(settings)
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
         if not DeltaTable.is_deltatable(uri):
@@ -58,7 +62,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
         if not dry_run:
             table.optimize.compact()
         vacuumed = table.vacuum(
-            retention_hours=int(retention_hours), dry_run=dry_run, enforce_retention_duration=False,
+            retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=False,
         )
         after = len(DeltaTable(uri).file_uris())
         lines.append(TableUpkeep(name, before, after, len(vacuumed), pruned).line())
@@ -67,6 +71,19 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
     if dry_run:
         lines.append("dry run: nothing changed")
     return [line for line in lines if line]
+
+
+def vacuum_retention_hours(settings: Settings) -> int:
+    """``vacuum_retention`` in the whole hours delta-rs takes, rounded up so it only ever
+    keeps more; refused under ``vacuum_retention_floor``."""
+    retention, floor = settings.vacuum_retention, settings.vacuum_retention_floor
+    if retention.seconds < floor.seconds:
+        raise ConfigError(
+            f"vacuum_retention {retention} is under its floor of {floor}: vacuum would delete files "
+            "that running batches, readers and rewinds still need",
+            "set SIGFLOW_VACUUM_RETENTION to at least the floor (docs/configuration.md)",
+        )
+    return math.ceil(retention.seconds / 3600)
 
 
 def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:

@@ -174,4 +174,5 @@ class BatchWriter:
             F.lit(self.job.name).alias("job"), "event_id", "device_id", "event_time", "signal",
             "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),
             F.lit(batch.batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
+            F.lit(self.checkpoint_id).alias("checkpoint_id"),
         )

@@ -88,6 +88,20 @@ def version_left_by(uri: str, job: str, checkpoint_id: str, batch_id: int) -> in
     return None
 
 
+def has_its_files(uri: str, version: int) -> bool:
+    """Whether every data file of ``version`` is still there. Vacuum deletes the files of
+    versions older than its retention; a restore to such a version would fail half-way."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    with _collecting_after_the_scan():
+        try:  # the row count opens every file's footer, and nothing more
+            DeltaTable(uri, version=version).to_pyarrow_dataset().count_rows(use_threads=False)
+        except (FileNotFoundError, DeltaError):  # a file vacuumed, or the version's log entry expired
+            return False
+    return True
+
+
 def table_version(uri: str) -> int | None:
     from deltalake import DeltaTable
 
@@ -100,28 +114,49 @@ def restore(uri: str, version: int) -> None:
     DeltaTable(uri).restore(version)
 
 
-def predicate(job: str | None, after_batch: int | None) -> str | None:
-    parts = ([f"job = '{job}'"] if job else []) + ([f"batch_id > {after_batch}"] if after_batch is not None else [])
-    return " AND ".join(parts) or None
+def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: int | None):
+    """The rows of ``job`` (of its checkpoint ``checkpoint_id``, batches after
+    ``after_batch``) as an Arrow filter and a delta-rs SQL predicate; None: every row.
 
-
-def count_rows(uri: str, job: str | None = None, after_batch: int | None = None) -> int:
+    Rows without a checkpoint id were written before tables carried one, and count as the
+    current checkpoint's, as every row did then. A table not yet migrated has no such rows.
+    """
     import pyarrow.dataset as ds
+    from deltalake import DeltaTable
 
-    condition = None
+    arrow, sql = [], []
     if job:
-        condition = ds.field("job") == job
+        arrow.append(ds.field("job") == job)
+        sql.append(f"job = '{job}'")
+    if checkpoint_id and "checkpoint_id" in {f.name for f in DeltaTable(uri).schema().fields}:
+        arrow.append((ds.field("checkpoint_id") == checkpoint_id) | ds.field("checkpoint_id").is_null())
+        sql.append(f"(checkpoint_id = '{checkpoint_id}' OR checkpoint_id IS NULL)")
     if after_batch is not None:
-        later = ds.field("batch_id") > after_batch
-        condition = later if condition is None else condition & later
-    return count_matching(uri, condition)
+        arrow.append(ds.field("batch_id") > after_batch)
+        sql.append(f"batch_id > {after_batch}")
+    if not arrow:
+        return None, None
+    condition = arrow[0]
+    for more in arrow[1:]:
+        condition = condition & more
+    return condition, " AND ".join(sql)
 
 
-def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None) -> None:
+def count_rows(uri: str, job: str | None = None, after_batch: int | None = None,
+               checkpoint_id: str | None = None) -> int:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(uri):
+        return 0
+    return count_matching(uri, _rows_of(uri, job, checkpoint_id, after_batch)[0])
+
+
+def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None,
+                checkpoint_id: str | None = None) -> None:
     from deltalake import DeltaTable
 
     if DeltaTable.is_deltatable(uri):
-        DeltaTable(uri).delete(predicate(job, after_batch))
+        DeltaTable(uri).delete(_rows_of(uri, job, checkpoint_id, after_batch)[1])
 
 
 def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:

@@ -19,8 +19,9 @@ class MetricsRecorder:
     loop from recording at once.
     """
 
-    def __init__(self, job: str, sink: DeltaSink, app_id: str, summary: RunSummary):
+    def __init__(self, job: str, sink: DeltaSink, app_id: str, checkpoint_id: str, summary: RunSummary):
         self.job, self.sink, self.app_id, self.summary = job, sink, app_id, summary
+        self.checkpoint_id = checkpoint_id
         self.counting = Counting()  # set once the plan is built (metrics.Counting)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
@@ -41,7 +42,8 @@ class MetricsRecorder:
             if batch_id in self.rows:
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
-            fresh.append(progress_row(self.job, progress, output, late, self.counting))
+            row = progress_row(self.job, progress, output, late, self.counting)
+            fresh.append({**row, "checkpoint_id": self.checkpoint_id})
         unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
         if unwritten:  # a failure here leaves the rows unrecorded, so the next call retries them
             last = max(r["batch_id"] for r in unwritten)

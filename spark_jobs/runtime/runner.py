@@ -95,7 +95,7 @@ class JobRun:
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
-        self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.summary)
+        self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary)
         self.write_batch = BatchWriter(
             job, settings, self.spark, self.sink, self.checkpoint, self.kafka, self.tables,
             self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,

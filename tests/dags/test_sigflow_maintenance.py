@@ -12,6 +12,7 @@ pytestmark = pytest.mark.slow  # a real DAG run
 def test_maintenance_run_keeps_table_contents(spark, settings, dag_env, monkeypatch):
     s = dag_env(settings)
     monkeypatch.setenv("SIGFLOW_VACUUM_RETENTION", "0 seconds")
+    monkeypatch.setenv("SIGFLOW_VACUUM_RETENTION_FLOOR", "0 seconds")  # vacuum what compaction replaced
     records = generate_events(200, seed=13)
     for start in (0, 100):
         produce(s, records[start:start + 100])

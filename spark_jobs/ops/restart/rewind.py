@@ -7,6 +7,7 @@ same rewind again finishes it.
 
 from __future__ import annotations
 
+import bisect
 from datetime import datetime
 
 from spark_jobs.config import Settings
@@ -22,6 +23,7 @@ from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_tables import (
     count_rows,
     delete_rows,
+    has_its_files,
     restore,
     table_version,
     version_left_by,
@@ -66,6 +68,14 @@ def plan_rewind(
     refuse_if_kafka_dropped(settings, resume_from, plan)
 
     checkpoint_id = checkpoint.checkpoint_id(job.name)
+    if not _restorable(settings, job, checkpoint_id, to_batch):
+        oldest = _oldest_restorable(settings, job, checkpoint_id, committed[:-1])
+        reachable = (f"the oldest batch a rewind can reach is {oldest}" if oldest is not None else
+                     f"no batch before the last can be restored: rebuild with `sigflow checkpoint recover "
+                     f"{job.name} --from earliest` instead")
+        plan.refuse(f"maintenance vacuumed the table files of batch {to_batch} "
+                    f"(vacuum_retention {settings.vacuum_retention}): {reachable}")
+        return plan
     plan.step("record the rewind in the checkpoint: jobs refuse to start until it is complete",
               lambda: _record_pending(checkpoint, to_batch))
     for spec in job.tables:
@@ -79,16 +89,34 @@ def plan_rewind(
                       lambda uri=uri, target=target: restore(uri, target))
     for spec in shared_tables(job):
         uri = settings.table_uri(spec.name)
-        rows = count_rows(uri, job.name, to_batch)
+        rows = count_rows(uri, job.name, to_batch, checkpoint_id)
         if rows:
-            plan.step(f"delete the {rows} {spec.name} rows of {job.name} batches after {to_batch}",
-                      lambda uri=uri: delete_rows(uri, job.name, to_batch))
+            plan.step(f"delete the {rows} {spec.name} rows of {job.name} batches after {to_batch} "
+                      "(of this checkpoint: earlier ones, before a recover, keep theirs)",
+                      lambda uri=uri: delete_rows(uri, job.name, to_batch, checkpoint_id))
     plan.step(f"delete checkpoint batches {to_batch + 1}..{committed[-1]} (offsets, commits) and the "
               "state versions they wrote", lambda: checkpoint.truncate_after(to_batch))
     plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
               lambda: _finish_rewind(checkpoint, job.name, to_batch))
     plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
     return plan
+
+
+def _restorable(settings: Settings, job, checkpoint_id: str, batch: int) -> bool:
+    """Every table of the job still has the files of the version ``batch`` left it at."""
+    for spec in job.tables:
+        uri = settings.table_uri(spec.name)
+        version = version_left_by(uri, job.name, checkpoint_id, batch)
+        if version is not None and version != table_version(uri) and not has_its_files(uri, version):
+            return False
+    return True
+
+
+def _oldest_restorable(settings: Settings, job, checkpoint_id: str, batches: list[int]) -> int | None:
+    """The first of ``batches`` a rewind can restore to. Vacuum removes only files older
+    versions need, so whether a batch is restorable flips once, from no to yes."""
+    first = bisect.bisect_left(batches, True, key=lambda b: _restorable(settings, job, checkpoint_id, b))
+    return batches[first] if first < len(batches) else None
 
 
 def _last_batch_started_before(checkpoint: Checkpoint, committed: list[int], when: datetime) -> int | None:

@@ -3,9 +3,11 @@
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_jobs.contracts.tables import QUARANTINED_EVENTS
+from spark_jobs.errors import ConfigError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import maintenance
 from spark_jobs.runtime.checkpoint import Checkpoint
@@ -27,7 +29,7 @@ def test_maintenance_compacts_and_vacuums_but_keeps_every_row(spark, settings):
     before = {n: _contents(settings, n) for n in names}
     files_before = len(DeltaTable(settings.table_uri("device_events_raw")).file_uris())
 
-    s = settings.replace(vacuum_retention="0 seconds", checkpoint_batches_retained=2)
+    s = settings.replace(vacuum_retention="0 seconds", vacuum_retention_floor="0 seconds", checkpoint_batches_retained=2)
     assert maintenance.run(s, dry_run=True)[-1] == "dry run: nothing changed"
     assert len(DeltaTable(s.table_uri("device_events_raw")).file_uris()) == files_before
     lines = maintenance.run(s)
@@ -39,6 +41,15 @@ def test_maintenance_compacts_and_vacuums_but_keeps_every_row(spark, settings):
     produce(s, generate_events(50, seed=6))
     run_job(spark, s, "ingest")  # the job still resumes from the pruned checkpoint
     assert len(table(s, "device_events_raw")) == 450
+
+
+def test_a_vacuum_retention_under_its_floor_is_refused_and_hours_round_up_never_to_zero(settings):
+    with pytest.raises(ConfigError, match="under its floor of 1 hour"):
+        maintenance.run(settings.replace(vacuum_retention="30 minutes"))
+    assert maintenance.vacuum_retention_hours(settings.replace(vacuum_retention="90 minutes")) == 2
+    floorless = settings.replace(vacuum_retention_floor="0 seconds")
+    assert maintenance.vacuum_retention_hours(floorless.replace(vacuum_retention="1 second")) == 1
+    assert maintenance.vacuum_retention_hours(floorless.replace(vacuum_retention="0 seconds")) == 0
 
 
 def test_quarantined_records_past_retention_are_deleted(spark, settings):

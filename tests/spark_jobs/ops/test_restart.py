@@ -8,7 +8,7 @@ import pytest
 
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.ops import restart
+from spark_jobs.ops import maintenance, restart
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.lease import Lease
 from tests.helpers import at, produce, run_job, send, sigflow, single_partition, table
@@ -38,12 +38,20 @@ def _run_chunks(spark, s, chunks, job="dedup") -> list[int]:
     return ends
 
 
+def _metrics_batches(s, job, checkpoint_id=None) -> list[int]:
+    """The batch ids of the job's pipeline_metrics rows (of one checkpoint), repeats kept."""
+    rows = table(s, "pipeline_metrics")
+    rows = rows[rows.job == job]
+    if checkpoint_id:
+        rows = rows[rows.checkpoint_id == checkpoint_id]
+    return sorted(rows.batch_id)
+
+
 def test_rewind_reprocesses_the_later_batches_exactly_once(spark, settings):
     s = single_partition(settings)
     ends = _run_chunks(spark, s, _chunks())
     uninterrupted = _dedup_rows(s)
     assert sorted(e for e, _, _ in uninterrupted) == sorted(f"{c}{n}" for c in "abc" for n in range(20))
-    metrics_before = len(table(s, "pipeline_metrics"))
 
     plan = restart.plan_rewind(s, "dedup", to_batch=ends[0])
     assert not plan.refusals, plan.describe()
@@ -51,11 +59,12 @@ def test_rewind_reprocesses_the_later_batches_exactly_once(spark, settings):
     checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
     assert checkpoint.last_committed() == ends[0]
     assert sorted(_dedup_rows(s)) == sorted(k for k in uninterrupted if k[0].startswith("a"))
+    assert _metrics_batches(s, "dedup") == list(range(ends[0] + 1))  # the later batches' rows deleted
 
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted  # the ids of the first chunk are still remembered
     assert checkpoint.identity()["rewinds"][0]["to_batch"] == ends[0]
-    assert len(table(s, "pipeline_metrics")) <= metrics_before
+    assert _metrics_batches(s, "dedup") == checkpoint.committed_batches()  # one row per batch, re-run ones too
 
 
 def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings):
@@ -101,6 +110,23 @@ def test_rewind_refuses_unsafe_requests_with_a_reason(spark, settings):
         live.release()
 
 
+def test_a_rewind_to_a_batch_whose_files_were_vacuumed_is_refused_naming_the_oldest_it_can_reach(spark, settings):
+    s = single_partition(settings)
+    first, second, third = _chunks()
+    fourth = [Event(f"e{n}", f"d{n % 3}", at(10, 15) + n * 15_000, float(n)) for n in range(20)]
+    before = _run_chunks(spark, s, [first, second])
+    maintenance.run(s.replace(vacuum_retention="0 seconds", vacuum_retention_floor="0 seconds"))
+    after = _run_chunks(spark, s, [third, fourth])
+
+    refused = restart.plan_rewind(s, "dedup", to_batch=before[-1])
+    assert f"vacuumed the table files of batch {before[-1]}" in refused.describe()
+    first_after_vacuum = before[-1] + 1  # its versions hold the compacted files, which are kept
+    assert f"the oldest batch a rewind can reach is {first_after_vacuum}" in refused.describe()
+    restart.plan_rewind(s, "dedup", to_batch=first_after_vacuum).apply()
+    assert first_after_vacuum < after[-1]
+    assert sorted(e for e, _, _ in _dedup_rows(s)) == sorted(f"{c}{n}" for c in "abc" for n in range(20))
+
+
 def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings):
     s = single_partition(settings)
     ends = _run_chunks(spark, s, _chunks()[:2])
@@ -113,17 +139,32 @@ def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings
     assert refused.returncode == 3 and "REFUSED" in refused.stdout
 
 
-def test_recover_a_lost_checkpoint_of_a_stateless_job_from_delta_metadata(spark, settings):
+def test_recover_a_lost_checkpoint_from_delta_metadata_and_a_rewind_after_it_keeps_the_lost_ones_rows(
+        spark, settings):
     records = generate_events(300, seed=3, malformed_ratio=0.05)
-    produce(settings, records[:150])
-    run_job(spark, settings, "ingest")
-    shutil.rmtree(settings.checkpoint_uri("ingest"))  # lost
-    produce(settings, records[150:])
+    checkpoint = Checkpoint(settings.checkpoint_uri("ingest"))
+    for start in (0, 75):  # batches 0 and 1 of the checkpoint about to be lost
+        produce(settings, records[start:start + 75])
+        run_job(spark, settings, "ingest")
+    lost = checkpoint.checkpoint_id("ingest")
+    shutil.rmtree(checkpoint.path)
+    produce(settings, records[150:225])
 
     assert "looks sound" not in restart.plan_recover(settings, "ingest").describe()
     restart.plan_recover(settings, "ingest").apply()
     run_job(spark, settings, "ingest")
+    assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records[:225])
+
+    produce(settings, records[225:])
+    run_job(spark, settings, "ingest")  # batch ids restarted: this checkpoint has its own 0 and 1 too
+    recovered = checkpoint.checkpoint_id("ingest")
+    assert recovered != lost and checkpoint.committed_batches() == [0, 1]
+    restart.plan_rewind(settings, "ingest", to_batch=0).apply()
+    assert _metrics_batches(settings, "ingest", lost) == [0, 1]  # the lost checkpoint's rows are history
+    assert _metrics_batches(settings, "ingest", recovered) == [0]
+    run_job(spark, settings, "ingest")
     assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
+    assert _metrics_batches(settings, "ingest", recovered) == [0, 1]
 
 
 def test_recover_a_corrupt_checkpoint_and_keep_it_aside(spark, settings):

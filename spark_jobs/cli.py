@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--processing-time", metavar="INTERVAL", help="run continuously, e.g. 10s")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("pipeline", help="run every job (or those named) as available-now runs")
+    p = sub.add_parser("pipeline", help="run every job (or those named) at once, as available-now queries in one session")
     p.add_argument("jobs", nargs="*")
     p.set_defaults(func=cmd_pipeline)
 

@@ -17,11 +17,13 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import contextmanager
 from typing import Callable
 
 import tenacity
 from py4j.protocol import Py4JNetworkError
+from pyspark import inheritable_thread_target
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
@@ -302,16 +304,44 @@ def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSum
 def run_pipeline(
     settings: Settings, job_names: list[str] | None = None, on_job_done: Callable[[RunSummary], None] | None = None
 ) -> list[RunSummary]:
-    """Every job (or those named), in dependency order, as available-now runs in one session."""
+    """Every job (or those named) as available-now queries at once in one session, as they
+    run side by side in production: each reads Kafka itself, never another job's tables.
+
+    ``on_job_done`` is called in this thread as each job ends. Every job runs to its end
+    even when another fails; the first failure (in the jobs' order) is raised then. Ctrl-C
+    or SIGTERM stops every query after its batch in flight and is raised once they have."""
     from spark_jobs.jobs.registry import JOBS
 
+    names = job_names or list(JOBS)
     spark = get_spark(settings, "sigflow-pipeline")
-    summaries = []
-    for name in job_names or list(JOBS):
-        log.debug("running %s", name)
+    listen(spark)  # once, before the threads: each would otherwise register its own listener
+    interrupted = threading.Event()
+
+    def run_one(name: str) -> RunSummary:
         started = time.monotonic()
-        summaries.append(JobRun(get_job(name), settings, spark).run_available_now())
-        summaries[-1].seconds = time.monotonic() - started
-        if on_job_done:
-            on_job_done(summaries[-1])
-    return summaries
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        summary = JobRun(get_job(name), settings, spark).run_available_now()
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    with ThreadPoolExecutor(len(names), thread_name_prefix="sigflow-job") as pool:
+        # PySpark's pinned threads: each job's Spark calls run in a JVM thread of their own
+        futures = {pool.submit(inheritable_thread_target(spark)(run_one), name): name for name in names}
+        try:
+            for future in as_completed(futures):
+                if future.exception() is None and on_job_done:
+                    on_job_done(future.result())
+        except KeyboardInterrupt:
+            interrupted.set()
+            ours = {f"{QUERY_PREFIX}{name}" for name in names}
+            while not all(future.done() for future in futures):
+                for query in spark.streams.active:
+                    if query.name in ours:
+                        query.stop()  # processAllAvailable returns once its query stops
+                wait(futures, timeout=0.5)
+            raise
+    for future in futures:  # in the jobs' order
+        if future.exception() is not None:
+            raise future.exception()
+    return [future.result() for future in futures]

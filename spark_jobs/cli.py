@@ -277,16 +277,16 @@ def cmd_airflow(args: argparse.Namespace) -> int:
         airflow.wait_ready()
         print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
         print(f"  user: {airflow_local.ADMIN}, password in {airflow.password_file}")
-        print(f"  log: {airflow.log_file}; Ctrl-C stops every component")
+        print(f"  logs: {airflow.settings.airflow_home}/<component>.log; Ctrl-C stops every component")
         airflow.process.wait()
         return airflow.process.returncode or 0
     finally:
         if airflow is not None:
             for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop short
                 signal.signal(signum, signal.SIG_IGN)
-            print("stopping Airflow's components ...", flush=True)
-            airflow.stop()
-            print(f"Airflow stopped (every component; log {airflow.log_file})", flush=True)
+            print("stopping Airflow's components (the scheduler lets running tasks end) ...", flush=True)
+            airflow.stop(progress=lambda line: print(line, flush=True))
+            print(f"Airflow stopped (every component; logs in {airflow.settings.airflow_home})", flush=True)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

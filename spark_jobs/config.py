@@ -231,6 +231,12 @@ class Settings(BaseSettings):
 
     # ---- derived locations -------------------------------------------------------------
     @property
+    def spark_on_this_machine(self) -> bool:
+        """Whether the driver's executors all run here (embedded, or a loopback cluster), so
+        it and its UI can bind to loopback (SPARK_LOCAL_IP, read as the driver's JVM starts)."""
+        return self.spark_master.startswith("local") or "//127.0.0.1:" in self.spark_master
+
+    @property
     def delta_root_uri(self) -> str:
         return self.delta_root or str(Path(self.data_dir) / "delta")
 

@@ -1,14 +1,18 @@
-"""Airflow on this machine, in two shapes.
+"""Airflow on this machine, in two shapes, both with the LocalExecutor and each component
+(scheduler, dag-processor, triggerer, api-server) a process of its own, as
+``docker-compose.yml`` runs them:
 
-* **Standalone** (``make airflow`` / ``sigflow airflow``): ``airflow standalone`` runs the
-  api-server, scheduler, dag-processor and triggerer on SQLite. Measured on Airflow 3.3:
-  off port 8080 the UI and the task runners need ``AIRFLOW__API__BASE_URL`` (and the
-  execution API URL) to find the api-server, and the components are children of the
-  standalone process, so it is started in its own process group and the group is stopped.
-* **Production** (``sigflow airflow --production``): what ``docker-compose.yml`` runs, as
-  processes: PostgreSQL for the metadata (``spark_jobs/local/postgres.py``), the
-  LocalExecutor, and each component its own process (scheduler, dag-processor,
-  api-server, triggerer) sharing one generated JWT secret.
+* **Laptop** (``make airflow`` / ``sigflow airflow``): the metadata in SQLite, where
+  ``airflow standalone`` keeps it.
+* **Production** (``sigflow airflow --production``): the metadata in PostgreSQL
+  (``spark_jobs/local/postgres.py``), every component signing with one generated JWT secret.
+
+Everything listens on 127.0.0.1 only. Airflow's log servers bind every interface (the host
+is hard-coded in ``airflow.utils.serve_logs``); they serve task logs to an api-server on
+another machine, and here the api-server reads them from the shared log folder, so the
+scheduler and triggerer run with ``--skip-serve-logs`` (``airflow standalone`` cannot).
+Measured on Airflow 3.3: off port 8080 the UI and the task runners need
+``AIRFLOW__API__BASE_URL`` (and the execution API URL) to find the api-server.
 
 Parallelism stays at 2 on a 2-core machine.
 """
@@ -34,7 +38,9 @@ from spark_jobs.errors import SigflowError
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 ADMIN = "admin"
 COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
-PRODUCTION_COMMANDS = (("scheduler",), ("dag-processor",), ("triggerer",), ("api-server",))
+# the api-server last: by the time it answers, the others have started
+COMPONENT_COMMANDS = (("scheduler", "--skip-serve-logs"), ("dag-processor",), ("triggerer", "--skip-serve-logs"),
+                      ("api-server",))
 
 
 # Airflow's production settings, shared with docker-compose.yml's Airflow services.
@@ -48,12 +54,13 @@ def production_settings() -> dict[str, str]:
 
 
 def environment(settings: Settings, port: int) -> dict[str, str]:
-    """Airflow settings for a standalone serving sigflow's DAGs on 127.0.0.1:port."""
+    """Airflow settings for serving sigflow's DAGs on 127.0.0.1:port."""
     url = f"http://127.0.0.1:{port}"
     venv_bin = str(Path(sys.executable).parent)
     return {
         "AIRFLOW_HOME": str(settings.airflow_home.resolve()),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
@@ -67,6 +74,8 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "SIGFLOW_DATA_DIR": str(Path(settings.data_dir).resolve()),
+        # spark-submit's driver (and its UI) start before sigflow's code can say where to bind
+        **({"SPARK_LOCAL_IP": "127.0.0.1"} if settings.spark_on_this_machine else {}),
     }
 
 
@@ -74,9 +83,10 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
 class LocalAirflow:
     settings: Settings
     port: int
-    process: subprocess.Popen  # standalone, or the api-server of the production shape
+    process: subprocess.Popen  # the api-server
     log_file: Path
-    others: tuple[subprocess.Popen, ...] = ()  # the production shape's other components
+    others: tuple[subprocess.Popen, ...] = ()  # the other components
+    on_postgres: bool = False  # the production shape: PostgreSQL is stopped with the rest
 
     @property
     def url(self) -> str:
@@ -158,28 +168,36 @@ class LocalAirflow:
         tasks = self.request("GET", f"{path}/taskInstances", token=token)["task_instances"]
         return state, {t["task_id"]: t["state"] for t in tasks}
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = 60.0, progress=lambda line: None) -> None:
         """Stop every component: SIGINT (its ^C) to each process group, SIGKILL if any
-        lingers; then the production shape's PostgreSQL."""
+        lingers past ``timeout``; then the production shape's PostgreSQL. ``progress`` gets
+        a line as each component ends (the scheduler waits for its task runners)."""
         processes = (self.process, *self.others)
+        began = time.monotonic()
         for process in processes:
             if process.poll() is None:
-                _signal_group(process, signal.SIGINT)  # standalone shuts its children down on ^C
+                _signal_group(process, signal.SIGINT)
         for process in processes:
             try:
-                process.wait(timeout)
+                process.wait(max(timeout - (time.monotonic() - began), 0.1))
+                progress(f"  {_component(process)} stopped after {time.monotonic() - began:.0f} s")
             except subprocess.TimeoutExpired:
-                pass
+                progress(f"  {_component(process)} still running after {timeout:.0f} s: killing it")
         deadline = time.monotonic() + 15
         while any([_signal_group(p, signal.SIGKILL) for p in processes]) and time.monotonic() < deadline:
             time.sleep(0.5)  # killed members linger until reaped
         for process in processes:
             if process.poll() is None:
                 process.wait(10)
-        if self.others:
+        if self.on_postgres:
             from spark_jobs.local import postgres
 
             postgres.stop(self.settings)
+
+
+def _component(process: subprocess.Popen) -> str:
+    """The Airflow command a process runs: scheduler, api-server ..."""
+    return next(arg for arg in process.args[1:] if not arg.startswith("-"))
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> bool:
@@ -208,20 +226,18 @@ def _launch(env: dict[str, str], log_file: Path, *command: str) -> subprocess.Po
 
 
 def start(settings: Settings, port: int | None = None, extra_env: dict[str, str] | None = None) -> LocalAirflow:
-    """Start ``airflow standalone`` in its own process group, logging to <airflow_home>/standalone.log."""
+    """Airflow's components on SQLite in AIRFLOW_HOME; logs: <airflow_home>/<component>.log."""
     port = port or settings.airflow_port
     _check_port_free(port)
-    home = settings.airflow_home
-    home.mkdir(parents=True, exist_ok=True)
+    settings.airflow_home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(extra_env or {}), **environment(settings, port)}
-    log_file = home / "standalone.log"
-    return LocalAirflow(settings, port, _launch(env, log_file, "standalone"), log_file)
+    return _start_components(settings, port, env, on_postgres=False)
 
 
 def start_production(settings: Settings, port: int | None = None,
                      extra_env: dict[str, str] | None = None) -> LocalAirflow:
-    """Airflow as production runs it: PostgreSQL, ``airflow db migrate``, then the four
-    components as separate processes with the LocalExecutor. Logs: <airflow_home>/<component>.log."""
+    """Airflow as production runs it: PostgreSQL, one JWT secret for every component,
+    compose's settings (infra/airflow/airflow.env). Logs: <airflow_home>/<component>.log."""
     import secrets
 
     from spark_jobs.local import postgres
@@ -241,12 +257,20 @@ def start_production(settings: Settings, port: int | None = None,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url(),
         "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),  # every component signs alike
     }
+    try:
+        return _start_components(settings, port, env, on_postgres=True)
+    except BaseException:
+        postgres.stop(settings)
+        raise
+
+
+def _start_components(settings: Settings, port: int, env: dict[str, str], on_postgres: bool) -> LocalAirflow:
+    """``airflow db migrate``, then each component in a process group of its own."""
+    home = settings.airflow_home
     migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
                               env=env, capture_output=True, text=True, timeout=600)
     if migrated.returncode != 0:
-        postgres.stop(settings)
-        raise SigflowError("`airflow db migrate` on PostgreSQL failed: "
-                           + (migrated.stderr or migrated.stdout).strip()[-300:])
-    processes = [_launch(env, home / f"{command[0]}.log", *command) for command in PRODUCTION_COMMANDS]
-    api_server = processes[-1]
-    return LocalAirflow(settings, port, api_server, home / "api-server.log", tuple(processes[:-1]))
+        raise SigflowError("`airflow db migrate` failed: " + (migrated.stderr or migrated.stdout).strip()[-300:],
+                           f"see the metadata database settings for {home}")
+    processes = [_launch(env, home / f"{command[0]}.log", *command) for command in COMPONENT_COMMANDS]
+    return LocalAirflow(settings, port, processes[-1], home / "api-server.log", tuple(processes[:-1]), on_postgres)

@@ -60,8 +60,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     # Python workers inherit this: PySpark 4.2's own pandas code (applyInPandasWithState)
     # prints a pandas FutureWarning per worker on every sessions run, which nobody can act on.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
-    if settings.spark_master.startswith("local") or "//127.0.0.1:" in settings.spark_master:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded, or a loopback cluster
+    if settings.spark_on_this_machine:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", str(settings.spark_ui).lower())

@@ -1,11 +1,18 @@
-"""`make airflow`: a real Airflow standalone serving the sigflow DAGs, driven over its REST API."""
+"""`make airflow`: a real Airflow (its components on SQLite) serving the sigflow DAGs, driven
+over its REST API."""
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from ipaddress import ip_address
+from urllib.parse import quote
 
+import psutil
 import pytest
 from deltalake import DeltaTable
 
@@ -17,7 +24,7 @@ from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
 from tests.helpers import REPO, cli_env, processes_with_env
 
-pytestmark = pytest.mark.slow  # Airflow standalone
+pytestmark = pytest.mark.slow  # Airflow's components, and a spark-submit
 
 ARTIFACTS = REPO / ".test-artifacts"  # kept by CI, ignored by git
 
@@ -35,14 +42,74 @@ def standalone(settings, monkeypatch):
         airflow.stop()
 
 
-def test_a_dag_triggered_over_rest_runs_to_success_and_the_ui_lists_every_dag(standalone, settings):
-    # the DAG's set-up tasks only: its spark-submit is proven by tests/dags/test_sigflow_deploy.py
-    run_id = standalone.trigger("sigflow_deploy", {"mode": "available-now", "jobs": []})
-    state, tasks = standalone.wait_for_run("sigflow_deploy", run_id)
+def _listening(pids: list[int]) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of every socket these processes listen on."""
+    found = set()
+    for connection in psutil.net_connections("inet"):
+        if connection.status == psutil.CONN_LISTEN and connection.pid in pids:
+            try:
+                found.add((psutil.Process(connection.pid).name(), connection.laddr.ip, connection.laddr.port))
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+def _loopback(ip: str) -> bool:
+    address = ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # a JVM's ::ffff:127.0.0.1 too
+
+
+def _started_by(airflow) -> list[int]:
+    """The components and every process they started (task runners, spark-submit's driver).
+    Not found by their environment: setproctitle overwrites it in the api-server."""
+    pids = []
+    for component in (airflow.process, *airflow.others):
+        try:
+            root = psutil.Process(component.pid)
+            pids += [root.pid, *(child.pid for child in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+@contextmanager
+def _listeners_while(airflow) -> Iterator[set[tuple[str, str, int]]]:
+    """Every listener of Airflow's processes, sampled every half second until the block ends."""
+    seen: set[tuple[str, str, int]] = set()
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            seen.update(_listening(_started_by(airflow)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join()
+
+
+def test_a_dag_run_over_rest_listens_on_loopback_only_its_task_log_leads_with_the_result_and_the_ui_lists_every_dag(
+        standalone, settings):
+    with _listeners_while(standalone) as listeners:
+        run_id = standalone.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
+        state, tasks = standalone.wait_for_run("sigflow_deploy", run_id)
 
     assert state == "success", tasks
-    assert tasks["ensure_tables"] == "success" and tasks["start_ingest"] == "skipped"
+    assert tasks["ensure_tables"] == "success" and tasks["start_ingest"] == "success"
     assert all(DeltaTable.is_deltatable(settings.table_uri(name)) for name in ALL_TABLES)
+    assert {"python", "java"} <= {name.split(".")[0] for name, _, _ in listeners}, listeners  # api-server, driver
+    assert not {(name, ip, port) for name, ip, port in listeners if not _loopback(ip)}
+    assert standalone.port in {port for _, _, port in listeners}, listeners
+
+    # read as the UI reads it, from the api-server: the scheduler serves no logs of its own
+    log = standalone.request("GET", f"/api/v2/dags/sigflow_deploy/dagRuns/{quote(run_id)}/taskInstances/"
+                                    "start_ingest/logs/1?full_content=true")
+    lines = [entry.get("event", "") if isinstance(entry, dict) else str(entry) for entry in log["content"]]
+    assert len(lines) <= 40, "\n".join(lines)
+    assert any(line.startswith("ingest: ") and " rows in; written: " in line for line in lines), "\n".join(lines)
 
     ARTIFACTS.mkdir(exist_ok=True)
     picture = ARTIFACTS / "airflow-dag-list.png"
@@ -51,9 +118,10 @@ def test_a_dag_triggered_over_rest_runs_to_success_and_the_ui_lists_every_dag(st
                                        "sigflow_quality", "sigflow_maintenance"))
     assert picture.read_bytes().startswith(b"\x89PNG")
 
-    standalone.stop()  # the whole process group: api-server, scheduler, dag-processor, triggerer
-    with pytest.raises(ProcessLookupError):
-        os.killpg(standalone.process.pid, 0)
+    standalone.stop()  # every component's process group: api-server, scheduler, dag-processor, triggerer
+    for process in (standalone.process, *standalone.others):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(process.pid, 0)
 
 
 def test_a_busy_port_is_refused_with_what_to_do(settings):
@@ -79,7 +147,7 @@ def test_a_signal_while_airflow_is_starting_stops_every_component(settings, monk
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 60
-    while not processes_with_env("AIRFLOW_HOME", home) or not (home / "standalone.log").exists():
+    while not processes_with_env("AIRFLOW_HOME", home) or not (home / "api-server.log").exists():
         assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
         time.sleep(0.5)
     time.sleep(5)  # well inside the wait for the api-server (it takes 30 s or more here)

@@ -175,7 +175,7 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
             # store refuses a second version 0 instead of ignoring it.
             if not _table_exists(uri):
                 raise
-            log.info("%s: created by another job at the same moment", spec.name)
+            log.debug("%s: created by another job at the same moment", spec.name)
     return migrate_table(uri, spec)
 
 

@@ -1,4 +1,4 @@
-"""The jobs, in dependency order, and the Delta tables each one writes.
+"""The jobs (each reads Kafka, none reads another job's tables) and the Delta tables each one writes.
 
 Importing this package loads no Spark: DAG files read these names when Airflow parses
 them. The runnable jobs (their plans over DataFrames) are in ``spark_jobs.jobs.registry``.

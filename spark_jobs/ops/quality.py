@@ -205,7 +205,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
         frame = read_pandas(uri)
         if max_rows and len(frame) > max_rows:
             frame = frame.tail(max_rows)
-        reports.append(_validate(context, name, frame, all_suites[name]))
+        reports.append(_validate(context, name, frame, all_suites[name], run_id, run_time))
     _record(settings, run_id, run_time, reports)
     # This run's pages only: rebuilding the site renders every result ever stored, which
     # grew each run's cost with the history (docs/streaming-facts.md, "Restart, rewind and quality").
@@ -239,9 +239,11 @@ def _context(settings: Settings):
     return context
 
 
-def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> TableReport:
+def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check], run_id: str,
+              run_time: datetime) -> TableReport:
     import great_expectations as gx
     import great_expectations.expectations as gxe
+    from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
     )
@@ -263,7 +265,9 @@ def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check]) -> 
         name=f"sigflow.{table}", validation_definitions=[definition],
         result_format={"result_format": "COMPLETE"},  # Data Docs are built once, by run()
     ))
-    result = checkpoint.run(batch_parameters={"dataframe": frame})
+    # named as dq_results names the run, so a Data Docs page and its rows find each other
+    result = checkpoint.run(batch_parameters={"dataframe": frame},
+                            run_id=RunIdentifier(run_name=f"sigflow-{run_id}", run_time=run_time))
     outcomes = []
     for validation in result.run_results.values():
         for r in validation.results:

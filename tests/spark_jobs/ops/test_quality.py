@@ -112,3 +112,6 @@ def test_data_docs_keep_a_page_per_run_and_the_index_links_every_one(good_tables
     index = (site / "index.html").read_text()
     assert all(str(page.relative_to(site)) in index for page in pages)
     assert (site / "expectations" / "sigflow" / "device_events.html").exists()
+    runs = {f"sigflow-{run}" for run in table(s, "dq_results").run_id}
+    named = {page.relative_to(site).parts[3] for page in pages}
+    assert len(named) == 3 and named <= runs  # each page under the name of its dq_results run

@@ -1,6 +1,8 @@
 """Job sessions: a session closes only when the watermark passes its last event + gap, from
 batch 0 on; until then an on-time event, in any order and any later batch, extends or
-bridges the device's open sessions (docs/semantics.md, sessions)."""
+bridges the device's open sessions (docs/semantics.md, sessions). End to end here: the
+first-batch trap, restarts, state size; the edge cases of the rule (bridging, an older
+session, exactly the gap) call the state function directly (test_session_state.py)."""
 
 import dataclasses
 import json
@@ -82,46 +84,6 @@ def test_naive_watermark_timeout_fails_the_same_scenario(spark, settings):
     naive_closed = closed_sessions(s)
     assert naive_closed != EXPECTED
     assert ("A", at(10, 0), at(10, 0), 1) in naive_closed
-
-
-def test_a_later_out_of_order_event_bridges_two_open_sessions(spark, settings):
-    """8:10 -> 8:45 is more than the gap, but the watermark (8:35) has not passed 8:10 + gap,
-    so both sessions stay open; 8:40 arrives in the next batch and joins them into one."""
-    s = single_partition(settings)
-    steps = [
-        [Event("d1", "D", at(8, 0), 1.0), Event("d2", "D", at(8, 10), 1.0), Event("d3", "D", at(8, 45), 1.0)],
-        [Event("d4", "D", at(8, 40), 5.0)],
-        [Event("d5", "D", at(10, 0), 1.0)],
-    ]
-    play(spark, s, steps)
-    assert closed_sessions(s) == [("D", at(8, 0), at(8, 45), 4)] == expected_sessions(steps, 10 * MINUTE_MS)
-    assert table(s, "device_sessions").avg_signal.tolist() == [2.0]
-
-
-def test_an_older_event_beyond_the_gap_opens_its_own_session(spark, settings):
-    """With a 2-hour watermark delay, 9:00 is on time after 10:00-10:10; it is an hour before
-    that session, so it is a session of its own, not an extension back to 9:00."""
-    s = single_partition(settings.replace(watermark_delay="2 hours"))
-    steps = [
-        [Event("e1", "E", at(10, 0), 1.0), Event("e2", "E", at(10, 10), 1.0)],
-        [Event("e3", "E", at(9, 0), 1.0)],
-        [Event("e4", "E", at(14, 0), 1.0)],
-    ]
-    play(spark, s, steps)
-    assert closed_sessions(s) == [("E", at(9, 0), at(9, 0), 1), ("E", at(10, 0), at(10, 10), 2)]
-
-
-def test_a_silence_of_exactly_the_gap_continues_the_session_and_one_second_more_ends_it(spark, settings):
-    s = single_partition(settings)
-    steps = [
-        [Event("u1", "U", at(10, 0), 1.0), Event("u2", "U", at(10, 30), 1.0),
-         Event("o1", "O", at(10, 0), 1.0), Event("o2", "O", at(10, 30, 1), 1.0)],
-        [Event("z", "Z", at(12, 0), 1.0)],
-    ]
-    play(spark, s, steps)
-    assert closed_sessions(s) == [
-        ("O", at(10, 0), at(10, 0), 1), ("O", at(10, 30, 1), at(10, 30, 1), 1), ("U", at(10, 0), at(10, 30), 2),
-    ]
 
 
 def test_random_out_of_order_batches_with_restarts_match_the_rule(spark, settings):

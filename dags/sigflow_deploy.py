@@ -93,8 +93,9 @@ with DAG(
             application_args=["run", name, RUN_MODE],
             conn_id="spark_default",
             name=f"sigflow-{name}",
-            # sigflow's Java options and log4j2 settings: the driver's JVM starts before sigflow does
+            # sigflow's Java options and log4j2 settings: the driver's JVM starts before sigflow
+            # does, so SIGFLOW_JVM_OPTIONS is read here, from the DAG processor's environment
             conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF,
-                  **java_options_conf()},
+                  **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""))},
             jars=SUBMIT_JARS or None,
         )

@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); in local mode the executors' tasks run in it too.
     spark_driver_memory: JvmMemory = "2g"
+    # Extra options for every JVM sigflow starts on this machine: Spark's driver and
+    # executors, the embedded broker, the local cluster's daemons. -XX:TieredStopAtLevel=1
+    # (the quick JIT only) suits short runs on few cores (docs/streaming-facts.md).
+    jvm_options: str = ""
     shuffle_partitions: AtLeastOne = 4
     spark_ui: bool = False
     spark_log_level: str = "ERROR"

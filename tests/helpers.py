@@ -110,9 +110,17 @@ def processes_with_env(variable: str, value) -> list[int]:
     return found
 
 
+# Every JVM a test starts beside the session's own (a CLI run's driver, a broker, a cluster
+# daemon, spark-submit) lives seconds to minutes: with the quick JIT alone such a run costs a
+# third less CPU (docs/streaming-facts.md), and the suite is CPU-bound. The session's JVM
+# lives the whole run and keeps the full JIT.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
 def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[str, str]:
     """The environment an operator's shell would have for these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
+    env["SIGFLOW_JVM_OPTIONS"] = QUICK_JIT
     if settings is not None:
         env.update({
             "SIGFLOW_DATA_DIR": settings.data_dir,

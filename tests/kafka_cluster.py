@@ -15,6 +15,7 @@ from pathlib import Path
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
 from spark_jobs.runtime import kafka_client
+from tests.helpers import QUICK_JIT
 
 
 @dataclass
@@ -110,7 +111,8 @@ class KafkaCluster:
 
 def start(base: Path, nodes: int = 3, heap: str = "384m", timeout_s: float = 120) -> KafkaCluster:
     members = [
-        Node(i, load_settings(env={}, overrides={"data_dir": str(base / f"node-{i}"), "broker_heap": heap}),
+        Node(i, load_settings(env={}, overrides={"data_dir": str(base / f"node-{i}"), "broker_heap": heap,
+                                                "jvm_options": QUICK_JIT}),
              broker.free_port(), broker.free_port())
         for i in range(1, nodes + 1)
     ]

@@ -207,7 +207,7 @@ def _jvm(settings: Settings, main: str, *args: str) -> list[str]:
         _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
-        "-cp", classpath, main, *args,
+        *settings.jvm_options.split(), "-cp", classpath, main, *args,
     ]
 
 

@@ -14,10 +14,11 @@ DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def java_options_conf() -> dict[str, str]:
-    """The driver's and the executors' Java options: time zone, out-of-memory exit, logging."""
-    logging = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
+def java_options_conf(extra: str = "") -> dict[str, str]:
+    """The driver's and the executors' Java options: time zone, out-of-memory exit, logging,
+    then the ``jvm_options`` setting (``extra``)."""
+    common = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {extra}".strip()
     return {
-        "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {logging}",
-        "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {logging}",
+        "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {common}",
+        "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {common}",
     }

@@ -67,7 +67,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf())
+        .config(map=java_options_conf(settings.jvm_options))
         .config("spark.driver.memory", settings.spark_driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark_executor_memory)

@@ -52,6 +52,10 @@ from spark_jobs.runtime.spark import configure_session, get_spark
 log = logging.getLogger("sigflow.runner")
 # Operating-system errors of a table write that the operator, not the code, must fix.
 STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+# Kafka errors of a cluster that answers while a partition has no leader yet (a broker lost,
+# its partitions moving): waited out like an outage, within broker_outage_budget.
+KAFKA_TRANSIENT = ("org.apache.kafka.common.errors.TimeoutException", "NotLeaderOrFollowerException",
+                   "LeaderNotAvailableException")
 
 
 class JobRun:
@@ -162,14 +166,16 @@ class JobRun:
     def _failure(self, query, exc: Exception) -> Exception:
         if "OutOfMemoryError" in str(exc):
             return _jvm_died(self.job.name, self.settings)
-        if kafka_client.is_reachable(self.kafka, timeout_s=3):
+        text = str(exc)
+        if kafka_client.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
             return _explain(self.job.name, exc)
         self.record_metrics(query)  # the batches done before Kafka went away
-        return _KafkaGone(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
 
     def _run(self, trigger_interval: str, drive, stop: threading.Event | None = None) -> RunSummary:
         """Run the query; while Kafka is away, wait with backoff and start again from the
         checkpoint (a restarted query replays at most the batch that was in flight)."""
+        outage: tuple[float, int] | None = None  # since when, and the batches done by then
         try:
             while True:
                 try:
@@ -177,16 +183,19 @@ class JobRun:
                         drive(query)
                     return self.summary
                 except _KafkaGone as gone:
-                    if not self._await_kafka(str(gone), stop):
+                    if outage is None or self.summary.batches > outage[1]:  # a new outage
+                        outage = (time.monotonic(), self.summary.batches)
+                    if not self._await_kafka(str(gone), stop, outage[0]):
                         return self.summary
         finally:
             self.lease.release()
 
-    def _await_kafka(self, cause: str, stop: threading.Event | None) -> bool:
+    def _await_kafka(self, cause: str, stop: threading.Event | None, began: float) -> bool:
         """Back off (1, 2, 4 ... 30 s) until Kafka answers. False when stopped meanwhile;
-        BrokerUnavailable once broker_outage_budget is spent."""
-        budget = self.settings.broker_outage_budget.seconds
-        began = time.monotonic()
+        BrokerUnavailable once broker_outage_budget is spent, counted from ``began``: a
+        cluster that answers while a partition has no leader fails the query again and
+        again, and each of those failures is the same outage."""
+        budget = max(0.0, self.settings.broker_outage_budget.seconds - (time.monotonic() - began))
 
         def say_retry(state: tenacity.RetryCallState) -> None:
             log.warning(
@@ -224,8 +233,12 @@ class JobRun:
                 "bring Kafka back and rerun: the job resumes from its checkpoint, "
                 "nothing is lost (docs/runbooks/broker-outage.md)",
             )
-        log.warning("%s: Kafka at %s is back after %.0f s; resuming from the checkpoint",
-                    self.job.name, self.kafka, time.monotonic() - began)
+        if waiting.statistics.get("attempt_number") == 1:  # it never stopped answering
+            log.warning("%s: a Kafka read failed while Kafka at %s answers (%s); resuming from the "
+                        "checkpoint", self.job.name, self.kafka, cause[:200])
+        else:
+            log.warning("%s: Kafka at %s is back after %.0f s; resuming from the checkpoint",
+                        self.job.name, self.kafka, time.monotonic() - began)
         return True
 
     def run_available_now(self) -> RunSummary:

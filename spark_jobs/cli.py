@@ -114,10 +114,33 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contract_of(settings: Settings, topic: str):
+    from spark_jobs.contracts.contract import ALERT_CONTRACT, EVENT_CONTRACT
+
+    contracts = {settings.events_topic: EVENT_CONTRACT, settings.alerts_topic: ALERT_CONTRACT}
+    if topic not in contracts:
+        raise SigflowError(f"no contract for topic {topic}",
+                           f"--validate checks lines for {settings.events_topic} or {settings.alerts_topic}")
+    return contracts[topic]
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from spark_jobs.local import broker, simulate
 
     settings = _settings(args)
+    topic = args.topic or settings.events_topic
+    if args.validate:
+        check = simulate.check_file(args.file, _contract_of(settings, topic), settings.max_clock_ahead.ms)
+        if check.failed:
+            for line in check.describe(shown=10):
+                print(line)
+            raise SigflowError(
+                f"{check.failed:,} of {check.lines:,} lines break the {check.contract} contract "
+                f"(first {min(check.failed, 10)} above); nothing was sent",
+                "fix them (docs/event-contract.md: each reason code), or send without --validate "
+                "and the jobs quarantine them",
+            )
+        print(f"{check.lines:,} lines meet the {check.contract} contract")
     bootstrap = broker.connection(settings)
     records = simulate.FileRecords(args.file)
     sent = simulate.produce_records(bootstrap, args.topic or settings.events_topic, records, progress=True)
@@ -289,6 +312,14 @@ def cmd_airflow(args: argparse.Namespace) -> int:
             print(f"Airflow stopped (every component; logs in {airflow.settings.airflow_home})", flush=True)
 
 
+def cmd_contract(args: argparse.Namespace) -> int:
+    from spark_jobs.contracts.contract import CONTRACTS
+    from spark_jobs.contracts.json_schema import schema_text
+
+    sys.stdout.write(schema_text(CONTRACTS[args.name]))
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.registry import JOBS
 
@@ -334,7 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="publish each line of a JSONL file as is")
     p.add_argument("--topic")
     p.add_argument("--file", required=True)
+    p.add_argument("--validate", action="store_true",
+                   help="check every line against the topic's contract first; send none if one fails")
     p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("contract", help="the event and alert contracts as JSON Schema")
+    p.add_argument("action", choices=["schema"])
+    p.add_argument("name", choices=["events", "alerts"])
+    p.set_defaults(func=cmd_contract)
 
     p = sub.add_parser("simulate", help="generate device events with every kind of defect")
     p.add_argument("--events", type=int, default=0, help="how many, as fast as possible")

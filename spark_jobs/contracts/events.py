@@ -12,12 +12,21 @@ JSON type of every field is checked natively, without a Python UDF on the hot pa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Duration
+from spark_jobs.contracts.contract import (  # noqa: F401 - the contracts, re-exported for the jobs
+    ALERT_CONTRACT,
+    EPOCH_MS_MAX,
+    EPOCH_MS_MIN,
+    EVENT_CONTRACT,
+    MAX_BEHIND_DAYS,
+    MAX_PAYLOAD_BYTES,
+    ZONED_ISO,
+    Contract,
+)
 from spark_jobs.contracts.reasons import REASON_CODES
 
 # A Kafka record as Spark's Kafka source gives it (includeHeaders=false): what the contract parses.
@@ -25,37 +34,8 @@ KAFKA_RECORD_SCHEMA = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
 )
 
+_INTEGER = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 _NUMBER = r"^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$"
-_ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$"
-
-
-# Plausibility limits, part of the contract (docs/event-contract.md). A time ahead of the
-# record's Kafka timestamp drags the watermark forward and makes every later event "late",
-# so one device with a bad clock could silence a job: a time more than the setting
-# max_clock_ahead ahead is quarantined instead. Far-behind times and oversized payloads are
-# defects too, not data.
-MAX_PAYLOAD_BYTES = 256 * 1024
-MAX_BEHIND_DAYS = 365
-
-
-@dataclass(frozen=True)
-class Contract:
-    strings: tuple[str, ...]
-    numbers: tuple[str, ...] = ()
-    times: tuple[str, ...] = ()
-    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        return self.strings + self.numbers + self.times
-
-
-EVENT_CONTRACT = Contract(strings=("event_id", "device_id"), numbers=("signal",), times=("event_time",))
-ALERT_CONTRACT = Contract(
-    strings=("alert_id", "device_id", "severity", "kind"),
-    times=("alert_time",),
-    choices={"severity": ("critical", "warning", "info")},
-)
 
 
 def _vtype(name: str) -> Column:
@@ -69,12 +49,18 @@ def _text(name: str) -> Column:
 
 
 def _time(name: str) -> Column:
+    """ISO-8601 with a zone, or an integral JSON number of epoch milliseconds (``1.7e12`` and
+    ``1700000000000.0`` are integers to JSON Schema too) within years 0001 to 9999."""
     kind = _vtype(name)
+    exact = F.expr(f"try_variant_get(_v, '$.{name}', 'bigint')")
+    approximate = F.expr(f"try_variant_get(_v, '$.{name}', 'double')")
     return F.when(
-        (kind == "STRING") & _text(name).rlike(_ZONED_ISO), F.try_to_timestamp(_text(name)),
+        (kind == "STRING") & _text(name).rlike(ZONED_ISO), F.try_to_timestamp(_text(name)),
     ).when(
-        kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT"),
-        F.expr(f"timestamp_millis(try_variant_get(_v, '$.{name}', 'bigint'))"),
+        kind.isin(*_INTEGER) & exact.between(EPOCH_MS_MIN, EPOCH_MS_MAX), F.timestamp_millis(exact),
+    ).when(
+        kind.rlike(_NUMBER) & approximate.between(EPOCH_MS_MIN, EPOCH_MS_MAX) & ((approximate % 1) == 0),
+        F.timestamp_millis(approximate.cast("bigint")),
     )
 
 

@@ -231,6 +231,14 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     get_job(args.job)
+    if args.action == "inspect" and args.state:
+        from spark_jobs.ops.state import read_state
+        from spark_jobs.runtime.spark import get_spark
+
+        report = read_state(get_spark(settings, f"sigflow-state-{args.job}"), settings, args.job,
+                            device=args.device, batch_id=args.batch)
+        print("\n".join(report.lines(limit=args.limit)))
+        return 0
     if args.action == "inspect":
         print("\n".join(status.inspect_checkpoint(settings, args.job)))
         return 0
@@ -412,6 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-state-loss", action="store_true",
                    help="recover --from delta of a stateful job: accept the listed gap")
     p.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
+    p.add_argument("--state", action="store_true",
+                   help="inspect: what each stateful operator holds (Spark's state data source; the job may run)")
+    p.add_argument("--device", help="inspect --state: this device's rows only")
+    p.add_argument("--batch", type=int, help="inspect --state: at this committed batch (default: the latest)")
+    p.add_argument("--limit", type=int, default=20, help="inspect --state: rows shown per operator")
     p.set_defaults(func=cmd_checkpoint)
 
     p = sub.add_parser("stop", help="stop a running job gracefully (after its batch in flight)")

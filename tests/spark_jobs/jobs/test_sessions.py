@@ -7,13 +7,20 @@ session, exactly the gap) call the state function directly (test_session_state.p
 import dataclasses
 import json
 import random
+from datetime import datetime, timezone
 
+from spark_jobs.cli import main
 from spark_jobs.jobs.event_time import valid_events
 from spark_jobs.jobs.sessions import SESSIONS, device_sessions
-from tests.helpers import at, run_job, send, single_partition, table
+from spark_jobs.ops.state import read_state
+from tests.helpers import at, cli_env, run_job, send, single_partition, table
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
 
 GAP_MS = 30 * MINUTE_MS
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 # One micro-batch per step, delay 10 min, gap 30 min: the acceptance scenario of the first-batch trap.
 FIRST_BATCH_TRAP_STEPS = [
@@ -64,13 +71,30 @@ def expected_sessions(steps, delay_ms: int) -> list[tuple]:
     return sorted(s for s in sessions if s[2] + GAP_MS <= oracle.watermark_ms)
 
 
-def test_first_batch_trap_scenario_closes_exactly_the_expected_sessions(spark, settings):
+def test_first_batch_trap_scenario_closes_exactly_the_expected_sessions(spark, settings, capsys, monkeypatch):
     s = single_partition(settings)
     play(spark, s, FIRST_BATCH_TRAP_STEPS)
     assert closed_sessions(s) == EXPECTED  # B's 12:00 session is still open
     assert expected_sessions(FIRST_BATCH_TRAP_STEPS, 10 * MINUTE_MS) == EXPECTED
     rows = table(s, "device_sessions").sort_values("device_id")
     assert rows.avg_signal.tolist() == [2.0, 3.0]
+
+    # What the state holds, read from the checkpoint: B's open session, closing at 12:00 + gap;
+    # of the ids, only those the watermark (12:00 - 10 min) has not passed by the delay.
+    state = {op.operator: op for op in read_state(spark, s, "sessions").operators}
+    assert state["applyInPandasWithState"].shown == [
+        f"device B: session {iso(at(12, 0))} .. {iso(at(12, 0))}, 1 event(s), "
+        f"closes when the watermark reaches {iso(at(12, 30))}"]
+    assert [json.loads(line.split(" value ")[0][4:])["event_id"] for line in state["dedupeWithinWatermark"].shown] == ["b3"]
+    first = read_state(spark, s, "sessions", device="A", batch_id=0).operators
+    assert [op.shown for op in first if op.operator == "applyInPandasWithState"] == [[
+        f"device A: session {iso(at(10, 0))} .. {iso(at(10, 0))}, 1 event(s), "
+        f"closes when the watermark reaches {iso(at(10, 30))}"]]
+    for name, value in cli_env(s).items():
+        if name.startswith("SIGFLOW_") or name == "KAFKA_BOOTSTRAP_SERVERS":
+            monkeypatch.setenv(name, value)
+    assert main(["checkpoint", "inspect", "sessions", "--state", "--device", "A"]) == 0
+    assert "applyInPandasWithState #" in capsys.readouterr().out  # A has no open session left: 0 rows
 
 
 def test_naive_watermark_timeout_fails_the_same_scenario(spark, settings):

@@ -132,22 +132,22 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.validate:
         check = simulate.check_file(args.file, _contract_of(settings, topic), settings.max_clock_ahead.ms)
         if check.failed:
-            for line in check.describe(shown=10):
+            for line in check.describe():
                 print(line)
             raise SigflowError(
                 f"{check.failed:,} of {check.lines:,} lines break the {check.contract} contract "
-                f"(first {min(check.failed, 10)} above); nothing was sent",
+                f"(first {len(check.failures)} above); nothing was sent",
                 "fix them (docs/event-contract.md: each reason code), or send without --validate "
                 "and the jobs quarantine them",
             )
         print(f"{check.lines:,} lines meet the {check.contract} contract")
     bootstrap = broker.connection(settings)
     records = simulate.FileRecords(args.file)
-    sent = simulate.produce_records(bootstrap, args.topic or settings.events_topic, records, progress=True)
+    sent = simulate.produce_records(bootstrap, topic, records, progress=True)
     for line in records.refused:
         print(line)
     unkeyed = f" ({records.unkeyed:,} unkeyed: no string device_id found)" if records.unkeyed else ""
-    print(f"produced {sent:,} records to {args.topic or settings.events_topic}{unkeyed}"
+    print(f"produced {sent:,} records to {topic}{unkeyed}"
           + (f"; {len(records.refused):,} refused (listed above)" if records.refused else ""))
     return 0
 

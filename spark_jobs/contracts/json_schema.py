@@ -166,6 +166,11 @@ def _iso_ms(text: str) -> float | None:
         return float("inf") if offset < timedelta(0) else float("-inf")
 
 
+def _bad_time(name: str, value: str, why: str = "") -> Problem:
+    return Problem("bad_time", f"field '{name}' is neither ISO-8601 with a zone nor integer "
+                               f"epoch milliseconds: {value[:60]!r}{why}")
+
+
 def problem(contract: Contract, value: bytes | None, kafka_timestamp_ms: float, max_ahead_ms: float) -> Problem | None:
     """The first broken rule of a record, as the jobs would quarantine it; None when valid."""
     if value is None:
@@ -189,8 +194,7 @@ def problem(contract: Contract, value: bytes | None, kafka_timestamp_ms: float, 
         name = error.path[0]
         got = _json_type(document[name])
         if name in contract.times:
-            found.append(Problem("bad_time", f"field '{name}' is neither ISO-8601 with a zone nor integer "
-                                             f"epoch milliseconds: {str(document[name])[:60]!r}"))
+            found.append(_bad_time(name, str(document[name])))
         elif error.validator == "type":
             kind = "string" if name in contract.strings else "number"
             found.append(Problem("wrong_type", f"field '{name}' must be a {kind}, got {got}"))
@@ -205,8 +209,7 @@ def problem(contract: Contract, value: bytes | None, kafka_timestamp_ms: float, 
         value = document[name]
         ms = _iso_ms(value) if isinstance(value, str) else float(value)
         if ms is None:
-            return Problem("bad_time", f"field '{name}' is neither ISO-8601 with a zone nor integer "
-                                       f"epoch milliseconds: {value[:60]!r} (no such date)")
+            return _bad_time(name, value, " (no such date)")
         if ms > kafka_timestamp_ms + max_ahead_ms:
             return Problem("time_ahead", f"field '{name}' is more than {max_ahead_ms / 1000:.0f} s (max_clock_ahead) "
                                          f"after the record's Kafka timestamp: {value}")

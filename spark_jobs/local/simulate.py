@@ -237,18 +237,23 @@ class FileRecords:
     refused: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[tuple[bytes | None, bytes]]:
-        with open(self.path, "rb") as handle:
-            for number, line in enumerate(handle, start=1):
-                line = line.rstrip(b"\r\n")
-                if not line:
-                    continue
-                if len(line) > MAX_LINE_BYTES:
-                    self.refused.append(f"line {number}: {len(line):,} bytes is over the {MAX_LINE_BYTES:,}-byte "
-                                        "limit of a Kafka record (message.max.bytes); not sent")
-                    continue
-                key = _device_key(line)
-                self.unkeyed += key is None
-                yield key, line
+        for number, line in _numbered_lines(self.path):
+            if len(line) > MAX_LINE_BYTES:
+                self.refused.append(f"line {number}: {len(line):,} bytes is over the {MAX_LINE_BYTES:,}-byte "
+                                    "limit of a Kafka record (message.max.bytes); not sent")
+                continue
+            key = _device_key(line)
+            self.unkeyed += key is None
+            yield key, line
+
+
+def _numbered_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """Each non-empty line of a file, without its line end, with its number."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip(b"\r\n")
+            if line:
+                yield number, line
 
 
 @dataclass(frozen=True)
@@ -260,8 +265,8 @@ class FileCheck:
     failures: list[tuple[int, str, str]]  # (line number, reason code, reason), the first ones
     failed: int
 
-    def describe(self, shown: int) -> list[str]:
-        return [f"line {number}: {code}: {reason}" for number, code, reason in self.failures[:shown]]
+    def describe(self) -> list[str]:
+        return [f"line {number}: {code}: {reason}" for number, code, reason in self.failures]
 
 
 def check_file(path: str, contract, max_ahead_ms: float, shown: int = 10) -> FileCheck:
@@ -271,17 +276,13 @@ def check_file(path: str, contract, max_ahead_ms: float, shown: int = 10) -> Fil
     now_ms = time.time() * 1000
     lines = failed = 0
     failures: list[tuple[int, str, str]] = []
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip(b"\r\n")
-            if not line:
-                continue
-            lines += 1
-            found = problem(contract, line, now_ms, max_ahead_ms)
-            if found is not None:
-                failed += 1
-                if len(failures) < shown:
-                    failures.append((number, found.code, found.detail))
+    for number, line in _numbered_lines(path):
+        lines += 1
+        found = problem(contract, line, now_ms, max_ahead_ms)
+        if found is not None:
+            failed += 1
+            if len(failures) < shown:
+                failures.append((number, found.code, found.detail))
     return FileCheck(contract.name, lines, failures, failed)
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from spark_jobs.cli import main
+from spark_jobs.config import Duration
 from spark_jobs.contracts.contract import ALERT_CONTRACT, EVENT_CONTRACT, Contract
 from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
 from spark_jobs.contracts.json_schema import problem, schema, schema_text
@@ -32,8 +33,7 @@ from tests.spark_jobs.contracts.test_contract_fuzz import (
 # no shrinking: each step is a Spark job; a failure prints the batch as drawn
 AGREE = settings(FUZZ, phases=[Phase.explicit, Phase.generate])
 KAFKA_MS = KAFKA_TIME.timestamp() * 1000
-AHEAD_MS = 60_000
-assert MAX_AHEAD == "1 minute"
+AHEAD_MS = Duration(MAX_AHEAD, "max_clock_ahead").ms
 
 
 @st.composite
@@ -123,3 +123,8 @@ def test_produce_validate_names_the_first_failing_lines_and_sends_none(tmp_path,
         f"'{an_hour_ago[:19]}'",
     ]
     assert "3 of 4 lines break the events contract" in err and "nothing was sent" in err
+
+    path.write_text(lines[0] + "\n")  # a file that meets it is sent: here to no broker at all
+    assert main(["produce", "--validate", "--file", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["1 lines meet the events contract"] and "Kafka at 127.0.0.1:1" in err

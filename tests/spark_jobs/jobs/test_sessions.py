@@ -94,7 +94,8 @@ def test_first_batch_trap_scenario_closes_exactly_the_expected_sessions(spark, s
         if name.startswith("SIGFLOW_") or name == "KAFKA_BOOTSTRAP_SERVERS":
             monkeypatch.setenv(name, value)
     assert main(["checkpoint", "inspect", "sessions", "--state", "--device", "A"]) == 0
-    assert "applyInPandasWithState #" in capsys.readouterr().out  # A has no open session left: 0 rows
+    sessions_id = state["applyInPandasWithState"].operator_id
+    assert f"applyInPandasWithState #{sessions_id}: 0 row(s)" in capsys.readouterr().out  # A's closed
 
 
 def test_naive_watermark_timeout_fails_the_same_scenario(spark, settings):

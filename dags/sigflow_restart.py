@@ -1,9 +1,12 @@
 """sigflow_restart: on-call restarts of one job from its checkpoint.
 
-Trigger with the form. It always prints its plan first; with `dry_run` on (the default)
-it stops there, so trigger once to read the plan and again with `dry_run` off to act.
-It refuses unsafe requests (the job still running, a batch no longer in the checkpoint,
-Kafka data already deleted, ...) with the reason.
+Trigger with the form. `plan` works out every change the request makes and refuses an
+unsafe one (the job still running, a batch no longer in the checkpoint, Kafka data already
+deleted, ...) with the reason. `approve` then waits in Required Actions, showing the plan,
+for Approve or Reject (at most `approve_within_minutes`). Only an approved plan is applied,
+and only if planning it again gives the same changes: if the state moved meanwhile,
+`apply_plan` fails saying what changed, and nothing is touched. Reject skips the rest;
+no answer in time fails `approve`; both leave everything as it was.
 
 * `resume`: stop the running query gracefully, check the checkpoint, run the job again.
 * `rewind`: re-run every batch after `to_batch` (or after the last batch started before
@@ -20,37 +23,40 @@ then `sigflow run JOB`. Runbooks: docs/runbooks/.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, task
 
 from spark_jobs.jobs import JOB_NAMES
 
 
 @task
-def show_plan(params=None) -> str:
+def plan(params=None) -> dict:
     from airflow.sdk.exceptions import AirflowFailException
 
     from spark_jobs.ops import tasks
 
-    plan = tasks.restart_plan(params)
-    print(plan.describe())
-    if plan.refusals:
-        raise AirflowFailException(f"refused: {'; '.join(plan.refusals)} (see {plan.runbook})")
-    return plan.describe()
+    planned = tasks.restart_plan(params)
+    print(planned.describe(), flush=True)
+    if planned.refusals:
+        raise AirflowFailException(f"refused: {'; '.join(planned.refusals)} (see {planned.runbook})")
+    return {"markdown": planned.markdown(), "commitments": planned.commitments()}
+
+
+class PlanApproval(ApprovalOperator):
+    """Approve or Reject, answered within the form's ``approve_within_minutes``."""
+
+    def execute(self, context):
+        self.response_timeout = timedelta(minutes=context["params"]["approve_within_minutes"])
+        return super().execute(context)
 
 
 @task
-def apply_plan(params=None) -> None:
-    from airflow.sdk.exceptions import AirflowSkipException
-
+def apply_plan(params=None, ti=None) -> list[str]:
     from spark_jobs.ops import tasks
 
-    if params["dry_run"]:
-        raise AirflowSkipException("dry run: the plan above was not applied")
-    plan = tasks.restart_plan(params)  # planned again: the state may have moved since show_plan
-    print(plan.describe())
-    plan.apply()
+    return tasks.apply_approved_restart(params, ti.xcom_pull(task_ids="plan")["commitments"])
 
 
 @task
@@ -81,7 +87,13 @@ with DAG(
         "accept_state_loss": Param(False, type="boolean",
                                    description="recover from delta of a stateful job: accept the gap"),
         "force": Param(False, type="boolean", description="recover: replace a checkpoint that looks sound"),
-        "dry_run": Param(True, type="boolean", description="print the plan only"),
+        "approve_within_minutes": Param(60, type="number", exclusiveMinimum=0,
+                                        description="no answer by then fails the approval; nothing changes"),
     },
 ) as dag:
-    show_plan() >> apply_plan() >> run_job()
+    approve = PlanApproval(
+        task_id="approve",
+        subject="{{ params.action }} {{ params.job }}: apply this plan?",
+        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
+    )
+    plan() >> approve >> apply_plan() >> run_job()

@@ -168,6 +168,24 @@ class LocalAirflow:
         tasks = self.request("GET", f"{path}/taskInstances", token=token)["task_instances"]
         return state, {t["task_id"]: t["state"] for t in tasks}
 
+    def wait_for_required_action(self, dag_id: str, run_id: str, timeout: float = 300.0) -> dict:
+        """The run's first Required Action (a task waiting for a person's answer), once it waits."""
+        token, deadline = self.token(), time.monotonic() + timeout
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/hitlDetails?response_received=false"
+        while not (pending := self.request("GET", path, token=token)["hitl_details"]):
+            if time.monotonic() > deadline:
+                raise SigflowError(f"{dag_id} run {run_id} asked for no answer within {timeout:.0f} s",
+                                   f"see {self.url}/dags/{dag_id}")
+            time.sleep(2)
+        return pending[0]
+
+    def answer(self, action: dict, option: str) -> dict:
+        """Choose ``option`` in a Required Action, as the UI's Approve or Reject button does."""
+        ti = action["task_instance"]
+        path = (f"/api/v2/dags/{ti['dag_id']}/dagRuns/{urllib.parse.quote(ti['dag_run_id'])}"
+                f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails")
+        return self.request("PATCH", path, {"chosen_options": [option]})
+
     def stop(self, timeout: float = 60.0, progress=lambda line: None) -> None:
         """Stop every component: SIGINT (its ^C) to each process group, SIGKILL if any
         lingers past ``timeout``; then the production shape's PostgreSQL. ``progress`` gets

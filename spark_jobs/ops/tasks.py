@@ -94,3 +94,20 @@ def restart_plan(params: Mapping[str, Any]):
         to_time=params["to_time"], source=params["recover_from"], force=params["force"],
         accept_state_loss=params["accept_state_loss"],
     )
+
+
+def apply_approved_restart(params: Mapping[str, Any], approved: list[str]) -> list[str]:
+    """Apply the sigflow_restart request only if it still plans exactly what was approved
+    (``Plan.commitments()``); the state may have moved while the approval waited."""
+    from spark_jobs.errors import SigflowError
+
+    plan = restart_plan(params)
+    moved = plan.changes_since(approved)
+    if moved:
+        raise SigflowError(
+            f"{plan.action} {plan.job}: the state moved since the plan was approved; nothing was changed",
+            "trigger sigflow_restart again and approve the new plan", details=moved,
+        )
+    lines = _logged([plan.describe()])
+    plan.apply()
+    return lines

@@ -25,10 +25,15 @@ def test_dag_folder_loads_without_import_errors(airflow_home):
 
 def test_on_call_dags_take_their_parameters_from_a_form(airflow_home):
     bag = _bag()
-    restart = bag.get_dag("sigflow_restart").params
-    assert set(restart) == {"job", "action", "to_batch", "to_time", "recover_from", "accept_state_loss",
-                            "force", "dry_run"}
-    assert restart["dry_run"] is True  # acting needs a deliberate second trigger
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    restart = bag.get_dag("sigflow_restart")
+    assert set(restart.params) == {"job", "action", "to_batch", "to_time", "recover_from", "accept_state_loss",
+                                   "force", "approve_within_minutes"}
+    # nothing is applied before a person approves the plan
+    assert isinstance(restart.get_task("approve"), ApprovalOperator)
+    assert restart.get_task("apply_plan").upstream_task_ids == {"approve"}
+    assert restart.get_task("approve").upstream_task_ids == {"plan"}
     assert set(bag.get_dag("sigflow_deploy").params) == {"mode", "trigger_interval", "jobs"}
 
 

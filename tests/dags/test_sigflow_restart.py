@@ -22,20 +22,40 @@ def _raw(settings):
     return Counter(table(settings, "device_events_raw")["value"])
 
 
-def test_rewind_by_dag_reprocesses_exactly_once_and_a_dry_run_changes_nothing(spark, settings, dag_env):
+def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_once(spark, settings, dag_env):
     from tests.helpers import single_partition
 
     s = dag_env(single_partition(settings))
-    ends = _run_chunks(spark, s, _chunks())
-    uninterrupted = _dedup_rows(s)
+    first, second, third = _chunks()
+    ends = _run_chunks(spark, s, [first, second])
     conf = {"job": "dedup", "action": "rewind", "to_batch": ends[0]}
+    shown = []
 
-    state, tasks = run_dag("sigflow_restart", conf)  # dry_run is the default
-    assert state == "success" and tasks == {"show_plan": "success", "apply_plan": "skipped", "run_job": "skipped"}
-    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[-1]
+    def reject(action):
+        shown.append(action)
+        return "Reject"
 
-    state, tasks = run_dag("sigflow_restart", {**conf, "dry_run": False})
-    assert state == "success", tasks
+    state, tasks = run_dag("sigflow_restart", conf, answer=reject)
+    assert state == "success" and tasks == {"plan": "success", "approve": "success",
+                                            "apply_plan": "skipped", "run_job": "skipped"}
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
+    # the approval form shows the plan: the batches that re-run and the table versions restored
+    assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[0]["body"]
+    assert "restore device_events_deduplicated to version" in shown[0]["body"]
+
+    def more_batches_then_approve(action):  # the job runs again while the approval waits
+        ends.extend(_run_chunks(spark, s, [third]))
+        return "Approve"
+
+    state, tasks = run_dag("sigflow_restart", conf, answer=more_batches_then_approve)
+    assert state == "failed" and tasks["apply_plan"] == "failed" and tasks["run_job"] != "success", tasks
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[2]  # not rewound
+    assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
+    uninterrupted = _dedup_rows(s)
+    assert sorted(e for e, _, _ in uninterrupted) == sorted(f"{c}{n}" for c in "abc" for n in range(20))
+
+    state, tasks = run_dag("sigflow_restart", conf, answer=lambda action: "Approve")
+    assert state == "success" and set(tasks.values()) == {"success"}, tasks
     assert _dedup_rows(s) == uninterrupted
     assert Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"][0]["to_batch"] == ends[0]
 
@@ -45,8 +65,8 @@ def test_an_unsafe_request_fails_at_the_plan_with_nothing_changed(spark, setting
     produce(s, generate_events(50, seed=1))
     run_job(spark, s, "ingest")
     last = Checkpoint(s.checkpoint_uri("ingest")).last_committed()
-    state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": last, "dry_run": False})
-    assert state == "failed" and tasks["show_plan"] == "failed" and tasks["apply_plan"] != "success"
+    state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": last})
+    assert state == "failed" and tasks["plan"] == "failed" and tasks["apply_plan"] != "success"
 
 
 def test_recover_by_dag_continues_after_the_last_batch_in_delta(spark, settings, dag_env):
@@ -56,7 +76,8 @@ def test_recover_by_dag_continues_after_the_last_batch_in_delta(spark, settings,
     run_job(spark, s, "ingest")
     shutil.rmtree(s.checkpoint_uri("ingest"))
     produce(s, records[150:])
-    state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "recover", "dry_run": False})
+    state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "recover"},
+                           answer=lambda action: "Approve")
     assert state == "success", tasks
     assert _raw(s) == Counter(r.value for r in records)
 
@@ -76,7 +97,8 @@ def test_resume_by_dag_stops_the_running_job_and_loses_nothing(settings, dag_env
             time.sleep(1)
         assert status.running_pid(s, "ingest") == job.pid
         produce(s, records[200:])
-        state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "resume", "dry_run": False})
+        state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "resume"},
+                               answer=lambda action: "Approve")
         assert state == "success", tasks
         assert job.wait(timeout=60) == 0  # stopped gracefully by SIGTERM, not killed
     finally:

@@ -46,6 +46,26 @@ class Plan:
         lines += [f"  then: {text}" for text in self.afterwards]
         return "\n".join(lines)
 
+    def commitments(self) -> list[str]:
+        """What approving this plan agrees to: its refusals and its changes, in order."""
+        return [f"REFUSED: {reason}" for reason in self.refusals] + self.steps
+
+    def changes_since(self, approved: list[str]) -> list[str]:
+        """How this plan differs from the ``commitments()`` someone approved earlier: the
+        state moved in between (more batches committed, the job started, a table written)."""
+        now = self.commitments()
+        return ([f"approved, no longer planned: {line}" for line in approved if line not in now]
+                + [f"planned now, not approved: {line}" for line in now if line not in approved])
+
+    def markdown(self) -> str:
+        """The plan for a form that renders Markdown (the Airflow approval page)."""
+        if self.refusals:
+            return "\n".join([*(f"- **refused**: {reason}" for reason in self.refusals), "", f"See `{self.runbook}`."])
+        lines = [f"{n}. {text}" for n, text in enumerate(self.steps, 1)] or ["Nothing to change."]
+        if self.afterwards:
+            lines += ["", "Then:", *(f"- {text}" for text in self.afterwards)]
+        return "\n".join([*lines, "", f"Runbook: `{self.runbook}`."])
+
     def apply(self) -> None:
         if self.refusals:
             raise SigflowError(

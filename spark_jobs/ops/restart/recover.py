@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timezone
+from typing import Callable
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
@@ -79,17 +81,23 @@ def plan_recover(
     if plan.refusals:
         plan.steps.clear()
         return plan
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    applied_at = _applied_at()
     if checkpoint.exists() or checkpoint.identity():
-        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-{stamp} (kept for study)",
-                  lambda: checkpoint.move_aside(f"lost-{stamp}"))
+        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study)",
+                  lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
     plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
               f"{offsets_text(start) if isinstance(start, dict) else start}",
               lambda: checkpoint.start_fresh(
                   job.name, start if isinstance(start, str) else json.dumps(start),
-                  {"source": source, "at": stamp}))
+                  {"source": source, "at": applied_at()}))
     plan.afterwards.append(f"run {job.name}")
     return plan
+
+
+def _applied_at() -> Callable[[], str]:
+    """The UTC time the plan is applied, read once: an approved plan is applied later than it
+    was made, and its text (what was approved) must not depend on when it was made."""
+    return functools.cache(lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
 
 
 def _plan_start_from_delta(settings: Settings, job: StreamingJob, plan: Plan) -> dict | None:

@@ -20,9 +20,11 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import SigflowError
 from spark_jobs.local import airflow_local
 from spark_jobs.local.broker import free_port
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime.checkpoint import Checkpoint
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import REPO, cli_env, processes_with_env
+from tests.helpers import REPO, cli_env, processes_with_env, produce
 
 pytestmark = pytest.mark.slow  # Airflow's components, and a spark-submit
 
@@ -34,7 +36,9 @@ def standalone(settings, monkeypatch):
     # other test modules configure Airflow for dag.test() in this process; the standalone
     # gets its own home and settings (airflow_local.environment), not theirs
     monkeypatch.delenv("AIRFLOW__CORE__UNIT_TEST_MODE", raising=False)
-    airflow = airflow_local.start(settings, port=free_port(), extra_env=settings_env(settings))
+    # the scheduler looks for unanswered approvals past their time every second, not every 15
+    sweep = {"AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "1"}
+    airflow = airflow_local.start(settings, port=free_port(), extra_env={**settings_env(settings), **sweep})
     try:
         airflow.wait_ready(progress=lambda line: None)
         yield airflow
@@ -91,7 +95,7 @@ def _listeners_while(airflow) -> Iterator[set[tuple[str, str, int]]]:
         sampler.join()
 
 
-def test_a_dag_run_over_rest_listens_on_loopback_only_its_task_log_leads_with_the_result_and_the_ui_lists_every_dag(
+def test_dag_runs_over_rest_listen_on_loopback_only_log_the_result_first_and_a_restart_waits_for_approval(
         standalone, settings):
     with _listeners_while(standalone) as listeners:
         run_id = standalone.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
@@ -110,6 +114,21 @@ def test_a_dag_run_over_rest_listens_on_loopback_only_its_task_log_leads_with_th
     lines = [entry.get("event", "") if isinstance(entry, dict) else str(entry) for entry in log["content"]]
     assert len(lines) <= 40, "\n".join(lines)
     assert any(line.startswith("ingest: ") and " rows in; written: " in line for line in lines), "\n".join(lines)
+
+    # a restart waits for a person: Reject, or no answer in time, changes nothing
+    produce(settings, generate_events(40, seed=5))
+    committed = Checkpoint(settings.checkpoint_uri("ingest")).last_committed()
+    resume = {"job": "ingest", "action": "resume"}
+    rejected = standalone.trigger("sigflow_restart", resume)
+    action = standalone.wait_for_required_action("sigflow_restart", rejected)
+    assert "run ingest from its checkpoint" in action["body"], action
+    standalone.answer(action, "Reject")
+    assert standalone.wait_for_run("sigflow_restart", rejected) == (
+        "success", {"plan": "success", "approve": "success", "apply_plan": "skipped", "run_job": "skipped"})
+    unanswered = standalone.trigger("sigflow_restart", {**resume, "approve_within_minutes": 0.1})
+    state, tasks = standalone.wait_for_run("sigflow_restart", unanswered)
+    assert state == "failed" and tasks["approve"] == "failed" and tasks["run_job"] == "upstream_failed", tasks
+    assert Checkpoint(settings.checkpoint_uri("ingest")).last_committed() == committed  # the 40 wait in Kafka
 
     ARTIFACTS.mkdir(exist_ok=True)
     picture = ARTIFACTS / "airflow-dag-list.png"

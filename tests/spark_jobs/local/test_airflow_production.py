@@ -1,13 +1,14 @@
 """Airflow as production runs it (`sigflow airflow --production`): PostgreSQL for the
 metadata, the LocalExecutor, each component its own process; `sigflow_deploy` submits the
 jobs to the Spark standalone cluster through the Spark provider, `sigflow_restart` rewinds
-one, both triggered over the REST API."""
+one once its plan is approved, all over the REST API."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from deltalake import DeltaTable
@@ -48,8 +49,16 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
         finished = cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"][apps_before:]
         assert [app["name"] for app in finished] == ["sigflow-ingest"], finished  # it ran on the cluster
 
-        rewind = airflow.trigger("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": 0,
-                                                     "dry_run": False})
+        rewind = airflow.trigger("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": 0})
+        action = airflow.wait_for_required_action("sigflow_restart", rewind)
+        assert action["subject"] == "rewind ingest: apply this plan?"
+        assert "restore device_events to version" in action["body"], action["body"]
+        ARTIFACTS.mkdir(exist_ok=True)
+        picture = ARTIFACTS / "airflow-restart-approval.png"
+        page = f"{airflow.url}/dags/sigflow_restart/runs/{quote(rewind)}/tasks/approve/required_actions"
+        text = screenshot(page, airflow.token(), picture, wait_for_text="apply this plan?")
+        assert "restore device_events to version" in text and picture.read_bytes().startswith(b"\x89PNG")
+        airflow.answer(action, "Approve")
         state, tasks = airflow.wait_for_run("sigflow_restart", rewind, timeout=900)
         assert state == "success" and set(tasks.values()) == {"success"}, tasks
         assert contents(s, "device_events") == deployed  # batches after 0 re-run, written once
@@ -59,11 +68,6 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
 
         runs = postgres.query(s, "SELECT dag_id || ' ' || state FROM dag_run ORDER BY id").split()
         assert runs == ["sigflow_deploy", "success", "sigflow_restart", "success"]  # the metadata is in PostgreSQL
-
-        ARTIFACTS.mkdir(exist_ok=True)
-        picture = ARTIFACTS / "airflow-production-restart-grid.png"
-        text = screenshot(f"{airflow.url}/dags/sigflow_restart", airflow.token(), picture, wait_for_text="apply_plan")
-        assert "run_job" in text and picture.read_bytes().startswith(b"\x89PNG")
     finally:
         airflow.stop()
         shutil.rmtree(data, ignore_errors=True)

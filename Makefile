@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml infra/jars/lock.txt
 	@touch $(STAMP)
 
 # Debian tools a few tests use: docker-compose (validates docker-compose.yml, no engine
-# needed) and chromium (screenshots the Airflow UI). Without them those tests skip.
-SYSTEM_TOOLS := docker-compose:docker-compose chromium:chromium pg_ctlcluster:postgresql
+# needed), chromium (screenshots the Airflow UI), PostgreSQL and promtool (tests the alert
+# rules, infra/prometheus/). Without them those tests skip.
+SYSTEM_TOOLS := docker-compose:docker-compose chromium:chromium pg_ctlcluster:postgresql promtool:prometheus
 system-deps:
 	@missing=$$(for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
 	if [ -n "$$missing" ]; then \

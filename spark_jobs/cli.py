@@ -225,6 +225,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    import threading
+
+    from spark_jobs.ops import prometheus
+
+    settings = _settings(args)
+    if not args.serve:
+        print(prometheus.exposition(settings), end="")
+        return 0
+    exporter = prometheus.serve(settings)
+    print(f"serving sigflow's metrics for Prometheus at {exporter.url}; Ctrl-C stops")
+    print("  alert rules: infra/prometheus/sigflow-alerts.yml; Spark's own: the driver UI's /metrics/prometheus/")
+    try:
+        threading.Event().wait()  # until Ctrl-C or SIGTERM (KeyboardInterrupt, see main)
+    finally:
+        exporter.stop()
+    return 0
+
+
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.registry import get_job
     from spark_jobs.ops import restart, status
@@ -408,6 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="per job: running, last batch, rates, watermark, state, lag")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("metrics", help="what Spark's metrics lack, in Prometheus's format (--serve: an exporter)")
+    p.add_argument("--serve", action="store_true",
+                   help="serve /metrics on metrics_host:metrics_port (SIGFLOW_METRICS_PORT) until Ctrl-C")
+    p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("checkpoint", help="inspect, resume, rewind or recover a job's checkpoint")
     p.add_argument("action", choices=["inspect", "resume", "rewind", "recover"])

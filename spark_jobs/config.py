@@ -182,7 +182,10 @@ class Settings(BaseSettings):
     # (the quick JIT only) suits short runs on few cores (docs/streaming-facts.md).
     jvm_options: str = ""
     shuffle_partitions: AtLeastOne = 4
+    # The driver's web UI, which also serves Spark's metrics in Prometheus's format
+    # (/metrics/prometheus/: each query's rates, latency and watermark; docs/observability.md).
     spark_ui: bool = False
+    spark_ui_port: int = 4040  # Spark takes the next one up when it is in use
     spark_log_level: str = "ERROR"
 
     # Streaming semantics (docs/semantics.md, docs/jobs/*.md).
@@ -226,6 +229,11 @@ class Settings(BaseSettings):
     # PostgreSQL for Airflow's metadata, as in production (spark_jobs/local/postgres.py): its
     # port on 127.0.0.1, 0 picks a free one (kept with its data under <data_dir>/postgres).
     postgres_port: int = 0
+
+    # `sigflow metrics serve`: the Prometheus exporter of what Spark does not know (verdicts,
+    # records behind in Kafka, late and quarantined counts); loopback unless set otherwise.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9466
 
     # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
     airflow_port: int = 8080

@@ -45,6 +45,16 @@ def _key(key) -> str:
     return bytes(key).decode("utf-8", "replace")
 
 
+def counts_by_reason(settings: Settings) -> dict[str, int]:
+    """Every quarantined record so far (within quarantine_retention), per reason code."""
+    from deltalake import DeltaTable
+
+    uri = settings.table_uri("quarantined_events")
+    if not DeltaTable.is_deltatable(uri):
+        return {}
+    return read_pandas(uri, columns=["reason_code"])["reason_code"].value_counts().to_dict()
+
+
 def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: tuple[str, ...] = ()) -> list[str]:
     """Reasons by count, most first, with samples; topic partitions; per device or key."""
     import pyarrow.dataset as ds

@@ -116,8 +116,10 @@ class JobStatus:
     verdict: Verdict | None = None
     last_batch: int | None = None
     last_batch_time: str | None = None
+    last_batch_ms: int | None = None  # when the last committed batch started, epoch ms
     age_s: float | None = None
     watermark: str = NO_WATERMARK
+    watermark_ms: int | None = None  # epoch ms; None before the query has a watermark
     input_rows_per_second: float | None = None
     processed_rows_per_second: float | None = None
     state_rows: int | None = None
@@ -159,6 +161,19 @@ def _metrics(settings: Settings):
     ])
 
 
+def metrics_totals(settings: Settings, columns: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per job: the sum of these pipeline_metrics columns and its number of batches."""
+    from deltalake import DeltaTable
+
+    uri = settings.table_uri("pipeline_metrics")
+    if not DeltaTable.is_deltatable(uri):
+        return {}
+    rows = read_pandas(uri, columns=["job", *columns])
+    sums = rows.groupby("job")[list(columns)].sum()
+    sums["batches"] = rows.groupby("job").size()
+    return {job: {name: int(value) for name, value in row.items()} for job, row in sums.iterrows()}
+
+
 def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> dict[str, int]:
     """Records behind per partition of the job's topics: from the committed offsets, or from
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
@@ -185,7 +200,9 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
         status.last_batch = last
         status.last_batch_time = format_time(offsets.batch_timestamp_ms)
         status.age_s = time.time() - offsets.batch_timestamp_ms / 1000
+        status.last_batch_ms = offsets.batch_timestamp_ms
         status.watermark = format_watermark(offsets.watermark_ms)
+        status.watermark_ms = offsets.watermark_ms or None  # Spark's 0 means none yet
         committed = {topic: parts for source in offsets.sources if source for topic, parts in source.items()}
     if metrics is not None:
         mine = metrics[metrics.job == job].sort_values("batch_id")

@@ -49,6 +49,18 @@ def ensure_java() -> None:
 
 
 
+# Spark's own metrics in Prometheus's format, served by the driver's UI when it is on:
+# /metrics/prometheus/ (the driver's, with each streaming query's rates, latency and
+# watermark) and /metrics/executors/prometheus/. Named by the app ("sigflow-ingest"), not by
+# its id, so a series survives a restart.
+PROMETHEUS_CONF = {
+    "spark.ui.prometheus.enabled": "true",
+    "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+    "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+    "spark.metrics.namespace": "${spark.app.name}",
+}
+
+
 def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
@@ -65,6 +77,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
+        .config("spark.ui.port", str(settings.spark_ui_port))
+        .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config(map=java_options_conf(settings.jvm_options))
@@ -105,6 +119,7 @@ def configure_session(spark: SparkSession, settings: Settings) -> None:
     """The per-run SQL settings the jobs depend on (safe to apply to a shared session)."""
     conf = spark.conf
     conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+    conf.set("spark.sql.streaming.metricsEnabled", "true")  # each query's metrics (PROMETHEUS_CONF)
     conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.multiple_watermark_policy)
     # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
     # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from contextlib import contextmanager
 
@@ -15,7 +16,9 @@ import pytest
 from spark_jobs.errors import BrokerUnavailable, DataLossError
 from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.local import broker as embedded
+from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import prometheus
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.runner import JobRun
 from tests.conftest import make_settings
@@ -175,12 +178,30 @@ def test_a_job_stops_with_a_clear_message_once_the_broker_outage_budget_is_spent
     assert "resumes from its checkpoint" in err.value.hint
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
 def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):
-    with _continuous_ingest(settings) as output:
+    ui_port = free_port()
+    with _continuous_ingest(settings, {"SIGFLOW_SPARK_UI": "true", "SIGFLOW_SPARK_UI_PORT": str(ui_port)}) as output:
         produce(settings, generate_events(100, malformed_ratio=0))
         _wait_for_rows(settings, "device_events_raw", 100, output)  # picks up data as it comes
         produce(settings, generate_events(50, seed=9, malformed_ratio=0))
         _wait_for_rows(settings, "device_events_raw", 150, output)
+
+        # while it runs, Prometheus can scrape Spark's own metrics of the query from the
+        # driver, and sigflow's exporter says the job is up
+        spark_metrics = _get(f"http://127.0.0.1:{ui_port}/metrics/prometheus/")
+        query = "metrics_sigflow_ingest_driver_spark_streaming_sigflow_ingest_"
+        for gauge in ("inputRate_total", "processingRate_total", "latency", "eventTime_watermark"):
+            assert f"{query}{gauge}_Value" in spark_metrics, gauge
+        exporter = prometheus.serve(settings.replace(metrics_port=free_port()))
+        try:
+            assert 'sigflow_job_up{sigflow_job="ingest"} 1.0' in _get(exporter.url)
+        finally:
+            exporter.stop()
         _stop_gracefully(output)
     summary = "".join(output.out)
     assert "ingest:" in summary and "150 rows in" in summary

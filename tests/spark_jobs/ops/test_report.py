@@ -43,6 +43,18 @@ def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings,
     watermarks = report.batches(table(s, "pipeline_metrics")).query("job == 'windowed-averages'").sort_values("batch_id").watermark
     assert watermarks.dropna().is_monotonic_increasing and watermarks.notna().any()
 
+    # state per operator: dedup keeps its ids, each window kind its open windows; together
+    # what the job reports as its state rows after every batch
+    metrics = table(s, "pipeline_metrics")
+    state = report.state_by_operator(metrics)
+    averages = state[state.operator.str.startswith("windowed-averages ")]
+    assert any("dedupe" in name for name in averages.operator.unique())
+    assert sum("stateStoreSave" in name for name in averages.operator.unique()) == 2  # tumbling and sliding
+    per_batch = averages.groupby("batch_time").state_rows.sum().sort_index()
+    reported = metrics[metrics.job == "windowed-averages"].set_index("batch_time").state_rows.sort_index()
+    assert per_batch.tolist() == reported.tolist()
+    assert not state.operator.str.startswith("ingest ").any()  # stateless
+
 
 def test_report_on_a_fresh_install_says_there_is_no_data_yet(settings, tmp_path):
     page = report.write(settings, tmp_path / "report.html").read_text()

@@ -11,6 +11,8 @@ export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 # Apache Kafka): fetched once, verified against infra/jars/lock.txt on every install.
 install: $(STAMP)
 	@$(BIN)/sigflow jars fetch
+	@# Data Docs' JS and CSS (npm, pinned): without them its pages need the internet
+	@$(BIN)/sigflow quality assets || true
 
 $(STAMP): pyproject.toml infra/jars/lock.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -283,6 +283,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_quality(args: argparse.Namespace) -> int:
+    if args.action == "assets":
+        from spark_jobs.local import datadocs_assets
+
+        print("\n".join(datadocs_assets.fetch()))
+        return 0
     from spark_jobs.ops import quality
 
     print("\n".join(quality.check(_settings(args), args.tables or None)))
@@ -457,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("quality", help="Great Expectations checks of the Delta tables")
-    p.add_argument("action", choices=["run"])
+    p.add_argument("action", choices=["run", "assets"],
+                   help="run the checks, or fetch the JS and CSS their Data Docs pages need offline (make install)")
     p.add_argument("tables", nargs="*", help="default: every table with a suite")
     p.set_defaults(func=cmd_quality)
 

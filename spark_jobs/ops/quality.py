@@ -19,12 +19,14 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
+from spark_jobs.local import datadocs_assets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -210,6 +212,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
     # This run's pages only: rebuilding the site renders every result ever stored, which
     # grew each run's cost with the history (docs/streaming-facts.md, "Restart, rewind and quality").
     context.build_data_docs(resource_identifiers=[key for r in reports for key in r.docs_pages])
+    datadocs_assets.bundle(Path(data_docs_index(settings)).parent)  # the pages work offline
     failed = [(r.table, o) for r in reports for o in r.failed_critical]
     if failed:
         named = ", ".join(f"{t}: {o.expectation}({o.column or ''})" for t, o in failed)
@@ -268,6 +271,10 @@ def _validate(context, table: str, frame: pd.DataFrame, checks: list[Check], run
     # named as dq_results names the run, so a Data Docs page and its rows find each other
     result = checkpoint.run(batch_parameters={"dataframe": frame},
                             run_id=RunIdentifier(run_name=f"sigflow-{run_id}", run_time=run_time))
+    for key, validation in result.run_results.items():
+        # a dataframe batch's spec lacks the asset's name, which GX's page header shows
+        validation.meta["batch_spec"] = {**(validation.meta.get("batch_spec") or {}), "data_asset_name": table}
+        context.validation_results_store.set(key, validation)
     outcomes = []
     for validation in result.run_results.values():
         for r in validation.results:

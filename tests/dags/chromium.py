@@ -40,8 +40,10 @@ class DevTools:
                 return reply.get("result", {})
 
 
-def screenshot(url: str, token: str, out: Path, wait_for_text: str, timeout: float = 90.0) -> str:
-    """Load ``url`` logged in with ``token``, wait for ``wait_for_text``, save a PNG; returns the page text."""
+def screenshot(url: str, token: str | None, out: Path, wait_for_text: str, timeout: float = 90.0,
+               offline: bool = False) -> str:
+    """Load ``url`` logged in with ``token`` (None: no login), wait for ``wait_for_text``, save
+    a PNG; returns the page text. ``offline``: the browser has no network at all."""
     chromium = system_tool("chromium", "chromium")
     profile = out.parent / "chromium-profile"
     browser = subprocess.Popen(
@@ -62,7 +64,11 @@ def screenshot(url: str, token: str, out: Path, wait_for_text: str, timeout: flo
             target = tools.call("Target.createTarget", url="about:blank")["targetId"]
             session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             tools.call("Network.enable", session)
-            tools.call("Network.setCookie", session, name="_token", value=token, url=url)
+            if offline:
+                tools.call("Network.emulateNetworkConditions", session, offline=True, latency=0,
+                           downloadThroughput=-1, uploadThroughput=-1)
+            if token is not None:
+                tools.call("Network.setCookie", session, name="_token", value=token, url=url)
             tools.call("Page.navigate", session, url=url)
             deadline, text = time.monotonic() + timeout, ""
             while time.monotonic() < deadline:

@@ -96,10 +96,21 @@ def _listeners_while(airflow) -> Iterator[set[tuple[str, str, int]]]:
 
 
 def test_dag_runs_over_rest_listen_on_loopback_only_log_the_result_first_and_a_restart_waits_for_approval(
-        standalone, settings):
+        standalone, settings, tmp_path):
+    """One instance as on-call uses it, while a second with other settings runs beside it."""
     with _listeners_while(standalone) as listeners:
         run_id = standalone.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
-        state, tasks = standalone.wait_for_run("sigflow_deploy", run_id)
+        # a second instance with settings of its own, beside the first: nothing may clash
+        second = airflow_local.start(settings.replace(data_dir=str(tmp_path / "second")), port=free_port())
+        try:
+            state, tasks = standalone.wait_for_run("sigflow_deploy", run_id)
+            second.wait_ready(progress=lambda line: None)
+            assert standalone.health()["metadatabase"]["status"] == second.health()["metadatabase"]["status"] == "healthy"
+            theirs = _listening(_started_by(second))
+        finally:
+            second.stop()
+    assert theirs and not {(ip, port) for _, ip, port in theirs if not _loopback(ip)}, theirs
+    assert not {port for _, _, port in theirs} & {port for _, _, port in listeners}, (theirs, listeners)
 
     assert state == "success", tasks
     assert tasks["ensure_tables"] == "success" and tasks["start_ingest"] == "success"
@@ -115,22 +126,25 @@ def test_dag_runs_over_rest_listen_on_loopback_only_log_the_result_first_and_a_r
     assert len(lines) <= 40, "\n".join(lines)
     assert any(line.startswith("ingest: ") and " rows in; written: " in line for line in lines), "\n".join(lines)
 
-    # a restart waits for a person: Reject, or no answer in time, changes nothing
+    # the UI shows that log too, beside the run's grid
+    ARTIFACTS.mkdir(exist_ok=True)
+    picture = ARTIFACTS / "airflow-grid-task-log.png"
+    page = f"{standalone.url}/dags/sigflow_deploy/runs/{quote(run_id)}/tasks/start_ingest"
+    text = screenshot(page, standalone.token(), picture, wait_for_text=" rows in; written: ")
+    assert "ensure_tables" in text and picture.read_bytes().startswith(b"\x89PNG")
+
+    # a restart waits for a person, showing its plan; no answer in time changes nothing
+    # (Approve and Reject: tests/dags/test_sigflow_restart.py, test_airflow_production.py)
     produce(settings, generate_events(40, seed=5))
     committed = Checkpoint(settings.checkpoint_uri("ingest")).last_committed()
-    resume = {"job": "ingest", "action": "resume"}
-    rejected = standalone.trigger("sigflow_restart", resume)
-    action = standalone.wait_for_required_action("sigflow_restart", rejected)
+    unanswered = standalone.trigger("sigflow_restart", {"job": "ingest", "action": "resume",
+                                                        "approve_within_minutes": 0.1})
+    action = standalone.wait_for_required_action("sigflow_restart", unanswered)
     assert "run ingest from its checkpoint" in action["body"], action
-    standalone.answer(action, "Reject")
-    assert standalone.wait_for_run("sigflow_restart", rejected) == (
-        "success", {"plan": "success", "approve": "success", "apply_plan": "skipped", "run_job": "skipped"})
-    unanswered = standalone.trigger("sigflow_restart", {**resume, "approve_within_minutes": 0.1})
     state, tasks = standalone.wait_for_run("sigflow_restart", unanswered)
     assert state == "failed" and tasks["approve"] == "failed" and tasks["run_job"] == "upstream_failed", tasks
     assert Checkpoint(settings.checkpoint_uri("ingest")).last_committed() == committed  # the 40 wait in Kafka
 
-    ARTIFACTS.mkdir(exist_ok=True)
     picture = ARTIFACTS / "airflow-dag-list.png"
     text = screenshot(f"{standalone.url}/dags", standalone.token(), picture, wait_for_text="sigflow_streaming")
     assert all(dag in text for dag in ("sigflow_deploy", "sigflow_streaming", "sigflow_restart",

@@ -186,7 +186,7 @@ class LocalAirflow:
                 f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails")
         return self.request("PATCH", path, {"chosen_options": [option]})
 
-    def stop(self, timeout: float = 60.0, progress=lambda line: None) -> None:
+    def stop(self, timeout: float = 30.0, progress=lambda line: None) -> None:
         """Stop every component: SIGINT (its ^C) to each process group, SIGKILL if any
         lingers past ``timeout``; then the production shape's PostgreSQL. ``progress`` gets
         a line as each component ends (the scheduler waits for its task runners)."""

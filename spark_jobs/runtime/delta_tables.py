@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,25 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
 
         return pa.table({})
     with _collecting_after_the_scan():
-        return DeltaTable(uri).to_pyarrow_dataset().to_table(columns=columns, filter=where, use_threads=False)
+        return _dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
+
+
+def _dataset(uri: str) -> ds.Dataset:
+    """The table's current files as an Arrow dataset. A local table is read through Arrow's
+    own file system: with delta-rs's default (a Python file system handler), Arrow's
+    read-ahead threads call back into Python, the setting in which the abort at exit is
+    reported (delta-rs's issue 2184, polars' 24169: reading the files with a native file
+    system ended cleanly). Object stores keep delta-rs's handler (credentials, endpoints)."""
+    from urllib.parse import urlparse
+
+    import pyarrow.fs as pa_fs
+    from deltalake import DeltaTable
+
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        root = os.path.abspath(parsed.path if parsed.scheme else uri)
+        return DeltaTable(uri).to_pyarrow_dataset(filesystem=pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem()))
+    return DeltaTable(uri).to_pyarrow_dataset()
 
 
 @contextmanager
@@ -66,7 +85,7 @@ def count_matching(uri: str, where: ds.Expression | None = None) -> int:
     if not DeltaTable.is_deltatable(uri):
         return 0
     with _collecting_after_the_scan():
-        return DeltaTable(uri).to_pyarrow_dataset().count_rows(filter=where, use_threads=False)
+        return _dataset(uri).count_rows(filter=where, use_threads=False)
 
 
 def history(uri: str) -> list[dict]:

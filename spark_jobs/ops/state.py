@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
+from spark_jobs.ops.status import format_time
 from spark_jobs.runtime.checkpoint import Checkpoint
 
 JOIN_OPERATOR = "symmetricHashJoin"
@@ -54,10 +55,6 @@ class StateReport:
         return lines
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _plain(value):
     """A state row's field as JSON-ready data (timestamps as ISO strings)."""
     if hasattr(value, "asDict"):
@@ -73,8 +70,8 @@ def _describe(job: str, key: dict, value: dict, gap_ms: int) -> list[str]:
         from spark_jobs.jobs.sessions import Session
 
         return [
-            f"device {key['device_id']}: session {_iso(s.start_ms)} .. {_iso(s.last_ms)}, {s.event_count} event(s), "
-            f"closes when the watermark reaches {_iso(s.last_ms + gap_ms)}"
+            f"device {key['device_id']}: session {format_time(s.start_ms)} .. {format_time(s.last_ms)}, {s.event_count} event(s), "
+            f"closes when the watermark reaches {format_time(s.last_ms + gap_ms)}"
             for s in (Session(*fields) for fields in json.loads(held["open_sessions"]))
         ]
     return [f"key {json.dumps(key, default=str)} value {json.dumps(value, default=str)}"]

@@ -149,28 +149,26 @@ class JobStatus:
         return out
 
 
-def _metrics(settings: Settings):
+STATUS_COLUMNS = ("job", "batch_id", "watermark", "input_rows_per_second", "processed_rows_per_second",
+                  "state_rows", "rows_dropped_by_watermark")
+
+
+def read_metrics(settings: Settings, columns: tuple[str, ...] = STATUS_COLUMNS):
+    """These pipeline_metrics columns, or None before the table exists."""
     from deltalake import DeltaTable
 
     uri = settings.table_uri("pipeline_metrics")
     if not DeltaTable.is_deltatable(uri):
         return None
-    return read_pandas(uri, columns=[
-        "job", "batch_id", "watermark", "input_rows_per_second", "processed_rows_per_second",
-        "state_rows", "rows_dropped_by_watermark",
-    ])
+    return read_pandas(uri, columns=list(dict.fromkeys(columns)))
 
 
-def metrics_totals(settings: Settings, columns: tuple[str, ...]) -> dict[str, dict[str, int]]:
+def metrics_totals(metrics, columns: tuple[str, ...]) -> dict[str, dict[str, int]]:
     """Per job: the sum of these pipeline_metrics columns and its number of batches."""
-    from deltalake import DeltaTable
-
-    uri = settings.table_uri("pipeline_metrics")
-    if not DeltaTable.is_deltatable(uri):
+    if metrics is None:
         return {}
-    rows = read_pandas(uri, columns=["job", *columns])
-    sums = rows.groupby("job")[list(columns)].sum()
-    sums["batches"] = rows.groupby("job").size()
+    sums = metrics.groupby("job")[list(columns)].sum()
+    sums["batches"] = metrics.groupby("job").size()
     return {job: {name: int(value) for name, value in row.items()} for job, row in sums.iterrows()}
 
 
@@ -225,8 +223,9 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
     return status
 
 
-def all_status(settings: Settings, with_lag: bool = True) -> list[JobStatus]:
-    metrics = _metrics(settings)
+def all_status(settings: Settings, with_lag: bool = True, metrics=None) -> list[JobStatus]:
+    """Every job's status; ``metrics``: pipeline_metrics already read (``read_metrics``)."""
+    metrics = read_metrics(settings) if metrics is None else metrics
     try:
         if with_lag:
             kafka_client.check_reachable(broker.connection(settings), timeout_s=3)

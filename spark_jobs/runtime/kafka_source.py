@@ -45,6 +45,11 @@ def source_options(settings: Settings, kafka: KafkaConnection | str, topics: lis
         "kafka.request.timeout.ms": timeout_ms,
         "kafkaConsumer.pollTimeoutMs": timeout_ms,
         "fetchOffset.numRetries": "1",
+        # A task reads a known range, and its last fetch can reach the log's end, where the
+        # broker holds the fetch for fetch.max.wait.ms (500 ms) waiting for records that the
+        # task does not need: measured, a 2,500-record range read in 1.8 s, 0.3 s with 10 ms
+        # (docs/streaming-facts.md).
+        "kafka.fetch.max.wait.ms": "10",
     }
 
 

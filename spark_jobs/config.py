@@ -182,6 +182,10 @@ class Settings(BaseSettings):
     # (the quick JIT only) suits short runs on few cores (docs/streaming-facts.md).
     jvm_options: str = ""
     shuffle_partitions: AtLeastOne = 4
+    # A batch's table writes run one task per this many of its Kafka records: a small batch
+    # writes each table in one task and one file (each extra task of a small write cost about
+    # 30 ms of deserialising alone, measured), a large one still spreads over the executors.
+    records_per_write_task: AtLeastOne = 25_000
     # The driver's web UI, which also serves Spark's metrics in Prometheus's format
     # (/metrics/prometheus/: each query's rates, latency and watermark; docs/observability.md).
     spark_ui: bool = False

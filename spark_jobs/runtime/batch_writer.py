@@ -67,12 +67,15 @@ class BatchWriter:
             "kafka_end_offsets": context.kafka_end_offsets,
         }
         no_input = previous is not None and offsets is not None and offsets.sources == previous.sources
+        write_tasks = self._write_tasks(offsets, previous)
         batch_df.persist()
         try:
             outputs = self.job.split(self.settings, batch_df, context)
             if self.job.late_rule and not no_input:
                 outputs[LATE_EVENTS.name] = self.late_events(context, previous)
             failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
+            if write_tasks:
+                outputs = {name: frame.coalesce(write_tasks) for name, frame in outputs.items()}
             written, plan_ran = self._write_tables(outputs, batch_id, metadata, no_input)
             if not plan_ran:
                 # Nothing was appended (a replay Delta already holds, or no frames at all), so
@@ -99,6 +102,22 @@ class BatchWriter:
         )
         # detail for -v: the per-batch line people read is the progress sentence (metrics)
         log.debug("%s batch %d -> %s", self.job.name, batch_id, described)
+
+    def _write_tasks(self, offsets, previous) -> int | None:
+        """How many tasks each table's write of this batch needs (``records_per_write_task``),
+        from the Kafka records between the batch's offsets and the batch before's; a first
+        batch counts ``max_offsets_per_trigger``, its bound. None when unknown: the writes
+        keep the plan's partitions."""
+        if offsets is None or not offsets.sources:
+            return None
+        if previous is not None and previous.sources:
+            records = sum(end - previous.sources[0].get(topic, {}).get(partition, 0)
+                          for topic, parts in offsets.sources[0].items() for partition, end in parts.items())
+        elif self.settings.max_offsets_per_trigger:
+            records = self.settings.max_offsets_per_trigger
+        else:
+            return None
+        return max(1, -(-records // self.settings.records_per_write_task))
 
     def _write_tables(self, outputs: dict[str, DataFrame], batch_id: int, metadata: dict,
                       no_input: bool) -> tuple[dict[str, int | None], bool]:

@@ -1,13 +1,15 @@
 """`make bench`: how close to the limit the pipeline runs here. Prints figures, asserts nothing.
 
-In one run, on one broker: producer rates (kafka-python, confluent-kafka), the raw consume
-ceiling of the fastest Python client (confluent-kafka), then each job's end-to-end events
-per second over the same topic from a fresh checkpoint, and its ratio to that ceiling (beside
-the rate at which Spark's Kafka source alone delivers the topic to Spark, their bound);
-ingest's rate under a 10% malformed storm beside its rate over as many clean records;
-ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the stateful
-jobs after 10 and after 60 minutes of event time at --devices devices; the peak memory of
-the Spark driver and of the broker. The figures are appended to
+In one run, on one broker: producer rates (kafka-python, confluent-kafka); three ceilings
+over the same topic: confluent-kafka, Kafka's own JVM consumer (ConsumerPerformance) and
+Spark's Kafka source alone (count only); the plain Structured Streaming job a user would
+write (from_json, one native Delta sink) for ingest, dedup and windowed-averages; then each
+job's end-to-end events per second from a fresh checkpoint, its ratio to its plain job and to
+each ceiling, and its no-data batch (the batch a stateful job runs when only its watermark
+moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
+records; ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the
+stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
+memory of the Spark driver and of the broker. The figures are appended to
 docs/benchmarks.md (earlier runs are kept).
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
@@ -36,7 +38,7 @@ from spark_jobs.local.simulate import (
     generate_events,
     produce_records,
 )
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime import jars, kafka_client
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
@@ -74,6 +76,32 @@ def consume_all(bootstrap: str, topic: str) -> int:
                     done.add(msg.partition())
     consumer.close()
     return seen
+
+
+def kafka_jvm_consumer_rate(settings, topic: str, messages: int) -> float:
+    """records/s of Kafka's own JVM consumer draining the topic: ConsumerPerformance from
+    kafka-tools at the broker's version (infra/jars), its fetch rate (the group join before
+    the first fetch is left out, as it is from the other ceilings)."""
+    import subprocess
+
+    jars.fetch(("kafka-tools",), settings.jars_path)  # on demand: only the bench runs it
+    out = subprocess.run(
+        broker.jvm_command(settings, "org.apache.kafka.tools.ConsumerPerformance",
+                           "--bootstrap-server", settings.kafka_bootstrap_servers, "--topic", topic,
+                           "--messages", str(messages), "--timeout", "60000",
+                           jar_sets=("kafka-broker", "kafka-tools")),
+        capture_output=True, text=True, check=True, timeout=180).stdout.splitlines()
+    header = next(i for i, line in enumerate(out) if "fetch.nMsg.sec" in line)
+    figures = dict(zip((name.strip() for name in out[header].split(",")),
+                       (value.strip() for value in out[header + 1].split(","))))
+    return float(figures["fetch.nMsg.sec"])
+
+
+def no_data_batch_ms(run) -> float | None:
+    """The slowest batch of a run that read no records (Spark runs one when a stateful job's
+    watermark moves; a stateless job never does): None when there was none."""
+    idle = [row["duration_ms"] for row in run.recorder.rows.values() if row["input_rows"] == 0]
+    return max(idle) if idle else None
 
 
 def source_into_spark(spark, settings, topic: str) -> int:
@@ -275,9 +303,13 @@ def main(argv=None) -> int:
         bar.update()
         produce_records(info.bootstrap_servers, s.alerts_topic,
                         [(a.key, a.value) for a in generate_alerts(records, every=50, seed=1)])
-        ceiling = figures["consume ceiling (confluent-kafka, best of 3)"] = max(
-            _timed_rate(lambda: consume_all(info.bootstrap_servers, s.events_topic)) for _ in range(3)
-        )
+        ceilings = {"confluent-kafka": max(
+            _timed_rate(lambda: consume_all(info.bootstrap_servers, s.events_topic)) for _ in range(3))}
+        ceilings["Kafka's JVM consumer"] = max(
+            kafka_jvm_consumer_rate(s, s.events_topic, len(pairs)) for _ in range(3))
+        figures["consume ceiling (confluent-kafka, best of 3)"] = ceilings["confluent-kafka"]
+        figures["consume ceiling (Kafka's JVM consumer, ConsumerPerformance, best of 3)"] = \
+            ceilings["Kafka's JVM consumer"]
         bar.update()
         for name, value in figures.items():
             say(f"  {name}: {value:,.0f} events/s")
@@ -293,19 +325,23 @@ def main(argv=None) -> int:
         source = figures["Kafka source into Spark, count only (best of 3)"] = max(
             _timed_rate(lambda: source_into_spark(spark, s, s.events_topic)) for _ in range(3)
         )
-        say(f"  Kafka source into Spark, count only: {source:,.0f} events/s ({source / ceiling:.2f} of the ceiling)")
+        ceilings["Spark's Kafka source"] = source
+        say(f"  Kafka source into Spark, count only: {source:,.0f} events/s "
+            f"({source / ceilings['confluent-kafka']:.2f} of confluent-kafka)")
         bar.update()
         plain = {}
         for kind in (kind for kind in PLAIN_JOBS if kind in args.jobs or kind == "ingest"):  # ingest: every job's base
-            plain[kind] = figures[f"plain job {kind} (from_json + native Delta sink, events/s)"] = plain_job_rate(
+            plain[kind] = figures[_plain_name(kind)] = plain_job_rate(
                 spark, s, kind, args.events, data)
             say(f"  plain job {kind}: {plain[kind]:,.0f} events/s")
-        per_job = {}
+        per_job, idle_ms = {}, {}
         for job in args.jobs:
             started = time.perf_counter()
-            summary = JobRun(get_job(job), s, spark).run_available_now()
+            run = JobRun(get_job(job), s, spark)
+            summary = run.run_available_now()
             seconds = time.perf_counter() - started
             per_job[job] = _rate(args.events, seconds)
+            idle_ms[job] = no_data_batch_ms(run)
             say(f"  {job}: {seconds:.1f} s, {summary.line()}")
             bar.update()
         clean, storm = storm_rates(spark, s, args.storm_events, say)
@@ -332,32 +368,37 @@ def main(argv=None) -> int:
 
     print(f"  peak memory: driver {figures['driver peak rss MB']:,.0f} MB, "
           f"broker {figures['broker peak rss MB']:,.0f} MB")
-    plain_ingest = figures.get("plain job ingest (from_json + native Delta sink, events/s)", 0)
-    lines = [f"bench {job} events_per_s={eps:.0f} ratio={eps / ceiling:.2f} "
-             f"vs_plain={eps / figures.get(f'plain job {job} (from_json + native Delta sink, events/s)', plain_ingest):.2f}"
-             for job, eps in per_job.items()]
-    print("\n".join(lines))
+    plain = {job: figures.get(_plain_name(job), figures.get(_plain_name("ingest"), 0)) for job in per_job}
+    for job, eps in per_job.items():
+        versus = " ".join(f"vs_{_key(name)}={eps / rate:.2f}" for name, rate in ceilings.items())
+        idle = "none" if idle_ms[job] is None else f"{idle_ms[job]:.0f}"
+        print(f"bench {job} events_per_s={eps:.0f} vs_plain={eps / plain[job]:.2f} {versus} no_data_batch_ms={idle}")
     if not args.no_write:
-        _append_report(args, figures, per_job, ceiling)
+        _append_report(args, figures, per_job, plain, ceilings, idle_ms)
     return 0
 
 
-def _append_report(args, figures: dict[str, float], per_job: dict[str, float], ceiling: float) -> None:
+def _plain_name(job: str) -> str:
+    return f"plain job {job} (from_json + native Delta sink, events/s)"
+
+
+def _key(ceiling: str) -> str:
+    return "_".join(ceiling.lower().replace("'s", "").replace("-", "_").split())
+
+
+def _append_report(args, figures: dict[str, float], per_job: dict[str, float], plain: dict[str, float],
+                   ceilings: dict[str, float], idle_ms: dict[str, float | None]) -> None:
     import pyspark
 
-    header = "" if REPORT.exists() else (
-        "# Benchmarks\n\nAppended by `make bench` (tests/bench.py); earlier runs are kept for comparison.\n"
-        "Targets for the embedded path on 2 cores: ingest >= 0.5 of the consume ceiling,\n"
-        "windowed-averages >= 0.35.\n"
-    )
     cpu = f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB"
     rows = [f"| {name} | {value:,.0f} |" for name, value in figures.items()]
-    plain = {job: figures.get(f"plain job {job} (from_json + native Delta sink, events/s)",
-                              figures.get("plain job ingest (from_json + native Delta sink, events/s)", 0))
-             for job in per_job}
-    rows += [f"| {job} end to end (events/s) | {eps:,.0f} (ratio {eps / ceiling:.2f}, "
-             f"{eps / plain[job]:.2f} of the plain {job if job in PLAIN_JOBS else 'ingest'} job) |"
-             for job, eps in per_job.items() if plain[job]]
+    for job, eps in per_job.items():
+        base = job if job in PLAIN_JOBS else "ingest"
+        versus = ", ".join(f"{eps / rate:.2f} of {name}" for name, rate in ceilings.items())
+        rows.append(f"| {job} end to end (events/s) | {eps:,.0f} ({eps / plain[job]:.2f} of the plain {base} job; "
+                    f"{versus}) |")
+    rows += [f"| {job} no-data batch (ms) | {'none (stateless: Spark runs none)' if ms is None else f'{ms:,.0f}'} |"
+             for job, ms in idle_ms.items()]
     section = (
         f"\n## {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.events} events, {args.devices} devices\n\n"
         f"{platform.platform()}, {cpu}, Python {platform.python_version()}, PySpark {pyspark.__version__}, "
@@ -365,7 +406,7 @@ def _append_report(args, figures: dict[str, float], per_job: dict[str, float], c
         "| figure | value |\n| --- | --- |\n" + "\n".join(rows) + "\n"
     )
     with REPORT.open("a") as out:
-        out.write(header + section)
+        out.write(section)
     print(f"appended to {REPORT}")
 
 

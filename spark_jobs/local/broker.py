@@ -201,8 +201,10 @@ def _java() -> str:
     return str(Path(os.environ["JAVA_HOME"], "bin", "java"))
 
 
-def _jvm(settings: Settings, main: str, *args: str) -> list[str]:
-    classpath = ":".join(str(p) for p in jars.verified_paths(("kafka-broker",), settings.jars_path))
+def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, ...] = ("kafka-broker",)) -> list[str]:
+    """A JVM running ``main`` from the pinned Kafka JARs: the broker, its storage tool, or
+    with the kafka-tools set one of Kafka's own tools (ConsumerPerformance)."""
+    classpath = ":".join(str(p) for p in jars.verified_paths(jar_sets, settings.jars_path))
     return [
         _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
@@ -224,7 +226,7 @@ def _format_storage(settings: Settings) -> None:
     if (settings.broker_dir / "data" / "meta.properties").exists():
         return
     result = subprocess.run(
-        _jvm(settings, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(_config_file(settings))),
+        jvm_command(settings, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(_config_file(settings))),
         capture_output=True, text=True, timeout=120,
     )
     if result.returncode != 0:
@@ -261,7 +263,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     address = f"127.0.0.1:{client_port}"
     with open(settings.broker_dir / "kafka.out", "ab") as out:
         proc = subprocess.Popen(
-            _jvm(settings, MAIN_CLASS, str(_config_file(settings))),
+            jvm_command(settings, MAIN_CLASS, str(_config_file(settings))),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )

@@ -41,8 +41,9 @@ run: install
 	@$(BIN)/sigflow broker start
 	@$(BIN)/sigflow topics create
 	@$(BIN)/sigflow simulate --events 5000 --devices 25
-	@# batches of 1,000 records: a watermark is set after the first, so late data shows
-	@SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1000 $(BIN)/sigflow pipeline
+	@# three batches: Spark drops late rows with the watermark the batch before set, so the
+	@# third batch is the first where late data shows
+	@SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1700 $(BIN)/sigflow pipeline
 	@$(BIN)/sigflow report
 	@echo "next: sigflow status | sigflow quarantine | sigflow run dedup --processing-time 10s | make airflow"
 	@echo "      (sigflow is $(BIN)/sigflow; make stop stops the broker, make clean deletes data/)"

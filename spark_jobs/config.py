@@ -181,7 +181,10 @@ class Settings(BaseSettings):
     # executors, the embedded broker, the local cluster's daemons. -XX:TieredStopAtLevel=1
     # (the quick JIT only) suits short runs on few cores (docs/streaming-facts.md).
     jvm_options: str = ""
-    shuffle_partitions: AtLeastOne = 4
+    # The state of every stateful operator is split into this many partitions, each loaded and
+    # committed every batch: the embedded default's 2 cores (make run's jobs took 105 s at 2
+    # against 120 to 128 s at 4, docs/streaming-facts.md). A cluster sets its cores' count.
+    shuffle_partitions: AtLeastOne = 2
     # A batch's table writes run one task per this many of its Kafka records: a small batch
     # writes each table in one task and one file (each extra task of a small write cost about
     # 30 ms of deserialising alone, measured), a large one still spreads over the executors.

@@ -97,11 +97,27 @@ def kafka_jvm_consumer_rate(settings, topic: str, messages: int) -> float:
     return float(figures["fetch.nMsg.sec"])
 
 
-def no_data_batch_ms(run) -> float | None:
-    """The slowest batch of a run that read no records (Spark runs one when a stateful job's
-    watermark moves; a stateless job never does): None when there was none."""
-    idle = [row["duration_ms"] for row in run.recorder.rows.values() if row["input_rows"] == 0]
-    return max(idle) if idle else None
+def no_data_batches(spark, settings, jobs, say=print) -> dict[str, float | None]:
+    """Each job's no-data batch, in ms: the batch Spark runs when a stateful job's watermark
+    moved in the batch before and nothing new arrived (a stateless job never runs one: None).
+    Each job reads its section's 3,000 events in batches of 1,000, so the last one moves the
+    watermark and the run ends with such a batch."""
+    from spark_jobs.jobs.registry import get_job
+    from spark_jobs.runtime.runner import JobRun
+
+    s = _own_topics(settings, "no-data", alerts=True).replace(max_offsets_per_trigger=1000)
+    records = generate_events(3000, devices=100, seed=5, malformed_ratio=0.0)
+    produce_records(s.kafka_bootstrap_servers, s.events_topic, [(r.key, r.value) for r in records])
+    produce_records(s.kafka_bootstrap_servers, s.alerts_topic,
+                    [(a.key, a.value) for a in generate_alerts(records, every=50, seed=5)])
+    slowest = {}
+    for job in jobs:
+        run = JobRun(get_job(job), s, spark)
+        run.run_available_now()
+        idle = [row["duration_ms"] for row in run.recorder.rows.values() if row["input_rows"] == 0]
+        slowest[job] = max(idle) if idle else None
+        say(f"  {job} no-data batch: {'none' if slowest[job] is None else f'{slowest[job]:,.0f} ms'}")
+    return slowest
 
 
 def source_into_spark(spark, settings, topic: str) -> int:
@@ -276,9 +292,9 @@ def main(argv=None) -> int:
     from spark_jobs.runtime.runner import JobRun
     from spark_jobs.runtime.spark import get_spark
 
-    # One step per measurement: produce, ceiling, warm-up, source, each job, storm, latency,
+    # One step per measurement: produce, ceilings, warm-up, source, each job, no-data batches, storm, latency,
     # state. The bar shows on a terminal only; lines go above it.
-    bar = tqdm(total=4 + len(args.jobs) + 3, desc="bench", unit=" step",
+    bar = tqdm(total=4 + len(args.jobs) + 4, desc="bench", unit=" step",
                disable=None, leave=False)
     say = bar.write
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
@@ -334,16 +350,16 @@ def main(argv=None) -> int:
             plain[kind] = figures[_plain_name(kind)] = plain_job_rate(
                 spark, s, kind, args.events, data)
             say(f"  plain job {kind}: {plain[kind]:,.0f} events/s")
-        per_job, idle_ms = {}, {}
+        per_job = {}
         for job in args.jobs:
             started = time.perf_counter()
-            run = JobRun(get_job(job), s, spark)
-            summary = run.run_available_now()
+            summary = JobRun(get_job(job), s, spark).run_available_now()
             seconds = time.perf_counter() - started
             per_job[job] = _rate(args.events, seconds)
-            idle_ms[job] = no_data_batch_ms(run)
             say(f"  {job}: {seconds:.1f} s, {summary.line()}")
             bar.update()
+        idle_ms = no_data_batches(spark, s, args.jobs, say)
+        bar.update()
         clean, storm = storm_rates(spark, s, args.storm_events, say)
         bar.update()
         figures[f"ingest, {args.storm_events} clean records (events/s)"] = clean
@@ -397,8 +413,12 @@ def _append_report(args, figures: dict[str, float], per_job: dict[str, float], p
         versus = ", ".join(f"{eps / rate:.2f} of {name}" for name, rate in ceilings.items())
         rows.append(f"| {job} end to end (events/s) | {eps:,.0f} ({eps / plain[job]:.2f} of the plain {base} job; "
                     f"{versus}) |")
-    rows += [f"| {job} no-data batch (ms) | {'none (stateless: Spark runs none)' if ms is None else f'{ms:,.0f}'} |"
-             for job, ms in idle_ms.items()]
+    from spark_jobs.jobs.registry import get_job
+
+    for job, ms in idle_ms.items():
+        idle = f"{ms:,.0f}" if ms is not None else "none ran" if get_job(job).stateful else (
+            "none (stateless: Spark runs none)")
+        rows.append(f"| {job} no-data batch (ms) | {idle} |")
     section = (
         f"\n## {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.events} events, {args.devices} devices\n\n"
         f"{platform.platform()}, {cpu}, Python {platform.python_version()}, PySpark {pyspark.__version__}, "

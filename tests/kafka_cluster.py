@@ -73,10 +73,10 @@ class KafkaCluster:
             config.write_text(self.properties(node))
             (node.settings.broker_dir / "log4j2.properties").write_text(
                 broker.LOG4J2.format(log=node.settings.broker_dir / "kafka.log", level="INFO"))
-            subprocess.run(broker._jvm(node.settings, broker.STORAGE_TOOL, "format", "-t", self.cluster_id,
+            subprocess.run(broker.jvm_command(node.settings, broker.STORAGE_TOOL, "format", "-t", self.cluster_id,
                                        "-c", str(config)), check=True, capture_output=True, timeout=120)
         out = open(node.settings.broker_dir / "kafka.out", "ab")
-        node.process = subprocess.Popen(broker._jvm(node.settings, broker.MAIN_CLASS, str(config)),
+        node.process = subprocess.Popen(broker.jvm_command(node.settings, broker.MAIN_CLASS, str(config)),
                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def kill(self, node_id: int) -> None:

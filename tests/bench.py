@@ -84,7 +84,6 @@ def kafka_jvm_consumer_rate(settings, topic: str, messages: int) -> float:
     the first fetch is left out, as it is from the other ceilings)."""
     import subprocess
 
-    jars.fetch(("kafka-tools",), settings.jars_path)  # on demand: only the bench runs it
     out = subprocess.run(
         broker.jvm_command(settings, "org.apache.kafka.tools.ConsumerPerformance",
                            "--bootstrap-server", settings.kafka_bootstrap_servers, "--topic", topic,
@@ -321,6 +320,7 @@ def main(argv=None) -> int:
                         [(a.key, a.value) for a in generate_alerts(records, every=50, seed=1)])
         ceilings = {"confluent-kafka": max(
             _timed_rate(lambda: consume_all(info.bootstrap_servers, s.events_topic)) for _ in range(3))}
+        jars.fetch(("kafka-tools",), s.jars_path)  # on demand: only the bench runs Kafka's tools
         ceilings["Kafka's JVM consumer"] = max(
             kafka_jvm_consumer_rate(s, s.events_topic, len(pairs)) for _ in range(3))
         figures["consume ceiling (confluent-kafka, best of 3)"] = ceilings["confluent-kafka"]

@@ -4,6 +4,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
 from tests.helpers import produce, run_job, send, table
 from tests.oracle import Event
@@ -25,6 +27,8 @@ def test_every_record_lands_raw_and_valid_or_quarantined(spark, settings):
     raw = table(settings, "device_events_raw")
     assert Counter(raw["value"]) == Counter(r.value for r in records)
     assert raw.groupby(["partition", "offset"]).size().max() == 1
+    # a batch of fewer records than records_per_write_task writes each table as one file
+    assert len(DeltaTable(settings.table_uri("device_events_raw")).file_uris()) == summary.batches
 
     events = table(settings, "device_events")
     assert Counter(events["event_id"]) == Counter(json.loads(r.value)["event_id"] for r in valid)

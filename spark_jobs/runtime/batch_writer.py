@@ -1,5 +1,5 @@
-"""One micro-batch: its rows split into the job's tables, its late events found again,
-each table appended once per (app id, batch id) (``foreachBatch``)."""
+"""One micro-batch: its rows split into the job's tables, its late events found again when
+Spark dropped some, each table appended once per (app id, batch id) (``foreachBatch``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.runtime import concurrent_writes, failpoints, kafka_client, kafka_source
+from spark_jobs.runtime import (
+    concurrent_writes,
+    failpoints,
+    kafka_client,
+    kafka_source,
+    metrics,
+)
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.kafka_connection import KafkaConnection
@@ -68,20 +74,22 @@ class BatchWriter:
         }
         no_input = previous is not None and offsets is not None and offsets.sources == previous.sources
         write_tasks = self._write_tasks(offsets, previous)
+        self.first_commit = threading.Lock()  # taken by the batch's first table commit
         batch_df.persist()
         try:
             outputs = self.job.split(self.settings, batch_df, context)
-            if self.job.late_rule and not no_input:
-                outputs[LATE_EVENTS.name] = self.late_events(context, previous)
             failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
-            if write_tasks:
-                outputs = {name: frame.coalesce(write_tasks) for name, frame in outputs.items()}
-            written, plan_ran = self._write_tables(outputs, batch_id, metadata, no_input)
-            if not plan_ran:
-                # Nothing was appended (a replay Delta already holds, or no frames at all), so
-                # nothing ran the batch's plan; it must run: stateful operators commit their
-                # state for this batch only then, and Spark counts the batch's input from it.
+            if not outputs:
+                # the batch's plan must run: stateful operators commit their state for the
+                # batch only then, and Spark counts the batch's input from it
                 batch_df.count()
+            results = [spec for spec in self.tables if spec is not LATE_EVENTS]
+            written = self._write_tables(outputs, set(), results, batch_id, metadata, no_input, write_tasks)
+            if self.job.late_rule:
+                late = {} if no_input or not self._dropped_late() else {
+                    LATE_EVENTS.name: self.late_events(context, previous)}
+                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, metadata, no_input,
+                                              write_tasks)
             failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
             for frame in context.cached:
@@ -119,45 +127,45 @@ class BatchWriter:
             return None
         return max(1, -(-records // self.settings.records_per_write_task))
 
-    def _write_tables(self, outputs: dict[str, DataFrame], batch_id: int, metadata: dict,
-                      no_input: bool) -> tuple[dict[str, int | None], bool]:
-        """Append each table's rows at once (``concurrent_writes``): rows written per table,
-        None where the batch was already committed; and whether a Spark write ran the
-        batch's plan.
+    def _dropped_late(self) -> bool:
+        """Whether the batch's stateful operators dropped rows as late, by Spark's own count
+        once its plan has run; True when that count cannot be read. Most batches drop none,
+        and then late_events needs no second read of the batch's Kafka range."""
+        dropped = metrics.rows_dropped_by_watermark(self.spark, f"{metrics.QUERY_PREFIX}{self.job.name}")
+        return dropped is None or dropped > 0
 
-        A batch that read records commits to every table, rows or none, so each table holds a
-        commit with the offsets of every such batch (what ``recover`` looks for). Spark
-        commits nothing for an append of no rows without a transaction, so such a table gets
-        an empty commit by delta-rs, without Spark's state rebuild. A batch that read no new
-        records (Spark runs one when the watermark moves) commits only the tables it has rows
-        for: its offsets equal the batch before's.
+    def _write_tables(self, outputs: dict[str, DataFrame], with_rows: set[str], tables, batch_id: int,
+                      metadata: dict, no_input: bool, write_tasks: int | None) -> dict[str, int | None]:
+        """Append the rows of each of ``tables`` at once (``concurrent_writes``), each in
+        ``write_tasks`` tasks when known: rows written per table, None where the batch was
+        already committed.
 
-        A new batch's frames are appended without first asking whether they are empty: that
-        question is a Spark job per table (measured 0.7 to 0.9 s each, docs/streaming-facts.md),
-        and the append answers it. A batch that may be a replay still asks, since its append
-        runs under Delta's transaction, where no commit also means "already written"."""
-        first_commit = threading.Lock()
+        Only a table with rows gets a Spark append: ``with_rows`` are known to have some, the
+        others are asked (a one-row read of the batch's cached rows, measured
+        docs/streaming-facts.md), since a Spark append of no rows is a write job and a Delta
+        transaction that commit nothing. A batch that read records commits to every table,
+        rows or none, so each table holds a commit with the offsets of every such batch (what
+        ``recover`` looks for): a table without rows gets an empty commit by delta-rs. A
+        batch that read no new records (Spark runs one when the watermark moves) commits
+        only the tables it has rows for: its offsets equal the batch before's."""
         replay_possible = batch_id <= self.replayable_upto
-        plan_ran = threading.Event()
 
         def write(spec: TableSpec) -> int | None:
-            frame = outputs.get(spec.name)
-            if frame is None or (replay_possible and frame.isEmpty()):
-                rows = 0 if no_input else self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
-            else:
+            frame, rows = outputs.get(spec.name), None
+            has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
+            if has_rows:
+                if write_tasks:
+                    frame = frame.coalesce(write_tasks)
                 rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata, replay_possible)
-                if rows is not None or not replay_possible:
-                    plan_ran.set()
-                if rows is None and not replay_possible:  # no rows: Spark committed nothing
-                    rows = 0 if no_input else self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
+            if not has_rows or (rows is None and not replay_possible):  # no rows: no Spark commit
+                rows = 0 if no_input else self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing
-            if first_commit.acquire(blocking=False):
+            if self.first_commit.acquire(blocking=False):
                 failpoints.hit("between_tables", batch_id, self.job.name)
             return rows
 
-        written = concurrent_writes.run_all(self.spark, {spec.name: partial(write, spec) for spec in self.tables})
-        return written, plan_ran.is_set()
+        return concurrent_writes.run_all(self.spark, {spec.name: partial(write, spec) for spec in tables})
 
     def _report_skipped_offsets(self, offsets, previous) -> None:
         """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
@@ -186,7 +194,9 @@ class BatchWriter:
         """The valid events of this batch that the job's stateful operators dropped as late.
 
         The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
-        the same records are read again and the job's lateness rule applied. Measured on
+        the same records are read again and the job's lateness rule applied: only for a batch
+        whose operators dropped rows as late (``_dropped_late``), since the rule selects
+        exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py). Measured on
         Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
         (``previous``, the batch before's offsets) and evict state with entry N's
         (docs/streaming-facts.md).

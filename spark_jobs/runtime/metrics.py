@@ -45,6 +45,29 @@ def source_scans(frame) -> int:
     return max(1, sum(1 for i in range(leaves.size()) if leaves.apply(i).isStreaming()))
 
 
+def rows_dropped_by_watermark(spark, query_name: str) -> int | None:
+    """The rows the stateful operators of ``query_name``'s batch in flight dropped as late,
+    once that batch's plan has run: Spark's own ``numRowsDroppedByWatermark``, read from the
+    batch's executed plan (the figure its progress reports after the batch). None when the
+    query or its plan is not found."""
+    jvm_session = spark._jsparkSession  # noqa: SLF001
+    queries = jvm_session.streams().active()
+    query = next((q for q in queries if q.name() == query_name), None)
+    execution = query.streamingQuery().lastExecution() if query is not None else None
+    if execution is None:
+        return None
+    dropped, found, nodes = 0, False, [execution.executedPlan()]
+    while nodes:
+        node = nodes.pop()
+        metric = node.metrics().get("numRowsDroppedByWatermark")
+        if metric.isDefined():
+            found = True
+            dropped += metric.get().value()
+        children = node.children()
+        nodes.extend(children.apply(i) for i in range(children.size()))
+    return dropped if found else None
+
+
 def operator_figures(progress: dict[str, Any]) -> list[dict[str, Any]]:
     """Each stateful operator's own figures, in Spark's order."""
     return [

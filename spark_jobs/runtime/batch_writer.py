@@ -83,8 +83,8 @@ class BatchWriter:
                 # the batch's plan must run: stateful operators commit their state for the
                 # batch only then, and Spark counts the batch's input from it
                 batch_df.count()
-            results = [spec for spec in self.tables if spec is not LATE_EVENTS]
-            written = self._write_tables(outputs, set(), results, batch_id, metadata, no_input, write_tasks)
+            job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
+            written = self._write_tables(outputs, set(), job_tables, batch_id, metadata, no_input, write_tasks)
             if self.job.late_rule:
                 late = {} if no_input or not self._dropped_late() else {
                     LATE_EVENTS.name: self.late_events(context, previous)}

@@ -1,5 +1,6 @@
 """Job dedup: repeats removed within the watermark, state bounded, re-sends after expiry late."""
 
+from spark_jobs.runtime.delta_tables import commit_metadata
 from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event
 
@@ -13,6 +14,12 @@ def test_duplicates_within_the_watermark_are_dropped(spark, settings):
     run_job(spark, s, "dedup")
     assert sorted(table(s, "device_events_deduplicated")["event_id"]) == ["a", "b", "c"]
     assert len(table(s, "late_events")) == 0
+    # no late rows, yet late_events holds a commit of every batch that read records: what
+    # `sigflow checkpoint recover` rebuilds offsets from
+    metrics = table(s, "pipeline_metrics")
+    read_records = sorted(metrics[metrics.input_rows > 0].batch_id)
+    committed = sorted(m["batch_id"] for m in commit_metadata(s.table_uri("late_events")) if m.get("job") == "dedup")
+    assert len(read_records) == 2 and committed == read_records
 
 
 def test_an_id_resent_after_its_state_expired_is_late_not_counted_twice(spark, settings):

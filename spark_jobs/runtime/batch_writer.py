@@ -131,7 +131,7 @@ class BatchWriter:
         """Whether the batch's stateful operators dropped rows as late, by Spark's own count
         once its plan has run; True when that count cannot be read. Most batches drop none,
         and then late_events needs no second read of the batch's Kafka range."""
-        dropped = metrics.rows_dropped_by_watermark(self.spark, f"{metrics.QUERY_PREFIX}{self.job.name}")
+        dropped = metrics.rows_dropped_by_watermark(self.spark, metrics.query_name(self.job.name))
         return dropped is None or dropped > 0
 
     def _write_tables(self, outputs: dict[str, DataFrame], with_rows: set[str], tables, batch_id: int,

@@ -13,6 +13,12 @@ from typing import Any, Iterable
 from pyspark.sql.streaming import StreamingQueryListener
 
 QUERY_PREFIX = "sigflow_"  # query names are sigflow_<job>
+
+
+def query_name(job: str) -> str:
+    """The streaming query's name of a job: how its progress and its batch's plan are found."""
+    return f"{QUERY_PREFIX}{job}"
+
 progress_log = logging.getLogger("sigflow.progress")
 batch_log = logging.getLogger("sigflow.batches")  # the same, as a sentence for people
 

@@ -39,10 +39,10 @@ from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
 from spark_jobs.runtime.lease import Lease
 from spark_jobs.runtime.metrics import (
-    QUERY_PREFIX,
     Counting,
     listen,
     progress_dicts,
+    query_name,
     source_scans,
 )
 from spark_jobs.runtime.metrics_recorder import MetricsRecorder
@@ -130,7 +130,7 @@ class JobRun:
         self.write_batch.replayable_upto = batches[-1] if batches else -1
         self.query = (
             self.plan()
-            .writeStream.queryName(f"{QUERY_PREFIX}{self.job.name}")
+            .writeStream.queryName(query_name(self.job.name))
             .foreachBatch(self.write_batch)
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)
@@ -347,7 +347,7 @@ def run_pipeline(
                     on_job_done(future.result())
         except KeyboardInterrupt:
             interrupted.set()
-            ours = {f"{QUERY_PREFIX}{name}" for name in names}
+            ours = {query_name(name) for name in names}
             while not all(future.done() for future in futures):
                 for query in spark.streams.active:
                     if query.name in ours:

@@ -339,6 +339,12 @@ def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
 
+def on_local_disk(uri: str) -> bool:
+    """Whether a table or checkpoint URI names this machine's file system (no scheme, or file:)."""
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", uri)
+    return scheme is None or scheme.group(1).lower() == "file"
+
+
 # The environment the sources read: os.environ, or the mapping load_settings(env=...) was
 # given (tests and `replace` read none). A context variable, since pydantic-settings builds
 # its sources in a classmethod that sees no per-call state.

@@ -1,6 +1,11 @@
 import pytest
 
-from spark_jobs.config import duration_seconds, load_settings, spark_interval
+from spark_jobs.config import (
+    duration_seconds,
+    load_settings,
+    on_local_disk,
+    spark_interval,
+)
 from spark_jobs.errors import ConfigError
 
 
@@ -24,6 +29,12 @@ def test_object_store_roots_are_accepted():
     s = load_settings(env={"SIGFLOW_DELTA_ROOT": "s3a://lake/sigflow/", "SIGFLOW_CHECKPOINT_ROOT": "s3a://lake/ck"})
     assert s.table_uri("device_events") == "s3a://lake/sigflow/device_events"
     assert s.checkpoint_uri("ingest") == "s3a://lake/ck/ingest"
+    assert not on_local_disk(s.checkpoint_root_uri) and not on_local_disk(s.delta_root_uri)
+
+
+@pytest.mark.parametrize("uri", ["data/checkpoints", "/var/sigflow/ck", "file:///var/sigflow/ck", "FILE:/x"])
+def test_paths_and_file_uris_are_on_local_disk(uri):
+    assert on_local_disk(uri)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -279,9 +280,7 @@ class Settings(BaseSettings):
 
     @property
     def jars_path(self) -> Path:
-        from spark_jobs.runtime.jars import default_dir
-
-        return Path(self.jars_dir) if self.jars_dir else default_dir()
+        return Path(self.jars_dir) if self.jars_dir else default_jars_dir()
 
     def progress_file(self, job: str) -> Path:
         """The job's per-batch JSON progress lines (docs/observability.md)."""
@@ -337,6 +336,11 @@ class Settings(BaseSettings):
 
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
+
+
+def default_jars_dir() -> Path:
+    """Beside the Python environment that holds pyspark: the JARs belong to that install."""
+    return Path(sys.prefix) / "share" / "sigflow" / "jars"
 
 
 def on_local_disk(uri: str) -> bool:

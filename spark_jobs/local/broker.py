@@ -20,7 +20,6 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -29,39 +28,23 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, SigflowError
 from spark_jobs.local import broker_tls
 from spark_jobs.runtime import jars
+from spark_jobs.runtime.kafka_address import (
+    MAIN_CLASS,
+    BrokerInfo,
+    embedded_ca,
+    is_our_broker,
+    state_file,
+)
+from spark_jobs.runtime.kafka_address import bootstrap_servers as bootstrap_servers
+from spark_jobs.runtime.kafka_address import connection as connection
+from spark_jobs.runtime.kafka_address import status as status
 from spark_jobs.runtime.kafka_connection import KafkaConnection
 
-MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    pid: int
-    bootstrap_servers: str
-    log_file: str
-    security_protocol: str = "PLAINTEXT"
-    ca_file: str = ""  # the CA clients trust, when the listener speaks TLS
-
-    @property
-    def alive(self) -> bool:
-        return _is_our_broker(self.pid)
-
-
-def _state_file(settings: Settings) -> Path:
-    return settings.broker_dir / "broker.json"
 
 
 def _config_file(settings: Settings) -> Path:
     return settings.broker_dir / "server.properties"
-
-
-def _is_our_broker(pid: int) -> bool:
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return MAIN_CLASS.encode() in args  # a zombie's command line is empty
 
 
 def free_port() -> int:
@@ -75,15 +58,6 @@ def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
-
-
-def status(settings: Settings) -> BrokerInfo | None:
-    """The broker recorded under data_dir if its process is alive, else None."""
-    path = _state_file(settings)
-    if not path.exists():
-        return None
-    info = BrokerInfo(**json.loads(path.read_text()))
-    return info if info.alive else None
 
 
 def _ports(settings: Settings) -> tuple[int, int]:
@@ -281,19 +255,14 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
         _create_client_user(settings, own)
     info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file),
                       security_protocol=own.security_protocol, ca_file=own.ca_file)
-    _state_file(settings).write_text(json.dumps(info.__dict__))
+    state_file(settings).write_text(json.dumps(info.__dict__))
     return info
-
-
-def _embedded_ca(settings: Settings) -> str:
-    """The embedded broker's CA file when its listener speaks TLS (made by broker_tls)."""
-    return str(settings.broker_dir / "tls" / "ca.pem") if settings.kafka_security_protocol in ("SSL", "SASL_SSL") else ""
 
 
 def _own_connection(settings: Settings, address: str) -> KafkaConnection:
     """How the project reaches its own broker: as the broker user when SASL is on."""
     protocol = settings.kafka_security_protocol
-    ca = _embedded_ca(settings)
+    ca = embedded_ca(settings)
     if not protocol.startswith("SASL_"):
         return KafkaConnection(address, protocol, ca_file=ca)
     return KafkaConnection(address, protocol, "PLAIN", BROKER_USER, SecretStr(_broker_password(settings)), ca)
@@ -332,16 +301,16 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
 
 def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
     """Stop the recorded broker (SIGTERM: a controlled shutdown). False when none was running."""
-    path = _state_file(settings)
+    path = state_file(settings)
     info = status(settings)
     if info is None:
         path.unlink(missing_ok=True)
         return False
     os.kill(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _is_our_broker(info.pid) and time.monotonic() < deadline:
+    while is_our_broker(info.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _is_our_broker(info.pid):
+    if is_our_broker(info.pid):
         os.kill(info.pid, signal.SIGKILL)
     _reap(info.pid)
     path.unlink(missing_ok=True)
@@ -354,7 +323,7 @@ def kill(settings: Settings) -> int:
     if info is None:
         raise SigflowError("no embedded broker is running")
     os.kill(info.pid, signal.SIGKILL)
-    while _is_our_broker(info.pid):
+    while is_our_broker(info.pid):
         time.sleep(0.05)
     _reap(info.pid)
     return info.pid
@@ -365,25 +334,3 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
-
-
-def connection(settings: Settings) -> KafkaConnection:
-    """The Kafka to use and how to speak to it (docs/security.md)."""
-    ca = settings.kafka_ca_file or ("" if settings.kafka_bootstrap_servers else _embedded_ca(settings))
-    return KafkaConnection(
-        bootstrap_servers(settings), settings.kafka_security_protocol, settings.kafka_sasl_mechanism,
-        settings.kafka_username, settings.kafka_secret, ca,
-    )
-
-
-def bootstrap_servers(settings: Settings) -> str:
-    """The Kafka to use: the configured cluster, else the embedded broker, else a clear error."""
-    if settings.kafka_bootstrap_servers:
-        return settings.kafka_bootstrap_servers
-    info = status(settings)
-    if info is None:
-        raise BrokerUnavailable(
-            "no Kafka configured and the embedded broker is not running",
-            "start it with `sigflow broker start`, or set KAFKA_BOOTSTRAP_SERVERS",
-        )
-    return info.bootstrap_servers

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_jobs.config import default_jars_dir as default_dir
 from spark_jobs.errors import SigflowError
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "jars"
@@ -149,11 +150,6 @@ def roots() -> list[Jar]:
 
 def locked(sets: tuple[str, ...] | list[str] = SETS) -> list[Jar]:
     return [jar for jar in _read(LOCK) if jar.set in sets]
-
-
-def default_dir() -> Path:
-    """Beside the Python environment that holds pyspark: the JARs belong to that install."""
-    return Path(sys.prefix) / "share" / "sigflow" / "jars"
 
 
 def sha256(path: Path) -> str:

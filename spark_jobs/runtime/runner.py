@@ -32,8 +32,13 @@ from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.local import broker
-from spark_jobs.runtime import checkpoint_guards, jars, kafka_client, kafka_source
+from spark_jobs.runtime import (
+    checkpoint_guards,
+    jars,
+    kafka_address,
+    kafka_client,
+    kafka_source,
+)
 from spark_jobs.runtime.batch_writer import BatchWriter
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.delta_sink import DeltaSink
@@ -85,7 +90,7 @@ class JobRun:
             settings = settings.replace(starting_offsets=recovered_start)
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
-        self.kafka = broker.connection(settings)
+        self.kafka = kafka_address.connection(settings)
         kafka_client.check_reachable(self.kafka)
         for topic in job.topics(settings):
             kafka_client.topic_partitions(self.kafka, topic)

@@ -43,7 +43,8 @@ run: install
 	@$(BIN)/sigflow simulate --events 5000 --devices 25
 	@# three batches: Spark drops late rows with the watermark the batch before set, so the
 	@# third batch is the first where late data shows
-	@SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1700 $(BIN)/sigflow pipeline
+	@# the quick JIT: a pipeline of a minute spends a third of its CPU in C2 otherwise
+	@SIGFLOW_MAX_OFFSETS_PER_TRIGGER=1700 SIGFLOW_JIT=quick $(BIN)/sigflow pipeline
 	@$(BIN)/sigflow report
 	@echo "next: sigflow status | sigflow quarantine | sigflow run dedup --processing-time 10s | make airflow"
 	@echo "      (sigflow is $(BIN)/sigflow; make stop stops the broker, make clean deletes data/)"

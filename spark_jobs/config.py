@@ -120,6 +120,13 @@ StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]
 
 
+# C1 alone fills the 48 MB code cache the JVM reserves for it within a minute of Spark's
+# work; the JVM then stops compiling, and a method handle that needs the cache fails the
+# task that asked for it (measured: "Out of space in CodeCache", docs/streaming-facts.md).
+# 240 MB is what the tiered JIT reserves.
+QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
 
@@ -179,9 +186,12 @@ class Settings(BaseSettings):
     # --driver-memory wins); in local mode the executors' tasks run in it too.
     spark_driver_memory: JvmMemory = "2g"
     # Extra options for every JVM sigflow starts on this machine: Spark's driver and
-    # executors, the embedded broker, the local cluster's daemons. -XX:TieredStopAtLevel=1
-    # (the quick JIT only) suits short runs on few cores (docs/streaming-facts.md).
+    # executors, the embedded broker, the local cluster's daemons.
     jvm_options: str = ""
+    # Which compilers those JVMs use: "tiered" (the JVM's default: C1, then C2 for hot code)
+    # for drivers that run for hours; "quick" (C1 only, QUICK_JIT_OPTIONS) for runs of
+    # minutes, such as make run's pipeline, whose JVM spent a third of its CPU in C2.
+    jit: Literal["tiered", "quick"] = "tiered"
     # The state of every stateful operator is split into this many partitions, each loaded and
     # committed every batch: the embedded default's 2 cores (make run's jobs took 105 s at 2
     # against 120 to 128 s at 4, docs/streaming-facts.md). A cluster sets its cores' count.
@@ -250,6 +260,11 @@ class Settings(BaseSettings):
     source_file: str = ""  # which YAML file was read, if any (set by load_settings)
 
     # ---- derived locations -------------------------------------------------------------
+    @property
+    def java_options(self) -> str:
+        """The options every JVM sigflow starts gets: the JIT's, then ``jvm_options``."""
+        return " ".join(filter(None, (QUICK_JIT_OPTIONS if self.jit == "quick" else "", self.jvm_options)))
+
     @property
     def spark_on_this_machine(self) -> bool:
         """Whether the driver's executors all run here (embedded, or a loopback cluster), so

@@ -23,7 +23,7 @@ from tests.helpers import MULTI_PROCESS, QUICK_JIT, REPO
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # for the processes tests start with this process's environment (cli_env sets it too)
-os.environ.setdefault("SIGFLOW_JVM_OPTIONS", QUICK_JIT)
+os.environ.setdefault("SIGFLOW_JIT", QUICK_JIT["jit"])
 # py4j logs at interpreter exit, after pytest has closed the captured streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -32,7 +32,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 def embedded_broker(tmp_path_factory):
     settings = load_settings(
         env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("broker")), "broker_port": 0,
-                           "jvm_options": QUICK_JIT}
+                           **QUICK_JIT}
     )
     info = embedded.start(settings)
     yield info
@@ -65,7 +65,7 @@ def secured_broker(tmp_path_factory):
     s = load_settings(env={"SIGFLOW_KAFKA_PASSWORD": password}, overrides={
         "data_dir": str(data / "broker-home"), "broker_port": 0, "kafka_security_protocol": "SASL_SSL",
         "kafka_username": SECURED_USER, "shuffle_partitions": 2, "events_topic": "secured-events",
-        "alerts_topic": "secured-alerts", "topic_partitions": 2, "jvm_options": QUICK_JIT})
+        "alerts_topic": "secured-alerts", "topic_partitions": 2, **QUICK_JIT})
     info = embedded.start(s)
     yield s.replace(kafka_bootstrap_servers=info.bootstrap_servers, kafka_ca_file=info.ca_file), password, info
     embedded.stop(s)
@@ -89,7 +89,7 @@ def make_settings(data_dir, bootstrap: str, **overrides) -> Settings:
         "alerts_topic": f"alerts-{suffix}",
         "shuffle_partitions": 2,
         "kafka_read_timeout_s": 20,
-        "jvm_options": QUICK_JIT,
+        **QUICK_JIT,
         **overrides,
     }
     return load_settings(env={}, overrides=values)

@@ -111,16 +111,16 @@ def processes_with_env(variable: str, value) -> list[int]:
 
 
 # Every JVM a test starts beside the session's own (a CLI run's driver, a broker, a cluster
-# daemon, spark-submit) lives seconds to minutes: with the quick JIT alone such a run costs a
+# daemon, spark-submit) lives seconds to minutes: with the quick JIT such a run costs a
 # third less CPU (docs/streaming-facts.md), and the suite is CPU-bound. The session's JVM
-# lives the whole run and keeps the full JIT.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# lives the whole run and keeps the tiered JIT.
+QUICK_JIT = {"jit": "quick"}
 
 
 def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[str, str]:
     """The environment an operator's shell would have for these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
-    env["SIGFLOW_JVM_OPTIONS"] = QUICK_JIT
+    env["SIGFLOW_JIT"] = QUICK_JIT["jit"]
     if settings is not None:
         env.update({
             "SIGFLOW_DATA_DIR": settings.data_dir,

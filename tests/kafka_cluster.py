@@ -112,7 +112,7 @@ class KafkaCluster:
 def start(base: Path, nodes: int = 3, heap: str = "384m", timeout_s: float = 120) -> KafkaCluster:
     members = [
         Node(i, load_settings(env={}, overrides={"data_dir": str(base / f"node-{i}"), "broker_heap": heap,
-                                                "jvm_options": QUICK_JIT}),
+                                                **QUICK_JIT}),
              broker.free_port(), broker.free_port())
         for i in range(1, nodes + 1)
     ]

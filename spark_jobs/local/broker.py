@@ -183,7 +183,7 @@ def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, 
         _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
-        *settings.jvm_options.split(), "-cp", classpath, main, *args,
+        *settings.java_options.split(), "-cp", classpath, main, *args,
     ]
 
 

@@ -95,7 +95,7 @@ def _daemon(settings: Settings, main: str, log_name: str, *args: str) -> subproc
            "SPARK_LOG_DIR": str(cluster_dir(settings))}
     command = [
         str(Path(os.environ["JAVA_HOME"], "bin", "java")), f"-Xmx{DAEMON_HEAP}",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC", *settings.jvm_options.split(),
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC", *settings.java_options.split(),
         "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args,
     ]
     with open(cluster_dir(settings) / log_name, "ab") as out:

@@ -16,7 +16,7 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 def java_options_conf(extra: str = "") -> dict[str, str]:
     """The driver's and the executors' Java options: time zone, out-of-memory exit, logging,
-    then the ``jvm_options`` setting (``extra``)."""
+    then the settings' ``java_options`` (``extra``)."""
     common = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {extra}".strip()
     return {
         "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {common}",

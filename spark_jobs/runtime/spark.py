@@ -79,7 +79,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.jvm_options))
+        .config(map=java_options_conf(settings.java_options))
         .config("spark.driver.memory", settings.spark_driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark_executor_memory)

@@ -18,7 +18,7 @@ def settings_env(settings) -> dict[str, str]:
         "SIGFLOW_TOPIC_PARTITIONS": str(settings.topic_partitions),
         "SIGFLOW_SHUFFLE_PARTITIONS": "2",
         "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
-        "SIGFLOW_JVM_OPTIONS": settings.jvm_options,
+        "SIGFLOW_JVM_OPTIONS": settings.java_options,
     }
 
 

@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from spark_jobs.config import (
@@ -96,3 +99,22 @@ def test_settings_are_immutable_and_replace_revalidates():
     assert s.replace(watermark_delay="2h").watermark_delay.seconds == 7200
     with pytest.raises(ConfigError, match="watermark_delay"):
         s.replace(watermark_delay="later")
+
+
+@pytest.mark.parametrize("jit, stop_level", [("tiered", 4), ("quick", 1)])
+def test_the_jit_setting_reaches_the_jvm_with_the_code_cache_c1_alone_needs(jit, stop_level):
+    """C1 alone would get a 48 MB code cache, which Spark's work fills within a minute
+    (the JVM then stops compiling): the quick JIT keeps the tiered JIT's 240 MB."""
+    import re
+    import subprocess
+
+    from spark_jobs.runtime.spark import ensure_java
+
+    ensure_java()
+    settings = load_settings(env={"SIGFLOW_JIT": jit, "SIGFLOW_JVM_OPTIONS": "-Xss4m"})
+    out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *settings.java_options.split(),
+                          "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True).stdout
+    flags = dict(re.findall(r"^\s*\S+\s+(\w+)\s+=\s+(\S+)", out, re.M))
+    assert int(flags["TieredStopAtLevel"]) == stop_level
+    assert int(flags["ReservedCodeCacheSize"]) >= 240 * 1024 * 1024
+    assert int(flags["ThreadStackSize"]) == 4096  # jvm_options come too

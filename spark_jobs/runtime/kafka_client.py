@@ -239,6 +239,13 @@ def _await_listed(client: AdminClient, topics: list[str], timeout_s: float = 60.
         )
 
 
+LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _leader_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() in LEADER_MOVING
+
+
 def offset_bounds(
     target: Target, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
 ) -> dict[int, tuple[int, int]]:
@@ -248,8 +255,14 @@ def offset_bounds(
     # fetch.wait.max.ms (default 500) hoping for data: 10 ms made this 0.6 s -> 0.03 s.
     c = consumer(target, **{"fetch.wait.max.ms": 10})
     try:
+        # a partition whose leader is moving (a broker restarting, the cluster rebalancing
+        # leaders just after a topic is created) answers "not leader" until it has one
+        asking = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_leader_moving), wait=tenacity.wait_exponential(0.1, max=2),
+            stop=tenacity.stop_after_delay(timeout_s), reraise=True,
+        )
         reported = {
-            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in partitions
+            p: asking(c.get_watermark_offsets, TopicPartition(topic, p), timeout=timeout_s) for p in partitions
         }
         c.assign([TopicPartition(topic, p, reported[p][1]) for p in partitions])
         ends: dict[int, int] = {}

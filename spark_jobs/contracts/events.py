@@ -12,6 +12,7 @@ JSON type of every field is checked natively, without a Python UDF on the hot pa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -136,11 +137,44 @@ def _reason(contract: Contract, max_ahead: str) -> Column:
 def with_contract_columns(kafka_df: DataFrame, contract: Contract, max_ahead: str) -> DataFrame:
     """Add the typed contract columns, ``extras``, ``reason_code`` and ``reason`` (NULL when valid).
     ``max_ahead``: how far a time may be after the record's Kafka timestamp."""
+    steps = _contract_projections(contract, max_ahead)
+    v = kafka_df.withColumn("_v", steps.parsed).withColumns(steps.fields).withColumns(steps.values)
+    return v.select("*", *steps.checked).drop(*steps.helpers).select("*", *steps.reason).drop("_reason")
+
+
+@dataclass(frozen=True)
+class _Projections:
+    """The contract's columns, in the order ``with_contract_columns`` adds them."""
+
+    parsed: Column
+    fields: dict[str, Column]
+    values: dict[str, Column]
+    checked: list[Column]
+    helpers: list[str]
+    reason: list[Column]
+
+
+_built: dict[tuple[str, str], tuple[object, _Projections]] = {}  # with the JVM they were built in
+
+
+def _contract_projections(contract: Contract, max_ahead: str) -> _Projections:
+    """The contract's columns, built once per JVM: they are unresolved expressions, the same
+    for every micro-batch, and building them takes about a thousand py4j calls (a third of
+    a second of each ingest batch, docs/streaming-facts.md)."""
+    from pyspark import SparkContext
+
+    jvm, projections = _built.get((contract.name, max_ahead), (None, None))
+    if projections is None or jvm is not SparkContext._jvm:
+        projections = _build_projections(contract, max_ahead)
+        _built[(contract.name, max_ahead)] = (SparkContext._jvm, projections)
+    return projections
+
+
+def _build_projections(contract: Contract, max_ahead: str) -> _Projections:
     # An oversized payload is quarantined for its size before anything else is looked at,
     # so it is not parsed: in a 10% malformed storm the 1% of 300 KiB payloads were most
     # of the parsing work.
-    v = kafka_df.withColumn("_v", F.when(
-        F.length("value") <= MAX_PAYLOAD_BYTES, F.expr("try_parse_json(CAST(value AS STRING))")))
+    parsed = F.when(F.length("value") <= MAX_PAYLOAD_BYTES, F.expr("try_parse_json(CAST(value AS STRING))"))
     # Each field's JSON type and text are computed once, in their own projection: the
     # checks below read them many times, inside CASE branches that codegen's common
     # subexpression elimination does not share (inlined, each check walked the variant
@@ -148,12 +182,10 @@ def with_contract_columns(kafka_df: DataFrame, contract: Contract, max_ahead: st
     kinds = {f"_k_{f}": F.expr(f"schema_of_variant(variant_get(_v, '$.{f}'))") for f in contract.required}
     texts = {f"_s_{f}": F.expr(f"try_variant_get(_v, '$.{f}', 'string')")
              for f in (*contract.strings, *contract.times)}
-    v = v.withColumns({**kinds, **texts})
     values = {
         **{f"_n_{f}": _number(f) for f in contract.numbers},
         **{f"_t_{f}": _time(f) for f in contract.times},
     }
-    v = v.withColumns(values)
     # from the parsed variant rather than a second JSON parse (from_json gives the same map)
     extras = F.map_filter(
         F.expr("try_variant_get(_v, '$', 'map<string,string>')"),
@@ -162,13 +194,15 @@ def with_contract_columns(kafka_df: DataFrame, contract: Contract, max_ahead: st
     typed = {f: _text(f) for f in contract.strings}
     typed.update({f: F.col(f"_n_{f}") for f in contract.numbers})
     typed.update({f: F.col(f"_t_{f}") for f in contract.times})
-    helpers = ["_v", *kinds, *texts, *values]
-    return v.select(
-        "*", *[col.alias(name) for name, col in typed.items()],
-        extras.alias("extras"), _reason(contract, max_ahead).alias("_reason"),
-    ).drop(*helpers).select(
-        "*", F.col("_reason.code").alias("reason_code"), F.col("_reason.detail").alias("reason"),
-    ).drop("_reason")
+    return _Projections(
+        parsed=parsed,
+        fields={**kinds, **texts},
+        values=values,
+        checked=[*[col.alias(name) for name, col in typed.items()],
+                 extras.alias("extras"), _reason(contract, max_ahead).alias("_reason")],
+        helpers=["_v", *kinds, *texts, *values],
+        reason=[F.col("_reason.code").alias("reason_code"), F.col("_reason.detail").alias("reason")],
+    )
 
 
 Keep = Callable[[DataFrame], DataFrame]  # BatchContext.cache: persist a frame for this batch

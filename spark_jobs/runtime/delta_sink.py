@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.contracts.tables import TABLE_PROPERTIES, TableSpec
 from spark_jobs.runtime.delta_tables import METADATA_KEY, commit_metadata
 
 log = logging.getLogger("sigflow.delta")
@@ -53,6 +53,8 @@ class DeltaSink:
         from delta.tables import DeltaTable
 
         builder = DeltaTable.createIfNotExists(self.spark).location(self.uri(spec)).addColumns(spec.schema)
+        for key, value in TABLE_PROPERTIES.items():
+            builder = builder.property(key, value)
         if spec.partition_by:
             builder = builder.partitionedBy(*spec.partition_by)
         builder.execute()
@@ -161,7 +163,8 @@ def create_table(uri: str, spec: TableSpec) -> str:
 def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
     from deltalake import DeltaTable
 
-    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore")
+    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
+                      configuration=TABLE_PROPERTIES)
 
 
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
@@ -187,15 +190,39 @@ def _table_exists(uri: str) -> bool:
 
 def migrate_table(uri: str, spec: TableSpec) -> str:
     """Additive migration: the spec's columns the table lacks are added (nullable, as every
-    column is) and filled by the spec's backfill expressions. Nothing is dropped or retyped:
-    readers of older versions keep working, and so does a rewind to a version before it."""
+    column is) and filled by the spec's backfill expressions, and ``TABLE_PROPERTIES`` the
+    table does not set are set (a value an operator chose stays). Nothing is dropped or
+    retyped: readers of older versions keep working, and so does a rewind to a version
+    before it."""
+    from deltalake import DeltaTable
+
+    unset = _unset_properties(uri)
+    if unset:
+        try:
+            DeltaTable(uri).alter.set_table_properties(unset)
+        except Exception:
+            if _unset_properties(uri):  # not a second driver migrating the same table at once
+                raise
+        log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
+    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
+    return _add_missing_columns(uri, spec, done)
+
+
+def _unset_properties(uri: str) -> dict[str, str]:
+    from deltalake import DeltaTable
+
+    configuration = DeltaTable(uri).metadata().configuration
+    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}
+
+
+def _add_missing_columns(uri: str, spec: TableSpec, done: str) -> str:
     from deltalake import DeltaTable, Field
 
     table = DeltaTable(uri)
     present = {field.name for field in table.schema().fields}
     missing = [field for field in arrow_schema(spec) if field.name not in present]
     if not missing:
-        return "exists"
+        return done
     table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in missing])
     added = [field.name for field in missing]
     fills = {column: sql for column, sql in spec.backfill if column in added}
@@ -205,4 +232,4 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
             updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
         filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
     log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
-    return f"exists, added column(s) {', '.join(added)}{filled}"
+    return f"{done}, added column(s) {', '.join(added)}{filled}"

@@ -1,5 +1,7 @@
 """The Delta sink: tables created and migrated, each batch written exactly once."""
 
+from pathlib import Path
+
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
@@ -23,6 +25,36 @@ def test_table_is_created_empty_with_its_schema(spark, settings):
     table = DeltaTable(settings.table_uri("readings"))
     assert [f.name for f in table.schema().fields] == ["device_id", "value"]
     assert count_matching(table.table_uri) == 0
+
+
+def _checkpoints(uri: str) -> list[str]:
+    return sorted(p.name for p in (Path(uri) / "_delta_log").glob("*.checkpoint*.parquet"))
+
+
+def test_sigflow_tables_take_a_delta_checkpoint_every_100_commits_not_every_10(spark, settings):
+    """Delta's default writes a checkpoint inside every 10th commit; a sigflow table, made by
+    either writer or migrated, goes to version 10 without one. An operator's own value stays."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(READINGS)
+    plain_uri = settings.table_uri("readings_delta_default")
+    write_deltalake(plain_uri, pa.Table.from_pylist([], schema=arrow_schema(READINGS)))
+    row = spark.createDataFrame([("d1", 1.0)], READINGS.schema)
+    for version in range(1, 11):
+        sink.append(row, READINGS, "app", version, {}, replay_possible=False)
+        row.write.format("delta").mode("append").save(plain_uri)
+    assert _checkpoints(plain_uri) == ["00000000000000000010.checkpoint.parquet"]
+    assert _checkpoints(settings.table_uri("readings")) == []
+
+    assert create_table(plain_uri, READINGS) == "exists, set delta.checkpointInterval=100"
+    assert create_table(plain_uri, READINGS) == "exists"
+    made_by_delta_rs = settings.table_uri("readings_by_delta_rs")
+    assert create_table(made_by_delta_rs, READINGS) == "created"
+    chosen_uri = settings.table_uri("readings_operator_chose")
+    DeltaTable.create(chosen_uri, schema=arrow_schema(READINGS), configuration={"delta.checkpointInterval": "50"})
+    assert create_table(chosen_uri, READINGS) == "exists"
+    assert {uri: DeltaTable(uri).metadata().configuration.get("delta.checkpointInterval")
+            for uri in (plain_uri, made_by_delta_rs, chosen_uri)} == {
+        plain_uri: "100", made_by_delta_rs: "100", chosen_uri: "50"}
 
 
 def test_a_replayed_batch_is_written_once(spark, settings):
@@ -113,7 +145,8 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
     write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns="reason_code"), preserve_index=False)
                     .cast(arrow_schema(old_layout)))
 
-    assert create_table(old_uri, QUARANTINED_EVENTS) == f"exists, added column(s) reason_code, {len(today)} rows filled"
+    assert create_table(old_uri, QUARANTINED_EVENTS) == (
+        f"exists, set delta.checkpointInterval=100, added column(s) reason_code, {len(today)} rows filled")
     migrated = read_pandas(old_uri)
     by_offset = ["topic", "partition", "offset"]
     assert (migrated.sort_values(by_offset).reason_code.tolist() == today.sort_values(by_offset).reason_code.tolist())

@@ -72,7 +72,7 @@ class BatchWriter:
             "watermark_ms": context.watermark_ms,
             "kafka_end_offsets": context.kafka_end_offsets,
         }
-        no_input = previous is not None and offsets is not None and offsets.sources == previous.sources
+        no_input = offsets is not None and _read_nothing(offsets, previous)
         write_tasks = self._write_tasks(offsets, previous)
         self.first_commit = threading.Lock()  # taken by the batch's first table commit
         batch_df.persist()
@@ -146,8 +146,9 @@ class BatchWriter:
         transaction that commit nothing. A batch that read records commits to every table,
         rows or none, so each table holds a commit with the offsets of every such batch (what
         ``recover`` looks for): a table without rows gets an empty commit by delta-rs. A
-        batch that read no new records (Spark runs one when the watermark moves) commits
-        only the tables it has rows for: its offsets equal the batch before's."""
+        batch that read no records (Spark runs one when the watermark moves, and a query's
+        first batch always runs) commits only the tables it has rows for
+        (``_read_nothing``)."""
         replay_possible = batch_id <= self.replayable_upto
 
         def write(spec: TableSpec) -> int | None:
@@ -215,3 +216,15 @@ class BatchWriter:
             F.lit(batch.batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
             F.lit(self.checkpoint_id).alias("checkpoint_id"),
         )
+
+
+def _read_nothing(offsets, previous) -> bool:
+    """Whether a batch read no Kafka record: its end offsets are the batch before's, or, in a
+    query's first batch, every partition ends at offset 0 (nothing was ever written to its
+    topics). Such a batch needs no commit on a table it has no rows for, and a delta-rs
+    commit there would make the table's next Spark append rebuild its state (the checksum
+    Spark derives each commit's from is missing after one, docs/streaming-facts.md)."""
+    if previous is not None:
+        return offsets.sources == previous.sources
+    ends = [end for source in offsets.sources if source for parts in source.values() for end in parts.values()]
+    return bool(ends) and all(end == 0 for end in ends)

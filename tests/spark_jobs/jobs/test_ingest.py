@@ -7,7 +7,8 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
-from tests.helpers import produce, run_job, send, table
+from spark_jobs.runtime.delta_tables import commit_metadata
+from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
 
 
@@ -155,3 +156,21 @@ def test_the_payload_names_the_device_whatever_the_key_and_an_empty_value_is_qua
     quarantined = table(settings, "quarantined_events")
     assert quarantined.reason_code.tolist() == ["empty_record", "empty_record"]
     assert sorted(quarantined.key.map(lambda k: k or b"")) == [b"", b"d3"]
+
+
+def test_a_first_batch_before_anything_was_produced_commits_to_no_table(spark, settings):
+    """A job started before its topics hold a record runs a first batch that reads none: no
+    table gets a commit for it. The batch that reads the first records commits to every
+    table, rows or none, as every batch that reads records does."""
+    tables = ("device_events_raw", "device_events", "device_alerts", "quarantined_events")
+
+    def committed_batches():
+        return {name: [m["batch_id"] for m in commit_metadata(settings.table_uri(name)) if m.get("job") == "ingest"]
+                for name in tables}
+
+    first = run_job(spark, settings)
+    assert first.batches == 1 and committed_batches() == {name: [] for name in tables}
+    send(settings, [Event("a", "d1", at(9, 0), 1.0)])
+    run_job(spark, settings)
+    assert committed_batches() == {name: [1] for name in tables}
+    assert table(settings, "device_events").event_id.tolist() == ["a"]

@@ -205,8 +205,8 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     worker.start()
     records = generate_events(int(rate * seconds), devices=100, seed=4, malformed_ratio=0.0)
     started = time.perf_counter()
-    # librdkafka: kafka-python in this process would take half a core of the two from the job
-    # and share its interpreter with the batches' Python (measured, docs/streaming-facts.md)
+    # librdkafka: kafka-python, at most about 9,000 events/s here, would keep much of a core busy
+    # in this process and share its interpreter with the batches' Python (docs/streaming-facts.md)
     for second in range(int(seconds)):
         confluent_produce(s.kafka_bootstrap_servers, s.events_topic,
                           [(r.key, r.value) for r in records[second * rate:(second + 1) * rate]])

@@ -44,9 +44,10 @@ def _data_type(text: str) -> DataType:
 
 # Delta table properties every sigflow table is created with, and migrated to where the
 # table does not set them. A Delta checkpoint is a state rebuild and a parquet write inside
-# a commit: at Delta's default of one every 10 commits, one ingest batch in ten took 2.5 to
-# 4 s longer (docs/streaming-facts.md). At 100, a batch in a hundred pays it, and a reader
-# starting cold replays up to 99 small JSON commits after the checkpoint instead of 9.
+# a commit: at Delta's default of one every 10 commits, the ingest batch that
+# checkpointed took 6.6 s where its neighbours took 1.1 to 2.0 s (docs/streaming-facts.md).
+# At 100, a batch in a hundred pays it, and a reader starting cold replays up to 99 small
+# JSON commits after the checkpoint instead of 9.
 TABLE_PROPERTIES = {"delta.checkpointInterval": "100"}
 
 

@@ -194,31 +194,19 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
     table does not set are set (a value an operator chose stays). Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
-    from deltalake import DeltaTable
-
-    unset = _unset_properties(uri)
-    if unset:
-        try:
-            DeltaTable(uri).alter.set_table_properties(unset)
-        except Exception:
-            if _unset_properties(uri):  # not a second driver migrating the same table at once
-                raise
-        log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
-    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
-    return _add_missing_columns(uri, spec, done)
-
-
-def _unset_properties(uri: str) -> dict[str, str]:
-    from deltalake import DeltaTable
-
-    configuration = DeltaTable(uri).metadata().configuration
-    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}
-
-
-def _add_missing_columns(uri: str, spec: TableSpec, done: str) -> str:
     from deltalake import DeltaTable, Field
 
     table = DeltaTable(uri)
+    unset = _unset_properties(table)
+    if unset:
+        try:
+            table.alter.set_table_properties(unset)
+        except Exception:
+            table = DeltaTable(uri)
+            if _unset_properties(table):  # not a second driver migrating the same table at once
+                raise
+        log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
+    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
     present = {field.name for field in table.schema().fields}
     missing = [field for field in arrow_schema(spec) if field.name not in present]
     if not missing:
@@ -233,3 +221,8 @@ def _add_missing_columns(uri: str, spec: TableSpec, done: str) -> str:
         filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
     log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
     return f"{done}, added column(s) {', '.join(added)}{filled}"
+
+
+def _unset_properties(table) -> dict[str, str]:
+    configuration = table.metadata().configuration
+    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}

@@ -256,13 +256,17 @@ def offset_bounds(
     c = consumer(target, **{"fetch.wait.max.ms": 10})
     try:
         # a partition whose leader is moving (a broker restarting, the cluster rebalancing
-        # leaders just after a topic is created) answers "not leader" until it has one
+        # leaders just after a topic is created) answers "not leader" until it has one; all
+        # partitions are asked within one timeout_s
+        asked_by = time.monotonic() + timeout_s
         asking = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_leader_moving), wait=tenacity.wait_exponential(0.1, max=2),
-            stop=tenacity.stop_after_delay(timeout_s), reraise=True,
+            stop=lambda _: time.monotonic() >= asked_by, reraise=True,
         )
         reported = {
-            p: asking(c.get_watermark_offsets, TopicPartition(topic, p), timeout=timeout_s) for p in partitions
+            p: asking(lambda tp: c.get_watermark_offsets(tp, timeout=max(0.1, asked_by - time.monotonic())),
+                      TopicPartition(topic, p))
+            for p in partitions
         }
         c.assign([TopicPartition(topic, p, reported[p][1]) for p in partitions])
         ends: dict[int, int] = {}

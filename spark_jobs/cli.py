@@ -110,6 +110,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
             raise SigflowError("say how many partitions the topics should have", "add --partitions N")
         print("\n".join(deploy.grow_topics(_settings(args), args.partitions, args.topic or None)))
         return 0
+    if args.action == "use-broker-time":
+        print("\n".join(deploy.use_broker_time(_settings(args))))
+        return 0
     print("\n".join(deploy.ensure_topics(_settings(args))))
     return 0
 
@@ -388,8 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark, s3, kafka-broker (default: spark and kafka-broker)")
     p.set_defaults(func=cmd_jars)
 
-    p = sub.add_parser("topics", help="create the configured topics (idempotent), or grow them")
-    p.add_argument("action", choices=["create", "grow"])
+    p = sub.add_parser("topics", help="create the configured topics (idempotent), grow them, or switch "
+                                      "them to the broker's clock")
+    p.add_argument("action", choices=["create", "grow", "use-broker-time"])
     p.add_argument("--partitions", type=int, help="grow: the partitions each topic should have")
     p.add_argument("--topic", action="append", help="grow: this topic only (repeatable; default both)")
     p.set_defaults(func=cmd_topics)

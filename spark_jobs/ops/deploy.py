@@ -40,6 +40,13 @@ def ensure_topics(settings: Settings) -> list[str]:
     return [f"topic {topic}: {what}" for topic, what in outcome.items()]
 
 
+def use_broker_time(settings: Settings) -> list[str]:
+    """Stamp the configured topics' records with the broker's clock (docs/semantics.md)."""
+    bootstrap = broker.connection(settings)
+    kafka_client.check_reachable(bootstrap)
+    return [kafka_client.use_broker_time(bootstrap, topic) for topic in (settings.events_topic, settings.alerts_topic)]
+
+
 def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = None) -> list[str]:
     """Scale topics up to ``partitions`` (docs/runbooks/topic-scale-up.md): what happened to each."""
     bootstrap = broker.connection(settings)

@@ -18,7 +18,14 @@ from typing import Iterable
 
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from spark_jobs.config import ENV_PREFIX
 from spark_jobs.errors import BrokerUnavailable, KafkaRefused, SigflowError
@@ -148,25 +155,63 @@ def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0) -> lis
     return sorted(meta.partitions)
 
 
+# Which clock stamps a record: the broker's when it appends it (LogAppendTime), or the
+# producer's (CreateTime, Kafka's default, which a broker accepts up to an hour ahead). The
+# contract bounds event time by this stamp, so only the broker's clock keeps one producer's
+# clock from moving every job's watermark (docs/semantics.md).
+TIMESTAMP_TYPE = "message.timestamp.type"
+BROKER_TIME = "LogAppendTime"
+
+
+def timestamp_types(target: Target, topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, str]:
+    """topic -> its ``message.timestamp.type`` (CreateTime or LogAppendTime)."""
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
+    found, client = {}, admin(target)  # held: the futures fail once the client is collected
+    for resource, future in client.describe_configs(resources).items():
+        try:
+            found[resource.name] = future.result(timeout=timeout_s)[TIMESTAMP_TYPE].value
+        except KafkaException as exc:
+            raise SigflowError(f"could not read the configuration of topic {resource.name}: {exc}") from None
+    return found
+
+
+def use_broker_time(target: Target, topic: str) -> str:
+    """Stamp the topic's records with the broker's clock from now on: what happened."""
+    before = timestamp_types(target, [topic])[topic]
+    if before == BROKER_TIME:
+        return f"{topic}: timestamps from the broker's clock already ({BROKER_TIME})"
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(TIMESTAMP_TYPE, BROKER_TIME, incremental_operation=AlterConfigOpType.SET)])
+    client = admin(target)
+    try:
+        client.incremental_alter_configs([resource])[resource].result(timeout=15)
+    except KafkaException as exc:
+        raise SigflowError(f"could not change the timestamps of topic {topic}: {exc}") from None
+    return f"{topic}: timestamps {before} -> {BROKER_TIME} (the broker's clock, from the next record on)"
+
+
 def create_topics(
     target: Target, topics: Iterable[str], partitions: int, retention_ms: int,
     replication_factor: int = 1, min_insync_replicas: int = 1,
 ) -> dict[str, str]:
-    """Create missing topics; existing ones are left alone. Returns topic -> what happened."""
+    """Create missing topics, stamped with the broker's clock; existing ones are left alone,
+    and one stamped by its producers is reported. Returns topic -> what happened."""
     client = admin(target)
     existing = client.list_topics(timeout=10).topics
     outcome: dict[str, str] = {}
-    wanted = []
+    wanted, existing_names = [], []
     for topic in topics:
         if topic in existing:
             have = len(existing[topic].partitions)
             short = f"; configured {partitions}: Kafka never shrinks, add more with kafka-topics --alter" \
                 if have < partitions else ""
             outcome[topic] = f"exists ({have} partitions{short})"
+            existing_names.append(topic)
         else:
             wanted.append(
                 NewTopic(topic, partitions, replication_factor, config={
-                    "retention.ms": str(retention_ms), "min.insync.replicas": str(min_insync_replicas)})
+                    "retention.ms": str(retention_ms), "min.insync.replicas": str(min_insync_replicas),
+                    TIMESTAMP_TYPE: BROKER_TIME})
             )
     for topic, future in client.create_topics(wanted).items() if wanted else []:
         try:
@@ -178,6 +223,10 @@ def create_topics(
             else:
                 raise SigflowError(f"could not create topic {topic}: {exc}") from None
     _await_listed(client, [t.topic for t in wanted])
+    for topic, kind in (timestamp_types(target, existing_names) if existing_names else {}).items():
+        if kind != BROKER_TIME:
+            outcome[topic] += (f"; WARNING: timestamps from the producer's clock ({kind}), which bounds event "
+                               f"time: switch to the broker's with `sigflow topics use-broker-time`")
     return outcome
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
+from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.delta_tables import commit_metadata
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
@@ -130,6 +131,30 @@ def test_one_clock_twenty_hours_ahead_is_quarantined_and_moves_no_watermark(spar
     assert sorted(table(settings, "device_events_deduplicated").event_id) == sorted(
         [f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)]
     )
+    assert len(table(settings, "late_events")) == 0
+
+
+def test_a_producer_clock_ahead_cannot_move_the_watermark_on_a_topic_sigflow_created(spark, settings):
+    """A producer whose clock is 55 minutes ahead stamps its record's CreateTime 55 minutes
+    ahead too, which Kafka accepts (up to an hour by default). The topics sigflow creates take
+    the broker's clock instead, so the record is quarantined as ahead of its Kafka timestamp
+    and the on-time events of the next batch are all kept."""
+    import time
+
+    from confluent_kafka import Producer
+
+    now = int(time.time() * 1000)
+    assert kafka_client.timestamp_types(settings.kafka_bootstrap_servers, [settings.events_topic]) == \
+        {settings.events_topic: "LogAppendTime"}
+    liar = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
+    liar.produce(settings.events_topic, key=b"d2", timestamp=now + 55 * 60_000,
+                 value=event_payload("clock-ahead", "d2", now + 55 * 60_000, 1.0))
+    assert liar.flush(30) == 0
+    run_job(spark, settings, "dedup")
+    send(settings, [Event(f"b{i}", "d1", now - 20_000 + i * 1000, 2.0) for i in range(20)])
+    run_job(spark, settings, "dedup")
+
+    assert sorted(table(settings, "device_events_deduplicated").event_id) == sorted(f"b{i}" for i in range(20))
     assert len(table(settings, "late_events")) == 0
 
 

@@ -2,11 +2,14 @@
 
 Trigger with the form. `plan` works out every change the request makes and refuses an
 unsafe one (the job still running, a batch no longer in the checkpoint, Kafka data already
-deleted, ...) with the reason. `approve` then waits in Required Actions, showing the plan,
-for Approve or Reject (at most `approve_within_minutes`). Only an approved plan is applied,
-and only if planning it again gives the same changes: if the state moved meanwhile,
-`apply_plan` fails saying what changed, and nothing is touched. Reject skips the rest;
-no answer in time fails `approve`; both leave everything as it was.
+deleted, ...) with the reason. `approve` then waits in Required Actions, showing the plan
+and its digest, for Approve or Reject (at most `approve_within_minutes`; with
+`restart_approvers` set, only those users may answer, and not the one who triggered the
+run). `apply_plan` applies only when `approve` recorded an Approve and planning again gives
+the plan with the digest approved: if the state moved meanwhile, or `approve` was marked
+success by hand, or `plan` was cleared and made again, it fails saying why, and nothing is
+touched. Reject skips the rest; no answer in time fails `approve`; both leave everything as
+it was.
 
 * `resume`: stop the running query gracefully, check the checkpoint, run the job again.
 * `rewind`: re-run every batch after `to_batch` (or after the last batch started before
@@ -27,6 +30,7 @@ from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import TaskAwaitingInput
 
 from spark_jobs.jobs import JOB_NAMES
 
@@ -41,22 +45,40 @@ def plan(params=None) -> dict:
     print(planned.describe(), flush=True)
     if planned.refusals:
         raise AirflowFailException(f"refused: {'; '.join(planned.refusals)} (see {planned.runbook})")
-    return {"markdown": planned.markdown(), "commitments": planned.commitments()}
+    return {"markdown": planned.markdown(), "commitments": planned.commitments(), "digest": planned.digest()}
 
 
 class PlanApproval(ApprovalOperator):
-    """Approve or Reject, answered within the form's ``approve_within_minutes``."""
+    """Approve or Reject the plan shown, answered within the form's ``approve_within_minutes``.
+
+    The digest of the plan shown travels with the waiting task itself (its resume
+    arguments, which no XCom edit reaches) and is returned beside the answer, so that
+    ``apply_plan`` applies only the plan that was approved."""
 
     def execute(self, context):
+        from spark_jobs.ops import tasks
+
         self.response_timeout = timedelta(minutes=context["params"]["approve_within_minutes"])
-        return super().execute(context)
+        shown = context["ti"].xcom_pull(task_ids="plan")
+        self.body = f"{shown['markdown']}\n\nPlan digest: `{shown['digest']}`"
+        self.assigned_users = tasks.restart_approvers() or None
+        try:
+            return super().execute(context)
+        except TaskAwaitingInput as waiting:
+            waiting.kwargs = {**(waiting.kwargs or {}), "plan_digest": shown["digest"]}
+            raise
+
+    def execute_complete(self, context, event, plan_digest=None):
+        return {**super().execute_complete(context, event), "plan_digest": plan_digest}
 
 
 @task
-def apply_plan(params=None, ti=None) -> list[str]:
+def apply_plan(params=None, ti=None, dag_run=None) -> list[str]:
     from spark_jobs.ops import tasks
 
-    return tasks.apply_approved_restart(params, ti.xcom_pull(task_ids="plan")["commitments"])
+    shown = ti.xcom_pull(task_ids="plan")
+    return tasks.apply_approved_restart(params, ti.xcom_pull(task_ids="approve"), dag_run.triggering_user_name,
+                                        shown["commitments"] if shown else None)
 
 
 @task
@@ -91,9 +113,5 @@ with DAG(
                                         description="no answer by then fails the approval; nothing changes"),
     },
 ) as dag:
-    approve = PlanApproval(
-        task_id="approve",
-        subject="{{ params.action }} {{ params.job }}: apply this plan?",
-        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
-    )
+    approve = PlanApproval(task_id="approve", subject="{{ params.action }} {{ params.job }}: apply this plan?")
     plan() >> approve >> apply_plan() >> run_job()

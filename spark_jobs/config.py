@@ -114,7 +114,17 @@ def _starting_offsets(value: str) -> str:
     return value
 
 
+def _user_ids(value: str) -> str:
+    ids = [part.strip() for part in value.split(",") if part.strip()]
+    bad = [user for user in ids if not _USER_ID.fullmatch(user)]
+    if bad:
+        raise ValueError(f"not Airflow user ids: {', '.join(map(repr, bad))}; write ids separated by commas: alice,bob")
+    return ",".join(ids)
+
+
+_USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
+RestartApprovers = Annotated[str, AfterValidator(_user_ids)]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]
@@ -173,6 +183,9 @@ class Settings(BaseSettings):
     # A run holds its checkpoint's lease while it runs and renews it every quarter of this;
     # a holder on another host that stops renewing loses it after this long.
     lease_ttl: DurationSetting = "2 minutes"
+    # Who may approve a sigflow_restart plan: Airflow user ids, comma-separated. Set, only
+    # they may answer, and the person who triggered the restart cannot approve it alone.
+    restart_approvers: RestartApprovers = ""
 
     # Where `sigflow jars fetch` put the pinned JARs (Spark's Kafka source, delta-spark;
     # see infra/jars/).
@@ -270,6 +283,10 @@ class Settings(BaseSettings):
         """Whether the driver's executors all run here (embedded, or a loopback cluster), so
         it and its UI can bind to loopback (SPARK_LOCAL_IP, read as the driver's JVM starts)."""
         return self.spark_master.startswith("local") or "//127.0.0.1:" in self.spark_master
+
+    @property
+    def approvers(self) -> list[str]:
+        return self.restart_approvers.split(",") if self.restart_approvers else []
 
     @property
     def delta_root_uri(self) -> str:

@@ -96,17 +96,27 @@ def restart_plan(params: Mapping[str, Any]):
     )
 
 
-def apply_approved_restart(params: Mapping[str, Any], approved: list[str]) -> list[str]:
-    """Apply the sigflow_restart request only if it still plans exactly what was approved
-    (``Plan.commitments()``); the state may have moved while the approval waited."""
+def restart_approvers() -> list[dict[str, str]]:
+    """The Airflow users who may answer a sigflow_restart approval (``restart_approvers``)."""
+    return [{"id": user, "name": user} for user in load_settings().approvers]
+
+
+def apply_approved_restart(params: Mapping[str, Any], approval: Mapping[str, Any] | None,
+                           requester: str | None, shown: list[str] | None) -> list[str]:
+    """Apply the sigflow_restart request only if ``approval`` (what the approval task
+    recorded) is an Approve of exactly the plan that planning it now gives
+    (spark_jobs.ops.restart.approval); ``shown``, the plan task's commitments, only says
+    what moved."""
     from spark_jobs.errors import SigflowError
+    from spark_jobs.ops.restart import approval as approvals
 
     plan = restart_plan(params)
-    moved = plan.changes_since(approved)
-    if moved:
+    why = approvals.refusal(approval, plan.digest(), requester, load_settings().approvers)
+    if why:
         raise SigflowError(
-            f"{plan.action} {plan.job}: the state moved since the plan was approved; nothing was changed",
-            "trigger sigflow_restart again and approve the new plan", details=moved,
+            f"{plan.action} {plan.job} not applied: {why}; nothing was changed",
+            "trigger sigflow_restart again and approve the plan it shows",
+            details=plan.changes_since(shown) if shown is not None else [],
         )
     lines = _logged([plan.describe()])
     plan.apply()

@@ -32,36 +32,105 @@ def dag_env(airflow_home, monkeypatch):
     return point_at
 
 
-def run_dag(dag_id: str, conf: dict | None = None, answer: Callable[[dict], str] | None = None):
+def run_dag(dag_id: str, conf: dict | None = None, answer: Callable[[dict], str] | None = None,
+            respond: Callable[[object, dict], None] | None = None):
     """A real dag.test() run; returns its state and each task's state. ``answer`` is asked
     for the option to choose in each of the run's Required Actions (it gets the action as
-    the REST API shows it), and its choice is sent through the REST API."""
+    the REST API shows it), and its choice is sent through the REST API. ``respond`` does
+    whatever it likes instead, through the REST client it is given with the action."""
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=str(DAGS)).get_dag(dag_id)
-    if answer is None:
+    if answer is not None:
+        respond = _choosing(dag_id, answer)
+    if respond is None:
         run = dag.test(run_conf=conf)
     else:
-        with _answering(dag_id, answer):
+        with _responding(dag_id, respond):
             run = dag.test(run_conf=conf)
+    return _states(run)
+
+
+def _states(run):
     tasks = {ti.task_id: str(ti.state).split(".")[-1].lower() for ti in run.get_task_instances()}
     return str(run.state).split(".")[-1].lower(), tasks
 
 
-@contextmanager
-def _answering(dag_id: str, answer: Callable[[dict], str]) -> Iterator[None]:
-    """Answer the DAG's pending Required Actions while the block runs, as a person would in
-    the UI: through Airflow's own REST API app, served in this process on the test's
-    metadata database (dag.test() has no api-server)."""
+def rest_api():
+    """Airflow's own REST API app, served in this process on the test's metadata database
+    (dag.test() has no api-server), as the UI calls it."""
     from airflow.api_fastapi.app import create_app
     from airflow.configuration import conf
     from fastapi.testclient import TestClient
 
     conf.set("core", "simple_auth_manager_all_admins", "True")  # this process only: no login
-    api = TestClient(create_app(apps="core"))
-    done, failures = threading.Event(), []
+    return TestClient(create_app(apps="core"))
 
-    def respond() -> None:
+
+def last_run_id(dag_id: str) -> str:
+    runs = rest_api().get(f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 1})
+    runs.raise_for_status()
+    return runs.json()["dag_runs"][0]["dag_run_id"]
+
+
+def clear_tasks(dag_id: str, run_id: str, task_ids: list[str]) -> None:
+    """Clear these tasks of a run, and only these, as the UI's Clear does."""
+    rest_api().post(f"/api/v2/dags/{dag_id}/clearTaskInstances", json={
+        "dag_run_id": run_id, "task_ids": task_ids, "dry_run": False, "only_failed": False,
+        "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
+    }).raise_for_status()
+
+
+def continue_run(dag_id: str, run_id: str):
+    """Run what a clear left to do in an existing run, task by task as dag.test() does (it
+    only starts new runs); returns the run's state and each task's state."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.settings import Session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from sqlalchemy import select
+
+    dag = DagBag(dag_folder=str(DAGS)).get_dag(dag_id)
+    session = Session()
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    run.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    run.state = DagRunState.RUNNING  # the scheduler's step from queued
+    session.commit()
+    while run.state == DagRunState.RUNNING:
+        session.expire_all()
+        schedulable, _ = run.update_state(session=session)
+        for ti in schedulable:
+            ti.try_number += 1
+            ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        for ti in [ti for ti in run.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]:
+            try:
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+            except Exception:  # a failed task: its state says so, as in dag.test()
+                pass
+    return _states(run)
+
+
+def _choosing(dag_id: str, answer: Callable[[dict], str]) -> Callable[[object, dict], None]:
+    def choose(api, action) -> None:
+        ti = action["task_instance"]
+        api.patch(
+            f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
+            json={"chosen_options": [answer(action)]},
+        ).raise_for_status()
+    return choose
+
+
+@contextmanager
+def _responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator[None]:
+    """Respond to the DAG's pending Required Actions while the block runs, as a person would
+    in the UI: through Airflow's own REST API."""
+    api = rest_api()
+    done, failures, seen = threading.Event(), [], set()
+
+    def poll() -> None:
         try:
             while not done.wait(0.5):
                 pending = api.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails",
@@ -69,14 +138,13 @@ def _answering(dag_id: str, answer: Callable[[dict], str]) -> Iterator[None]:
                 pending.raise_for_status()
                 for action in pending.json()["hitl_details"]:
                     ti = action["task_instance"]
-                    api.patch(
-                        f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
-                        json={"chosen_options": [answer(action)]},
-                    ).raise_for_status()
+                    if ti["id"] not in seen:  # once: marking the task done leaves it unanswered
+                        seen.add(ti["id"])
+                        respond(api, action)
         except Exception as failure:  # re-raised in the test below
             failures.append(failure)
 
-    responder = threading.Thread(target=respond, daemon=True)
+    responder = threading.Thread(target=poll, daemon=True)
     responder.start()
     try:
         yield

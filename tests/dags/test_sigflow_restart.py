@@ -11,8 +11,9 @@ import pytest
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint import Checkpoint
-from tests.dags.conftest import run_dag
-from tests.helpers import REPO, cli_env, produce, run_job, table
+from tests.dags.conftest import clear_tasks, continue_run, last_run_id, run_dag
+from tests.helpers import REPO, at, cli_env, produce, run_job, table
+from tests.oracle import Event
 from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks
 
 pytestmark = pytest.mark.slow  # real DAG runs, a job in a JVM of its own
@@ -42,6 +43,14 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
     # the approval form shows the plan: the batches that re-run and the table versions restored
     assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[0]["body"]
     assert "restore device_events_deduplicated to version" in shown[0]["body"]
+    assert "Plan digest: `" in shown[0]["body"]
+    # a Reject stays one when the apply task is cleared and runs again
+    rejected = last_run_id("sigflow_restart")
+    clear_tasks("sigflow_restart", rejected, ["apply_plan"])
+    state, tasks = continue_run("sigflow_restart", rejected)
+    assert tasks["apply_plan"] in ("skipped", "failed") and tasks["run_job"] != "success", tasks
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
+    assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
 
     def more_batches_then_approve(action):  # the job runs again while the approval waits
         ends.extend(_run_chunks(spark, s, [third]))
@@ -58,6 +67,39 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
     assert state == "success" and set(tasks.values()) == {"success"}, tasks
     assert _dedup_rows(s) == uninterrupted
     assert Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"][0]["to_batch"] == ends[0]
+
+    # the approved run's plan and apply tasks cleared after more batches: the plan made again
+    # is not the one approved, and nothing is applied
+    approved = last_run_id("sigflow_restart")
+    fourth = [Event(f"e{n}", f"d{n % 3}", at(10, 15) + n * 15_000, float(n)) for n in range(20)]
+    ends.extend(_run_chunks(spark, s, [fourth]))
+    committed = Checkpoint(s.checkpoint_uri("dedup")).last_committed()
+    clear_tasks("sigflow_restart", approved, ["plan", "apply_plan"])
+    state, tasks = continue_run("sigflow_restart", approved)
+    assert tasks["plan"] == "success" and tasks["apply_plan"] == "failed", tasks
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == committed
+    assert len(Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"]) == 1
+
+
+def test_an_approval_marked_success_by_hand_applies_nothing(spark, settings, dag_env):
+    """The UI's "Mark as success" on the waiting approval is no Approve."""
+    from tests.helpers import single_partition
+
+    s = dag_env(single_partition(settings))
+    first, second, _ = _chunks()
+    ends = _run_chunks(spark, s, [first, second])
+
+    def mark_success(api, action):
+        ti = action["task_instance"]
+        api.patch(f"/api/v2/dags/sigflow_restart/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}",
+                  json={"new_state": "success"}).raise_for_status()
+
+    state, tasks = run_dag("sigflow_restart", {"job": "dedup", "action": "rewind", "to_batch": ends[0]},
+                           respond=mark_success)
+    assert tasks["approve"] == "success" and tasks["apply_plan"] == "failed", tasks
+    assert tasks["run_job"] != "success" and state == "failed", tasks
+    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
+    assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
 
 
 def test_an_unsafe_request_fails_at_the_plan_with_nothing_changed(spark, settings, dag_env):

@@ -3,6 +3,8 @@ and the refusals all three operations share."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -49,6 +51,11 @@ class Plan:
     def commitments(self) -> list[str]:
         """What approving this plan agrees to: its refusals and its changes, in order."""
         return [f"REFUSED: {reason}" for reason in self.refusals] + self.steps
+
+    def digest(self) -> str:
+        """What an approval binds to: a hash of the job, the action and ``commitments()``.
+        Any change of state that changes the plan changes it."""
+        return hashlib.sha256(json.dumps([self.job, self.action, self.commitments()]).encode()).hexdigest()
 
     def changes_since(self, approved: list[str]) -> list[str]:
         """How this plan differs from the ``commitments()`` someone approved earlier: the

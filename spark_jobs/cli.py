@@ -11,6 +11,7 @@ from collections import Counter
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
+from spark_jobs.ops.printable import TerminalStream, terminal
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -506,7 +507,7 @@ class ConsoleFormat(logging.Formatter):
     """``HH:MM:SS message`` for people; warnings and errors say so."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = terminal(super().format(record), keep_newlines=True)
         if record.levelno >= logging.WARNING:
             stamp, _, message = text.partition(" ")
             return f"{stamp} {record.levelname.lower()}: {message}"
@@ -543,6 +544,10 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Lines carry record content (payloads, device ids, keys, reasons): a control character
+    # in one is shown escaped, never run by the terminal
+    if not isinstance(sys.stdout, TerminalStream):
+        sys.stdout = TerminalStream(sys.stdout)
     configure_logging(args.verbose, args.json)
     # SIGTERM (`kill`, a service manager) stops a command as Ctrl-C does, and Ctrl-C works
     # also in a shell's background job, which starts with SIGINT ignored. Long-running jobs
@@ -554,9 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     except SigflowError as exc:
         for line in exc.details:
             print(line)
-        print(f"sigflow: error: {exc.message}", file=sys.stderr)
+        print(f"sigflow: error: {terminal(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"sigflow: hint: {exc.hint}", file=sys.stderr)
+            print(f"sigflow: hint: {terminal(exc.hint)}", file=sys.stderr)
         if isinstance(exc, DriverDied):
             # py4j's threads still wait on the JVM that is gone, and a normal interpreter
             # exit can abort on them (seen here: SIGABRT instead of exit code 2)

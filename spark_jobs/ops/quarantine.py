@@ -9,6 +9,7 @@ import re
 from datetime import datetime, timezone
 
 from spark_jobs.config import Settings, duration_seconds
+from spark_jobs.ops.printable import terminal
 from spark_jobs.runtime.delta_tables import read_pandas
 
 RUNBOOK = "docs/runbooks/malformed-surge.md"
@@ -75,8 +76,8 @@ def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: t
         lines.append(f"  {count:8,d}  {code}")
         group = recent[recent.reason_code.fillna("(no code)") == code]
         for row in group.head(samples).itertuples():
-            lines.append(f"            {row.topic}[{row.partition}]@{row.offset}: {row.reason}")
-            lines.append(f"              {sample(row.payload_text, row.reason)}")
+            lines.append(f"            {row.topic}[{row.partition}]@{row.offset}: {terminal(row.reason)}")
+            lines.append(f"              {terminal(sample(row.payload_text, row.reason))}")
     by_partition = recent.groupby(["topic", "partition"]).size().sort_values(ascending=False)
     lines.append("by topic partition: " + ", ".join(f"{t}[{p}]={n:,}" for (t, p), n in by_partition.items()))
     if "device" in by:
@@ -89,5 +90,5 @@ def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: t
 def _top(values, limit: int = 10) -> str:
     counts = values.value_counts()
     counts = counts.sort_index().sort_values(ascending=False, kind="stable")  # ties by name: the same every run
-    shown = ", ".join(f"{name}={n:,}" for name, n in counts.head(limit).items())
+    shown = ", ".join(f"{terminal(name)}={n:,}" for name, n in counts.head(limit).items())
     return shown + (f", and {len(counts) - limit:,} more" if len(counts) > limit else "")

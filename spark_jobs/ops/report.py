@@ -38,16 +38,19 @@ def _figure(draw, title: str) -> str:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=90)
-    drew = draw(ax)
-    ax.set_title(title, loc="left", fontsize=11)
-    ax.grid(alpha=0.3)
-    if drew and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
+    # labels are device ids, jobs and reason codes as written: a "$" in one is a dollar sign,
+    # not the start of a formula that matplotlib would fail to parse
+    with plt.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots(figsize=(9, 3.2), dpi=90)
+        drew = draw(ax)
+        ax.set_title(title, loc="left", fontsize=11)
+        ax.grid(alpha=0.3)
+        if drew and ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        plt.close(fig)
     if not drew:
         return f'<p class="empty">{html.escape(title)}: no data yet.</p>'
     data = base64.b64encode(buffer.getvalue()).decode()

@@ -17,6 +17,7 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import CheckpointIdentityLost
+from spark_jobs.runtime.identifiers import checked
 
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -91,7 +92,11 @@ class Checkpoint:
     # ---- sigflow's own record in the checkpoint (sigflow.json) --------------------------
     def identity(self) -> dict[str, Any]:
         text = self._read("sigflow.json")
-        return json.loads(text) if text else {}
+        identity = json.loads(text) if text else {}
+        for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
+            if key in identity:
+                checked(identity[key], key, f"{self.uri}/sigflow.json")
+        return identity
 
     def save_identity(self, identity: dict[str, Any]) -> None:
         """Replace sigflow.json whole: a crash mid-write must not leave half a file, or none.

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.runtime.identifiers import checked
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -144,6 +146,8 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
     from deltalake import DeltaTable
 
     arrow, sql = [], []
+    job = job and checked(job, "job name", uri)
+    checkpoint_id = checkpoint_id and checked(checkpoint_id, "checkpoint id", uri)
     if job:
         arrow.append(ds.field("job") == job)
         sql.append(f"job = '{job}'")

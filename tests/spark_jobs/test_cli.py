@@ -42,6 +42,15 @@ def test_unknown_job_lists_the_jobs(tmp_path):
     assert "ingest" in lines[1]
 
 
+def test_stop_takes_only_a_job_name_never_a_path(tmp_path):
+    """`sigflow stop` reads the job's lease under its checkpoint: a name that is no job is
+    refused before it becomes a path."""
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    (tmp_path / "elsewhere").mkdir()
+    lines = _one_line_error(sigflow(s, "stop", "../elsewhere"))
+    assert "unknown job '../elsewhere'" in lines[0] and "ingest" in lines[1]
+
+
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
     from spark_jobs.runtime import kafka_client
 

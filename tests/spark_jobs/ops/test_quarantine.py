@@ -49,3 +49,21 @@ def test_reasons_come_by_count_with_the_offending_field_and_their_senders(spark,
     assert out.returncode == 0, out.stderr
     by_device = next(line for line in out.stdout.splitlines() if line.startswith("by device: "))
     assert by_device == "by device: (no device_id)=2, d1=2, (not JSON)=1, d2=1"  # ties in name order
+
+
+def test_control_characters_in_records_reach_the_terminal_escaped(spark, settings):
+    """An ESC sequence in a payload or a device id would run on the on-call terminal (set its
+    title, clear the screen); the CLI shows it escaped."""
+    produce(settings, [
+        (b"d1\x1b[2J", b"\x1b]0;owned\x07 not JSON"),  # not_json: the payload is the sample
+        (b"d2", _event(2, "d2\x1b[31m", signal="loud")),  # json.dumps writes \\u001b; the id holds ESC
+    ])
+    run_job(spark, settings, "ingest")
+
+    out = sigflow(settings, "quarantine", "--since", "1h", "--by", "device", "key")
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout
+    assert "\\x1b]0;owned\\x07 not JSON" in out.stdout
+    lines = out.stdout.splitlines()
+    assert "d2\\x1b[31m=1" in next(line for line in lines if line.startswith("by device: "))
+    assert "d1\\x1b[2J=1" in next(line for line in lines if line.startswith("by producer key: "))

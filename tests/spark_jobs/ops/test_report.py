@@ -59,3 +59,27 @@ def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings,
 def test_report_on_a_fresh_install_says_there_is_no_data_yet(settings, tmp_path):
     page = report.write(settings, tmp_path / "report.html").read_text()
     assert page.count("no data yet") == 7
+
+
+def test_a_device_id_with_dollar_signs_is_drawn_as_written(settings, tmp_path):
+    """matplotlib reads text between two "$" as a formula; a device id is not one."""
+    from datetime import datetime, timezone
+
+    import pandas as pd
+    from deltalake import write_deltalake
+
+    from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
+    from spark_jobs.runtime.delta_sink import create_table
+
+    uri = settings.table_uri("device_signal_averages")
+    create_table(uri, DEVICE_SIGNAL_AVERAGES)
+    start = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+    rows = pd.DataFrame({
+        "device_id": ["pump-$\\frac$-7", "pump-$\\frac$-7"], "window_start": [start, start.replace(minute=5)],
+        "window_end": [start.replace(minute=5), start.replace(minute=10)], "window_kind": ["tumbling"] * 2,
+        "avg_signal": [1.0, 2.0], "min_signal": [1.0, 2.0], "max_signal": [1.0, 2.0], "event_count": [1, 1],
+    })
+    write_deltalake(uri, rows, mode="append")
+
+    page = report.write(settings, tmp_path / "report.html").read_text()
+    assert "data:image/png;base64," in _sections(page)["Per-device signal averages"]

@@ -60,3 +60,27 @@ def test_a_rewind_removes_state_files_of_both_rocksdb_formats(tmp_path):
     removed = Checkpoint(str(tmp_path)).truncate_after(1)
     assert sorted(p.name for p in state.iterdir()) == ["1.changelog", "2.zip", "2_0a1b2c.zip", "_metadata"]
     assert len(removed) == 3
+
+
+def test_an_edited_checkpoint_id_never_reaches_a_delete_predicate(tmp_path):
+    """sigflow.json's ids go into the Delta predicates that delete a job's rows; one edited
+    to carry SQL is refused before anything is read or deleted."""
+    import pandas as pd
+    import pytest
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.runtime.delta_tables import delete_rows
+
+    checkpoint = Checkpoint(str(tmp_path / "ck"))
+    checkpoint.save_identity({"app_id": "sigflow-ingest-0123456789ab", "checkpoint_id": "x' OR '1'='1", "job": "ingest"})
+    with pytest.raises(SigflowError, match="checkpoint_id in .*sigflow.json is not an identifier"):
+        checkpoint.checkpoint_id("ingest")
+
+    uri = str(tmp_path / "metrics")
+    write_deltalake(uri, pd.DataFrame({"job": ["ingest", "dedup"], "checkpoint_id": ["a", "b"], "batch_id": [1, 1]}))
+    for bad in ({"job": "ingest' OR '1'='1"}, {"job": "ingest", "checkpoint_id": "a' OR '1'='1"}):
+        with pytest.raises(SigflowError, match="not an identifier"):
+            delete_rows(uri, **bad)
+    delete_rows(uri, job="ingest", checkpoint_id="a")
+    assert DeltaTable(uri).to_pyarrow_dataset().to_table().column("job").to_pylist() == ["dedup"]

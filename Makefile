@@ -74,6 +74,9 @@ bench: install
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)
+	@# the secrets compose passes as files: made once, private from their first byte
+	@(umask 077 && mkdir -p secrets && chmod 700 secrets && \
+	  test -s secrets/spark_auth_secret || $(PYTHON) -c "import secrets; print(secrets.token_hex(32))" > secrets/spark_auth_secret)
 	docker compose up -d --build --wait
 
 down:

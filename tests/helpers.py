@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -154,3 +155,21 @@ def system_tool(name: str, debian_package: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def assert_private(secret_files: list[Path], data_dir: Path) -> None:
+    """Each secret file is its owner's only (0600) in a folder only its owner enters (0700),
+    and no log or other text file under the data directory holds any of the secrets."""
+    import stat
+
+    secrets = {path: path.read_text().strip() for path in secret_files}
+    for path in secret_files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, f"{path}: {oct(path.stat().st_mode)}"
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, f"{path.parent}: {oct(path.parent.stat().st_mode)}"
+    values = {value for text in secrets.values() for value in
+              ([*json.loads(text).values()] if text.startswith("{") else [text])}
+    for log in data_dir.rglob("*"):
+        if (log.is_file() and log not in secrets and log.suffix in (".log", ".txt", ".json", "")
+                and log.stat().st_size < 5_000_000):
+            text = log.read_bytes().decode("utf-8", "replace")
+            assert not [value for value in values if value in text], f"{log} holds a secret"

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
+from spark_jobs.local.private import private_dir, write_private
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 ADMIN = "admin"
@@ -234,12 +235,25 @@ def _check_port_free(port: int) -> None:
                                "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
 
 
+def _admin_password(home: Path) -> None:
+    """The admin's password, generated here into a private file: Airflow's simple auth
+    manager would otherwise make one itself and print it in the api-server's log."""
+    import secrets
+
+    passwords = home / "simple_auth_manager_passwords.json.generated"
+    known = json.loads(passwords.read_text() or "{}") if passwords.exists() else {}
+    if ADMIN not in known:
+        write_private(passwords, json.dumps({**known, ADMIN: secrets.token_urlsafe(16)}) + "\n")
+    passwords.chmod(0o600)
+
+
 def _launch(env: dict[str, str], log_file: Path, *command: str) -> subprocess.Popen:
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             [str(Path(sys.executable).parent / "airflow"), *command],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # each in its own group: stopped with what it started
+            umask=0o077,  # what Airflow writes in its home (logs, XCom files) is its owner's only
         )
 
 
@@ -247,7 +261,7 @@ def start(settings: Settings, port: int | None = None, extra_env: dict[str, str]
     """Airflow's components on SQLite in AIRFLOW_HOME; logs: <airflow_home>/<component>.log."""
     port = port or settings.airflow_port
     _check_port_free(port)
-    settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.airflow_home)
     env = {**os.environ, **(extra_env or {}), **environment(settings, port)}
     return _start_components(settings, port, env, on_postgres=False)
 
@@ -262,13 +276,11 @@ def start_production(settings: Settings, port: int | None = None,
 
     port = port or settings.airflow_port
     _check_port_free(port)
-    home = settings.airflow_home
-    home.mkdir(parents=True, exist_ok=True)
+    home = private_dir(settings.airflow_home)
     database = postgres.start(settings)
     secret_file = home / "jwt_secret"
     if not secret_file.exists():
-        secret_file.write_text(secrets.token_urlsafe(32))
-        secret_file.chmod(0o600)
+        write_private(secret_file, secrets.token_urlsafe(32))
     env = {
         **os.environ, **(extra_env or {}), **environment(settings, port),
         **production_settings(),
@@ -285,6 +297,7 @@ def start_production(settings: Settings, port: int | None = None,
 def _start_components(settings: Settings, port: int, env: dict[str, str], on_postgres: bool) -> LocalAirflow:
     """``airflow db migrate``, then each component in a process group of its own."""
     home = settings.airflow_home
+    _admin_password(home)
     migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
                               env=env, capture_output=True, text=True, timeout=600)
     if migrated.returncode != 0:

@@ -27,6 +27,7 @@ from pydantic import SecretStr
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, SigflowError
 from spark_jobs.local import broker_tls
+from spark_jobs.local.private import write_private
 from spark_jobs.runtime import jars
 from spark_jobs.runtime.kafka_address import (
     MAIN_CLASS,
@@ -82,7 +83,7 @@ def _broker_password(settings: Settings) -> str:
     path = settings.broker_dir / "tls" / "broker-user.pass"
     if not path.exists():
         broker_tls.ensure(path.parent)
-        broker_tls.write_private(path, secrets.token_urlsafe(24).encode())
+        write_private(path, secrets.token_urlsafe(24).encode())
     return path.read_text()
 
 
@@ -229,7 +230,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             )
     log_file = settings.broker_dir / "kafka.log"
     # It may hold the keystore's and users' passwords: the owner's only.
-    broker_tls.write_private(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
+    write_private(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
     (settings.broker_dir / "log4j2.properties").write_text(
         LOG4J2.format(log=log_file, level=settings.broker_log_level)
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
+
+from spark_jobs.local.private import private_dir, write_private
 
 VALID_DAYS = 825
 
@@ -30,8 +31,7 @@ class BrokerTls:
 
 
 def ensure(directory: Path) -> BrokerTls:
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    private_dir(directory)
     ca_file, keystore, password_file = directory / "ca.pem", directory / "broker.p12", directory / "keystore.pass"
     if not (ca_file.exists() and keystore.exists() and password_file.exists()):
         _make(ca_file, keystore, password_file)
@@ -71,9 +71,3 @@ def _make(ca_file: Path, keystore: Path, password_file: Path) -> None:
         b"broker", key, cert, [ca_cert], serialization.BestAvailableEncryption(password.encode())))
     ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
 
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write a file only its owner can read (keys, passwords)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)

@@ -20,6 +20,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
+from spark_jobs.local.private import private_dir, write_private
 
 DATABASE = "airflow"
 USER = "airflow"
@@ -82,15 +83,17 @@ def start(settings: Settings) -> PostgresInfo:
     data, password_file = home / "data", home / "password"
     port_file = home / "port"
     if not (data / "PG_VERSION").exists():
-        home.mkdir(parents=True, exist_ok=True)
-        password_file.write_text(secrets.token_urlsafe(24) + "\n")
-        password_file.chmod(0o600)
+        private_dir(home)
+        write_private(password_file, secrets.token_urlsafe(24) + "\n")
         port_file.write_text(str(settings.postgres_port or free_port()))
-        (home / "initdb.pw").write_text(password_file.read_text())
-        _owned_by_server(home)
-        _run(_binary("initdb"), "-D", str(data), "-U", USER, "--auth=scram-sha-256",
-             f"--pwfile={home / 'initdb.pw'}", "--encoding=UTF8", "--locale=C")
-        (home / "initdb.pw").unlink()
+        initdb_password = home / "initdb.pw"  # initdb reads it as the server's user
+        write_private(initdb_password, password_file.read_text())
+        try:
+            _owned_by_server(home)
+            _run(_binary("initdb"), "-D", str(data), "-U", USER, "--auth=scram-sha-256",
+                 f"--pwfile={initdb_password}", "--encoding=UTF8", "--locale=C")
+        finally:
+            initdb_password.unlink(missing_ok=True)
     info = PostgresInfo(int(port_file.read_text()), password_file)
     if status(settings) is None:
         _owned_by_server(home)

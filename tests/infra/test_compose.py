@@ -216,3 +216,54 @@ def test_compose_publishes_kafka_and_airflow_where_the_embedded_ones_listen():
     assert defaults.broker_port in published("kafka")
     assert f"HOST://localhost:{defaults.broker_port}" in _env("kafka")["KAFKA_ADVERTISED_LISTENERS"]
     assert published("airflow-apiserver") == {defaults.airflow_port}
+
+
+def test_only_the_object_store_itself_gets_its_root_keys_and_the_host_listener_asks_for_a_user(tmp_path):
+    """Jobs, Airflow and Spark use a user limited to the sigflow bucket (made by minio-init);
+    the root keys reach MinIO and minio-init only. Checked on compose's resolution of an
+    .env whose every value is distinct."""
+    names = [line.split("=")[0] for line in (REPO / ".env.example").read_text().splitlines()
+             if "=" in line and not line.startswith("#")]
+    values = {name: f"value-of-{name.lower()}" for name in names if name != "COMPOSE_PROJECT_NAME"}
+    env = tmp_path / ".env"
+    env.write_text("".join(f"{name}={value}\n" for name, value in values.items()))
+    result = _compose_config(env)
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    root = (values["MINIO_ROOT_USER"], values["MINIO_ROOT_PASSWORD"])
+    holding_root = sorted(name for name, svc in resolved.items()
+                          if any(key in str(value) for value in (svc.get("environment") or {}).values() for key in root))
+    assert holding_root == ["minio", "minio-init"]
+    jobs = _env("spark-worker-1")
+    assert "SIGFLOW_S3_USER" in jobs["AWS_ACCESS_KEY_ID"] and "SIGFLOW_S3_PASSWORD" in jobs["AWS_SECRET_ACCESS_KEY"]
+    assert not [name for name, svc in resolved.items() for arg in svc.get("command") or []
+                if any(key in str(arg) for key in root)]  # never on a command line (ps)
+    protocols = dict(pair.split(":") for pair in _env("kafka")["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert protocols["HOST"] == "SASL_PLAINTEXT"
+
+
+def test_every_spark_process_authenticates_with_the_shared_secret_from_a_file(tmp_path):
+    """The master, the workers and the drivers Airflow submits get the secret file; the
+    images' entrypoint writes it into a private Spark configuration (run here for real)."""
+    spark = [name for name, svc in SERVICES.items() if svc.get("image", "").startswith(("sigflow-spark", "sigflow-airflow"))
+             and name != "sigflow-metrics"]
+    assert len(spark) == 8  # master, 2 workers, 5 Airflow components
+    for name in spark:
+        assert SERVICES[name]["secrets"] == ["spark_auth_secret"], name
+        assert _env(name)["SPARK_AUTH_SECRET_FILE"] == "/run/secrets/spark_auth_secret", name
+    assert COMPOSE["secrets"]["spark_auth_secret"]["file"].startswith("./secrets/")
+
+    home = tmp_path / "spark"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "spark-defaults.conf").write_text("spark.sql.session.timeZone UTC\n")
+    (tmp_path / "secret").write_text("s3cr3t-shared\n")
+    conf_dir = tmp_path / "conf"
+    ran = subprocess.run(
+        ["bash", str(REPO / "infra/spark/with-auth-secret.sh"), "sh", "-c", 'stat -c %a "$SPARK_CONF_DIR" '
+         '"$SPARK_CONF_DIR/spark-defaults.conf"'],
+        env={"PATH": "/usr/bin:/bin", "SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir),
+             "SPARK_AUTH_SECRET_FILE": str(tmp_path / "secret")}, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["700", "600"]
+    conf = (conf_dir / "spark-defaults.conf").read_text().splitlines()
+    assert conf == ["spark.sql.session.timeZone UTC", "spark.authenticate true", "spark.authenticate.secret s3cr3t-shared"]

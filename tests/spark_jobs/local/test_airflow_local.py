@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from ipaddress import ip_address
+from pathlib import Path
 from urllib.parse import quote
 
 import psutil
@@ -24,7 +25,7 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint import Checkpoint
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import REPO, cli_env, processes_with_env, produce
+from tests.helpers import REPO, assert_private, cli_env, processes_with_env, produce
 
 pytestmark = pytest.mark.slow  # Airflow's components, and a spark-submit
 
@@ -98,6 +99,7 @@ def _listeners_while(airflow) -> Iterator[set[tuple[str, str, int]]]:
 def test_dag_runs_over_rest_listen_on_loopback_only_log_the_result_first_and_a_restart_waits_for_approval(
         standalone, settings, tmp_path):
     """One instance as on-call uses it, while a second with other settings runs beside it."""
+    assert_private([standalone.password_file], Path(settings.data_dir))
     with _listeners_while(standalone) as listeners:
         run_id = standalone.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
         # a second instance with settings of its own, beside the first: nothing may clash

@@ -18,7 +18,7 @@ from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import MULTI_PROCESS, REPO, contents, produce
+from tests.helpers import MULTI_PROCESS, REPO, assert_private, contents, produce
 
 pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
@@ -40,6 +40,10 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
     airflow = airflow_local.start_production(s, port=free_port(), extra_env=env)
     try:
         airflow.wait_ready(progress=lambda line: None)
+        secrets = [s.airflow_home / "simple_auth_manager_passwords.json.generated", s.airflow_home / "jwt_secret",
+                   data / "postgres" / "password"]
+        assert_private(secrets, data)
+        assert not (data / "postgres" / "initdb.pw").exists()
 
         deploy = airflow.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
         state, tasks = airflow.wait_for_run("sigflow_deploy", deploy, timeout=900)

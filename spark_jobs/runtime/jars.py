@@ -49,10 +49,28 @@ DELTA_SESSION_CONF = {
 LOGSTORE_SOURCE = INFRA.parent / "logstore"
 LOGSTORE_CLASS = "io.sigflow.delta.ConditionalPutS3LogStore"
 LOGSTORE_JAR = "sigflow-delta-logstore-0.1.0.jar"
+# The build is reproducible (infra/logstore/pom.xml), so its bytes are pinned like a fetched JAR.
+LOGSTORE_PIN = LOGSTORE_SOURCE / "jar.sha256"
 
 
 def logstore_jar(dest: Path) -> Path:
     return dest / "s3" / LOGSTORE_JAR
+
+
+def logstore_sha256() -> str:
+    return LOGSTORE_PIN.read_text().split()[0]
+
+
+def verified_logstore(dest: Path) -> Path:
+    """The built log store, checked against its pin; raises saying how to rebuild it."""
+    path = logstore_jar(dest)
+    actual = sha256(path)
+    if actual != logstore_sha256():
+        raise JarError(
+            f"{path} is not the build pinned in {LOGSTORE_PIN.name} (SHA-256 {actual[:16]}...)",
+            "delete it and run `sigflow jars fetch s3` to build it again; if infra/logstore changed, "
+            f"pin the new build's SHA-256 ({actual}) in infra/logstore/jar.sha256")
+    return path
 
 
 def build_logstore(dest: Path) -> Path:
@@ -68,7 +86,7 @@ def build_logstore(dest: Path) -> Path:
             raise JarError(f"mvn could not build infra/logstore: {detail[:300]}", "check your Maven settings")
         logstore_jar(dest).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(Path(work, "target", LOGSTORE_JAR), logstore_jar(dest))
-    return logstore_jar(dest)
+    return verified_logstore(dest)
 
 
 def object_store_conf(dest: Path, environ) -> dict[str, str]:
@@ -339,8 +357,9 @@ def pin() -> list[Jar]:
 
 def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     """``--jars`` and the Delta ``--conf`` for a spark-submit of a sigflow job, from the
-    installed JARs (checked for presence only: cheap enough for a DAG file); nothing when
-    none is installed, and the submitted job then stops saying to fetch them."""
+    installed JARs (checked for presence only: cheap enough for a DAG file; the submitted
+    driver hashes each before it starts a query, ``verify_classpath``); nothing when none is
+    installed, and the submitted job then stops saying to fetch them."""
     dest = dest or Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
     present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
     if not any(p.parent.name == "spark" for p in present):
@@ -355,7 +374,21 @@ def spark_jar_paths(dest: Path | None = None) -> list[Path]:
     dest = dest or default_dir()
     installed = ["spark"] + [name for name in SPARK_CLASSPATH_SETS if name != "spark"
                              and any(path_of(j, dest).exists() for j in locked((name,)))]
-    built = [logstore_jar(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
+    built = [verified_logstore(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
     return verified_paths(installed, dest) + built
+
+
+def verify_classpath(entries: list[str]) -> None:
+    """Check every JAR a driver was handed (spark-submit's ``--jars``, ``spark.jars``) against
+    its pin: each must be a JAR of infra/jars/lock.txt with its SHA-256, or the pinned log
+    store. Raises naming the first that is not."""
+    pinned = {jar.file_name: jar.sha256 for jar in locked(SETS)} | {LOGSTORE_JAR: logstore_sha256()}
+    for entry in filter(None, (e.strip() for e in entries)):
+        path = Path(entry.removeprefix("file:"))
+        if path.name not in pinned:
+            raise JarError(f"the driver was given {path}, which is not a pinned JAR",
+                           "submit only the JARs of infra/jars/lock.txt (`sigflow jars fetch`)")
+        if not path.is_file() or sha256(path) != pinned[path.name]:
+            raise JarError(f"JAR {path} is missing or differs from its pin", FIX)
 
 

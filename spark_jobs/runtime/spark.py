@@ -93,6 +93,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         for key, value in jar_conf(settings).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
+        from spark_jobs.runtime import jars
+
+        jars.verify_classpath(spark.conf.get("spark.jars", "").split(","))
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     # PySpark's accumulator server prints a socket traceback when the driver's JVM dies
     # mid-batch; the runner reports that death in one line (DriverDied).

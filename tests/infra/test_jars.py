@@ -100,3 +100,37 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     jars.logstore_jar(installed).parent.mkdir(parents=True)
     jars.logstore_jar(installed).touch()
     jars.require_s3_log_store("s3a://lake/delta", jars.object_store_conf(installed, {}).get(key))
+
+
+@pytest.mark.slow  # a spark-submit driver JVM
+def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy, settings):
+    """The deploy DAG and a cluster hand the driver its JARs through spark-submit's --jars;
+    the driver hashes each before any query starts."""
+    import sys
+
+    from tests.helpers import cli_env
+
+    victim = next(j for j in jars.locked(("spark",)) if j.artifact.startswith("delta-spark"))
+    (jars_copy / "spark" / victim.file_name).write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
+    submitted = ",".join(str(path) for path in sorted((jars_copy / "spark").glob("*.jar")))
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = cli_env(settings, {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
+    ran = subprocess.run([str(submit), "--master", "local[1]", "--jars", submitted,
+                          str(REPO / "spark_jobs" / "cli.py"), "run", "ingest", "--available-now"],
+                         env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert ran.returncode == 2, ran.stdout[-2000:]
+    # spark-submit's Python runner hands the driver's stderr on through its stdout
+    assert f"sigflow: error: JAR {jars_copy / 'spark' / victim.file_name} is missing or differs from its pin" in ran.stdout
+
+
+def test_the_log_store_on_a_classpath_is_the_pinned_build(tmp_path):
+    jar = jars.logstore_jar(tmp_path)
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"PK a jar built from other source")
+    with pytest.raises(jars.JarError, match="is not the build pinned in jar.sha256") as err:
+        jars.verified_logstore(tmp_path)
+    assert "sigflow jars fetch s3" in err.value.hint
+    with pytest.raises(jars.JarError, match="differs from its pin"):
+        jars.verify_classpath([f"file:{jar}"])
+    with pytest.raises(jars.JarError, match="not a pinned JAR"):
+        jars.verify_classpath([str(tmp_path / "anything-else.jar")])

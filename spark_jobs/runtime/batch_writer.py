@@ -154,6 +154,7 @@ class BatchWriter:
         def write(spec: TableSpec) -> int | None:
             frame, rows = outputs.get(spec.name), None
             has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
+            self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
             if has_rows:
                 if write_tasks:
                     frame = frame.coalesce(write_tasks)

@@ -1,22 +1,32 @@
-"""One writer per checkpoint: a lease file in the checkpoint that a run holds while it runs.
+"""One writer per checkpoint: a lease beside the checkpoint (``<checkpoint>.lease/``) that a
+run, or a restart being applied, holds while it works.
 
 Two runs of one job on one checkpoint would both write its batches. The lease names its
-holder (host, pid and the process's start time, so a reused pid is not mistaken for it);
-a second run, on any host that shares the checkpoint storage, is refused while the holder
-lives. The holder renews it from a heartbeat thread; one that stops renewing (killed, or
-cut off from the storage) loses it after ``lease_ttl``, and at once when a run on its own
-host finds its process gone. Before each batch's writes the holder checks it still holds
-the lease, so a driver that lost it stops instead of writing beside its successor.
+holder (host, pid and the process's start time, so a reused pid is not mistaken for it, and
+what it is doing: a run, or a restart being applied); a second taker, on any host that
+shares the checkpoint storage, is refused while the holder lives. The holder renews it
+from a heartbeat thread; one that stops renewing (killed, stopped, cut off from the
+storage) loses it after ``lease_ttl``, and at once when a taker on its own host finds its
+process gone. Before each batch's writes, and before each table's commit, the holder checks
+it still holds the lease, so a driver that lost it stops instead of writing beside its
+successor.
 
-Creation is atomic on local and HDFS-like storage (a hard link fails if the file exists);
-on object storage, where pyarrow has no conditional put, a run reads the lease back after
-writing it, and the per-batch check stops the loser of a race at its first batch.
+Each lease has a generation, in its file's name (``sigflow.lease``, then
+``sigflow.lease.1``, ``.2`` ...); the highest one present is the lease. A taker creates the
+next generation's file exclusively (a hard link locally, a conditional put on S3): of two
+takers only one can, so a takeover is atomic. The holder renews only its own generation's
+file and loses the lease the moment a higher one exists: renewal is a compare-and-swap on
+the generation. A holder on this host that is alive but has stopped renewing past its
+time (a stopped or hung driver) is killed by the taker before the takeover, so it can never
+write again; one on another host stops at its next check.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import threading
 import time
@@ -30,6 +40,8 @@ from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint import Checkpoint
 
 LEASE_FILE = "sigflow.lease"
+_GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
+RUN = "run"
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class Holder:
     process_started: float  # the process's start time (psutil), which a reused pid lacks
     renewed: float  # epoch seconds
     ttl_s: float
+    purpose: str = RUN  # or the restart being applied: "rewind", "recover", "resume"
+    generation: int = 0  # from the file's name, not its content
 
     def on_this_host(self) -> bool:
         return self.host == socket.gethostname()
@@ -55,73 +69,117 @@ class Holder:
         except psutil.Error:
             return None
 
-    def alive(self, now: float | None = None) -> bool:
-        """On this host: its process exists. Elsewhere: it renewed within the lease's time."""
-        if self.on_this_host():
-            return self.process() is not None
+    def renewed_in_time(self, now: float | None = None) -> bool:
         return (now or time.time()) <= self.renewed + self.ttl_s
+
+    def alive(self, now: float | None = None) -> bool:
+        """It renewed within the lease's time and, on this host, its process still exists."""
+        if self.on_this_host() and self.process() is None:
+            return False
+        return self.renewed_in_time(now)
 
     def describe(self) -> str:
         age = time.time() - self.renewed
-        return f"{self.job} run {self.owner} on {self.host} (pid {self.pid}), renewed {age:.0f} s ago"
+        doing = f"{self.job} run" if self.purpose == RUN else f"{self.purpose} of {self.job}"
+        return f"{doing} {self.owner} on {self.host} (pid {self.pid}), renewed {age:.0f} s ago"
 
 
 class Lease:
-    def __init__(self, checkpoint: Checkpoint, job: str, ttl_s: float):
-        self.checkpoint, self.job, self.ttl_s = checkpoint, job, ttl_s
-        self.fs, self.path = checkpoint.fs, f"{checkpoint.path}/{LEASE_FILE}"
+    def __init__(self, checkpoint: Checkpoint, job: str, ttl_s: float, purpose: str = RUN):
+        self.checkpoint, self.job, self.ttl_s, self.purpose = checkpoint, job, ttl_s, purpose
+        # beside the checkpoint, not in it: a recover moves the checkpoint aside while it holds this
+        self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.lease"
         self.owner = uuid.uuid4().hex[:12]
+        self.generation: int | None = None  # the one this lease took
         self._heartbeat: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def holder(self) -> Holder | None:
+    # ---- reading ---------------------------------------------------------------------------
+    def _path(self, generation: int) -> str:
+        return f"{self.folder}/{LEASE_FILE}" + (f".{generation}" if generation else "")
+
+    def _generations(self) -> list[int]:
+        selector = pafs.FileSelector(self.folder, allow_not_found=True)
+        found = (_GENERATION.fullmatch(info.base_name) for info in self.fs.get_file_info(selector))
+        return sorted(int(match.group(1) or 0) for match in found if match)
+
+    def _read(self, generation: int) -> Holder | None:
         try:
-            with self.fs.open_input_stream(self.path) as stream:
-                return Holder(**json.loads(stream.read().decode()))
+            with self.fs.open_input_stream(self._path(generation)) as stream:
+                fields = json.loads(stream.read().decode())
+            return Holder(**{**fields, "generation": generation})
         except (FileNotFoundError, OSError, ValueError, TypeError):
             return None
 
+    def holder(self) -> Holder | None:
+        """Who holds the lease: the highest generation's holder, or None when there is none."""
+        generations = self._generations()
+        return self._read(generations[-1]) if generations else None
+
+    # ---- taking ----------------------------------------------------------------------------
     def _mine(self) -> Holder:
         return Holder(self.owner, self.job, socket.gethostname(), os.getpid(),
-                      psutil.Process().create_time(), time.time(), self.ttl_s)
+                      psutil.Process().create_time(), time.time(), self.ttl_s, self.purpose)
+
+    def _content(self) -> bytes:
+        fields = asdict(self._mine())
+        fields.pop("generation")
+        return json.dumps(fields).encode()
 
     def acquire(self) -> None:
         """Take the lease, or raise JobAlreadyRunning naming the live holder."""
-        self.fs.create_dir(self.checkpoint.path, recursive=True)
-        current = self.holder()
-        if current is not None and current.owner == self.owner:
-            return
-        if current is not None and current.alive():
-            raise _refusal(current, self.checkpoint.uri)
-        if current is None and isinstance(self.fs, pafs.LocalFileSystem):
-            if not self._create_exclusively():
-                return self.acquire()  # another run created it just now: judge that one
-        else:
-            self._write()  # a dead holder's lease is taken over
-        taken = self.holder()
-        if taken is None or taken.owner != self.owner:
-            raise _refusal(taken, self.checkpoint.uri) if taken else LeaseLost(
-                f"the lease at {self.path} vanished while {self.job} took it", "run the job again")
+        self.fs.create_dir(self.folder, recursive=True)
+        while True:
+            generations = self._generations()
+            current = self._read(generations[-1]) if generations else None
+            if current is not None and current.owner == self.owner:
+                return
+            if current is not None and current.alive():
+                raise _refusal(current, self.checkpoint.uri)
+            if current is not None:
+                _fence(current)
+            wanted = generations[-1] + 1 if generations else 0
+            if self._create_exclusively(wanted):
+                break  # else another taker made that generation first: judge it
+        self.generation = wanted
+        for older in (g for g in generations if g < wanted):
+            try:
+                self.fs.delete_file(self._path(older))
+            except (FileNotFoundError, OSError):
+                pass
         self._start_heartbeat()
 
-    def _create_exclusively(self) -> bool:
-        aside = self._write(aside=True)
-        try:
-            os.link(aside, self.path)
-            return True
-        except FileExistsError:
+    def _create_exclusively(self, generation: int) -> bool:
+        """Write this holder as ``generation`` only if nothing is there: True when it did."""
+        path = self._path(generation)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            aside = f"{path}.{self.owner}.tmp"
+            with open(aside, "wb") as out:
+                out.write(self._content())
+            try:
+                os.link(aside, path)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(aside)
+        if isinstance(self.fs, pafs.S3FileSystem):
+            return _s3_put_if_absent(path, self._content())
+        # no conditional create here: write, and let the read back judge a race
+        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
             return False
-        finally:
-            os.unlink(aside)
+        self._write(path)
+        taken = self._read(generation)
+        return taken is not None and taken.owner == self.owner
 
-    def _write(self, aside: bool = False) -> str:
-        target = f"{self.path}.{self.owner}.tmp" if aside else self.path
-        with self.fs.open_output_stream(target) as out:
-            out.write(json.dumps(asdict(self._mine())).encode())
-        return target
+    def _write(self, path: str) -> None:
+        with self.fs.open_output_stream(path) as out:
+            out.write(self._content())
 
+    # ---- holding ---------------------------------------------------------------------------
     def check(self) -> None:
-        """Raise LeaseLost unless this run still holds the lease (before each batch's writes)."""
+        """Raise LeaseLost unless this run still holds the lease (before each batch's writes,
+        and before each table's commit)."""
         current = self.holder()
         if current is None or current.owner != self.owner:
             taker = f": {current.describe()} holds it" if current else ""
@@ -131,8 +189,10 @@ class Lease:
                 "it and rerun this job (docs/runbooks/job-crashed.md)")
 
     def renew(self) -> None:
+        """Compare-and-swap on the generation: renew this generation's file only while no
+        taker has made a higher one."""
         self.check()
-        self._write()
+        self._write(self._path(self.generation or 0))
 
     def release(self) -> None:
         self._stop.set()
@@ -140,7 +200,14 @@ class Lease:
             self._heartbeat.join(5)
         current = self.holder()
         if current is not None and current.owner == self.owner:
-            self.fs.delete_file(self.path)
+            self.fs.delete_file(self._path(current.generation))
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     def _start_heartbeat(self) -> None:
         def beat() -> None:
@@ -148,7 +215,7 @@ class Lease:
                 try:
                     self.renew()
                 except LeaseLost:
-                    return  # the next batch's check stops the run
+                    return  # the next check stops the run
                 except OSError:
                     continue  # storage unreachable for now: the lease may lapse, checked per batch
 
@@ -156,8 +223,48 @@ class Lease:
         self._heartbeat.start()
 
 
+def _fence(stale: Holder) -> None:
+    """A holder on this host whose process lives on but stopped renewing (stopped, hung) is
+    killed before its lease is taken over, with everything it started (its driver's JVM,
+    which may be in the middle of a commit): woken later, it would write beside its successor."""
+    process = stale.process()
+    if process is None or process.pid == os.getpid():  # gone, or this process's own lapsed lease
+        return
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for member in tree:
+        try:
+            member.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
+
+
+def _s3_put_if_absent(path: str, data: bytes) -> bool:
+    """S3's conditional put (If-None-Match: *), which pyarrow does not offer: True when it
+    created the object, False when one was there."""
+    import boto3
+
+    bucket, _, key = path.partition("/")
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+                          region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        return True
+    except client.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return False
+        raise
+
+
 def _refusal(holder: Holder, uri: str) -> JobAlreadyRunning:
     where = "this host" if holder.on_this_host() else holder.host
+    if holder.purpose != RUN:
+        return JobAlreadyRunning(
+            f"{holder.job}: a {holder.purpose} is being applied to its checkpoint ({uri}) on {where}: "
+            f"{holder.describe()}", "run the job once the restart is applied (its plan then says what comes next)")
     return JobAlreadyRunning(
         f"{holder.job} is already running on {where}: {holder.describe()}; a second run on its "
         f"checkpoint ({uri}) would write its batches twice",

@@ -73,12 +73,13 @@ class JobRun:
     def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
         self.job = job
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
-        checkpoint_guards.check_no_pending_rewind(self.checkpoint, job.name)
         # held from here until the run ends: before the app id is read or made, so two runs
-        # starting at once cannot each make one
+        # starting at once cannot each make one; a restart being applied holds it too
         self.lease = Lease(self.checkpoint, job.name, settings.lease_ttl.seconds)
         self.lease.acquire()
         try:
+            # checked holding the lease: a rewind recorded just before it was taken is seen
+            checkpoint_guards.check_no_pending_rewind(self.checkpoint, job.name)
             self._prepare(job, settings, spark)
         except BaseException:
             self.lease.release()

@@ -16,6 +16,7 @@ from spark_jobs.local import broker
 from spark_jobs.ops import status
 from spark_jobs.runtime import kafka_client
 from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.lease import Lease
 
 RUNBOOK = "docs/runbooks/rewind-and-reprocess.md"
 RECOVER_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
@@ -30,10 +31,18 @@ class Plan:
     afterwards: list[str] = field(default_factory=list)
     runbook: str = RUNBOOK
     changes: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    # the job's lease, held from the first change that is not a stop to the end of the apply
+    lease: Lease | None = field(default=None, repr=False)
+    stops: int = 0  # how many of the first changes stop the running job (before the lease)
 
     def step(self, text: str, change: Callable[[], object]) -> None:
         self.steps.append(text)
         self.changes.append(change)
+
+    def stop_step(self, text: str, change: Callable[[], object]) -> None:
+        """A change that stops the job's running query: applied before the lease is taken."""
+        self.step(text, change)
+        self.stops = len(self.changes)
 
     def refuse(self, reason: str) -> None:
         self.refusals.append(reason)
@@ -74,12 +83,29 @@ class Plan:
         return "\n".join([*lines, "", f"Runbook: `{self.runbook}`."])
 
     def apply(self) -> None:
+        """Make every change in order, holding the job's lease after any stop: a run (the
+        scheduler's, a CLI's) cannot start on a checkpoint being changed under it, and an
+        apply does not start while a run holds it (refused, naming the run)."""
         if self.refusals:
             raise SigflowError(
                 f"refusing to {self.action} {self.job}: " + "; ".join(self.refusals), f"see {self.runbook}"
             )
-        for change in self.changes:
+        for change in self.changes[:self.stops]:
             change()
+        if self.lease is None:
+            for change in self.changes[self.stops:]:
+                change()
+            return
+        with self.lease:
+            for change in self.changes[self.stops:]:
+                change()
+
+
+def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan) -> Plan:
+    """``plan``, applied holding the job's lease (see ``Plan.apply``)."""
+    plan.lease = Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name, settings.lease_ttl.seconds,
+                       purpose=plan.action)
+    return plan
 
 
 def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None:

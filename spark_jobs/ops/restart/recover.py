@@ -14,6 +14,7 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
+    holding_the_job,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
@@ -49,7 +50,7 @@ def plan_recover(
     but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
     """
     job = get_job(job_name)
-    plan = Plan(job.name, "recover", runbook=RECOVER_RUNBOOK)
+    plan = holding_the_job(settings, job, Plan(job.name, "recover", runbook=RECOVER_RUNBOOK))
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_if_running(settings, job, plan)
     problems = checkpoint.problems()

@@ -8,7 +8,12 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops import status
-from spark_jobs.ops.restart.plan import RECOVER_RUNBOOK, Plan, refuse_pending_rewind
+from spark_jobs.ops.restart.plan import (
+    RECOVER_RUNBOOK,
+    Plan,
+    holding_the_job,
+    refuse_pending_rewind,
+)
 from spark_jobs.runtime.checkpoint import Checkpoint
 
 
@@ -41,12 +46,12 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
 
 def plan_resume(settings: Settings, job_name: str) -> Plan:
     job = get_job(job_name)
-    plan = Plan(job.name, "resume", runbook="docs/runbooks/job-crashed.md")
+    plan = holding_the_job(settings, job, Plan(job.name, "resume", runbook="docs/runbooks/job-crashed.md"))
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_pending_rewind(checkpoint, plan)
     pid = status.running_pid(settings, job.name)
     if pid:
-        plan.step(f"stop the running query (pid {pid}) with SIGTERM after its batch in flight",
+        plan.stop_step(f"stop the running query (pid {pid}) with SIGTERM after its batch in flight",
                   lambda: stop_running(settings, job.name))
     problems = checkpoint.problems()
     if problems:

@@ -14,6 +14,7 @@ from spark_jobs.config import Settings
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops.restart.plan import (
     Plan,
+    holding_the_job,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
@@ -35,7 +36,7 @@ def plan_rewind(
 ) -> Plan:
     """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
     job = get_job(job_name)
-    plan = Plan(job.name, "rewind")
+    plan = holding_the_job(settings, job, Plan(job.name, "rewind"))
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_if_running(settings, job, plan)
     committed = checkpoint.committed_batches()

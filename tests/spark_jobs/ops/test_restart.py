@@ -252,3 +252,37 @@ def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_run
     with pytest.raises(SigflowError, match="state_format was '1', now '2'") as err:
         JobRun(get_job("sessions"), settings, spark)
     assert "incompatible-change.md" in err.value.hint
+
+
+def test_a_run_started_while_a_rewind_is_applied_is_refused_and_the_rewound_batches_run_once(spark, settings):
+    """The apply holds the job's lease: a run (the scheduler's, a CLI's) that starts while
+    the checkpoint is being cut back is refused, naming the rewind; the run after it
+    re-runs the rewound batches exactly once."""
+    import threading
+
+    from spark_jobs.errors import JobAlreadyRunning
+
+    s = single_partition(settings)
+    first, second, third = _chunks()
+    ends = _run_chunks(spark, s, [first, second, third])
+    uninterrupted = _dedup_rows(s)
+    plan = restart.plan_rewind(s, "dedup", to_batch=ends[0])
+    halfway, go_on = threading.Event(), threading.Event()
+
+    def pause() -> None:  # the apply, between two of its steps
+        halfway.set()
+        assert go_on.wait(120)
+
+    plan.changes.insert(len(plan.changes) // 2, pause)
+    applying = threading.Thread(target=plan.apply)
+    applying.start()
+    try:
+        assert halfway.wait(120)
+        with pytest.raises(JobAlreadyRunning, match="a rewind is being applied to its checkpoint") as refused:
+            run_job(spark, s, "dedup")
+        assert "once the restart is applied" in refused.value.hint
+    finally:
+        go_on.set()
+        applying.join()
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
@@ -23,8 +24,8 @@ def _forge(tmp_path, **fields):
     """A lease file as another run left it."""
     holder = {"owner": "other", "job": "dedup", "host": socket.gethostname(), "pid": os.getpid(),
               "process_started": 0.0, "renewed": time.time(), "ttl_s": 60.0, **fields}
-    (tmp_path / "cp").mkdir(exist_ok=True)
-    (tmp_path / "cp" / LEASE_FILE).write_text(json.dumps(holder))
+    (tmp_path / "cp.lease").mkdir(exist_ok=True)
+    (tmp_path / "cp.lease" / LEASE_FILE).write_text(json.dumps(holder))
 
 
 def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
@@ -37,7 +38,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
     second.acquire()
     assert second.holder().owner == second.owner
     second.release()
-    assert not (tmp_path / "cp" / LEASE_FILE).exists()
+    assert not list((tmp_path / "cp.lease").iterdir())
 
 
 def test_the_lease_of_a_killed_run_is_taken_over_at_once(tmp_path):
@@ -84,4 +85,74 @@ def test_a_run_whose_lease_was_taken_over_stops_before_writing(tmp_path):
     with pytest.raises(LeaseLost, match="spark-driver-7"):
         lease.check()
     lease.release()
-    assert json.loads((tmp_path / "cp" / LEASE_FILE).read_text())["host"] == "spark-driver-7"
+    assert json.loads((tmp_path / "cp.lease" / LEASE_FILE).read_text())["host"] == "spark-driver-7"
+
+
+def test_of_several_takers_of_a_lapsed_lease_exactly_one_takes_it(tmp_path):
+    """Takeover is a create-exclusive of the next generation: racing takers cannot both win."""
+    import threading
+
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61)
+    takers = [_lease(tmp_path) for _ in range(8)]
+    start, outcomes = threading.Barrier(len(takers)), []
+
+    def take(lease):
+        start.wait()
+        try:
+            lease.acquire()
+            outcomes.append("took")
+        except JobAlreadyRunning:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=take, args=(lease,)) for lease in takers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["took"]
+    winner = next(lease for lease in takers if lease.generation is not None)
+    assert Lease(Checkpoint(str(tmp_path / "cp")), "dedup", 60).holder().owner == winner.owner
+    winner.release()
+
+
+def test_a_renewal_after_a_takeover_fails_and_leaves_the_takers_lease(tmp_path):
+    """Renewal is a compare-and-swap on the generation: a holder that lapsed and wakes up
+    cannot write its lease back over its successor's."""
+    lapsed = _lease(tmp_path, ttl_s=600)
+    lapsed.acquire()
+    taker_file = tmp_path / "cp.lease" / f"{LEASE_FILE}.{lapsed.generation + 1}"
+    taker_file.write_text(json.dumps({"owner": "successor", "job": "dedup", "host": "spark-driver-7", "pid": 1,
+                                      "process_started": 0.0, "renewed": time.time(), "ttl_s": 60.0}))
+    with pytest.raises(LeaseLost, match="spark-driver-7"):
+        lapsed.renew()
+    assert json.loads(taker_file.read_text())["owner"] == "successor"
+    assert lapsed.holder().owner == "successor"
+    lapsed.release()  # not its lease any more: left alone
+    assert taker_file.exists()
+
+
+def test_a_stopped_holder_on_this_host_is_fenced_when_its_lease_lapses(tmp_path):
+    """A driver stopped (SIGSTOP, a hung JVM) keeps its process but stops renewing: past
+    lease_ttl a taker kills it before taking over, so it can never wake up and write."""
+    import signal
+
+    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
+            "from spark_jobs.runtime.lease import Lease; "
+            f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 2).acquire(); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)
+        with pytest.raises(JobAlreadyRunning):
+            _lease(tmp_path).acquire()  # within its time: still the holder
+        time.sleep(2.5)
+        assert psutil.Process(holder.pid).status() == psutil.STATUS_STOPPED
+        successor = _lease(tmp_path)
+        successor.acquire()
+        assert not psutil.pid_exists(holder.pid)  # killed (and reaped: it is this test's child)
+        assert successor.holder().owner == successor.owner
+        successor.release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

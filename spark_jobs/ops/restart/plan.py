@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -92,11 +93,7 @@ class Plan:
             )
         for change in self.changes[:self.stops]:
             change()
-        if self.lease is None:
-            for change in self.changes[self.stops:]:
-                change()
-            return
-        with self.lease:
+        with self.lease or nullcontext():
             for change in self.changes[self.stops:]:
                 change()
 

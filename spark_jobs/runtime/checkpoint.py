@@ -215,9 +215,23 @@ class Checkpoint:
         return removed
 
     def move_aside(self, suffix: str) -> str:
-        """Keep a broken checkpoint for later study, out of the job's way."""
+        """Keep a broken checkpoint for later study, out of the job's way. On object storage,
+        where a folder is only a prefix and a move copies one object, every object is copied
+        first and the originals deleted after, so an interrupted move leaves the checkpoint
+        whole (and a second try copies again)."""
         target = f"{self.path}.{suffix}"
-        self.fs.move(self.path, target)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            self.fs.move(self.path, target)
+            return target
+        files = [info for info in self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
+                 if info.type == pafs.FileType.File]
+        for info in files:
+            self.fs.copy_file(info.path, target + info.path[len(self.path):])
+        self.fs.delete_dir_contents(self.path, missing_dir_ok=True)
+        try:
+            self.fs.delete_dir(self.path)
+        except (FileNotFoundError, OSError):
+            pass  # an object store may keep no folder marker
         return target
 
 

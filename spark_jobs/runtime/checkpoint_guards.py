@@ -19,6 +19,18 @@ def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
         )
 
 
+def check_no_unfinished_restart(intent: dict | None, job: str) -> None:
+    """A restart whose apply stopped half way (its process died) left its intent beside the
+    checkpoint: the job runs only once the same restart has been applied again."""
+    if intent is not None:
+        raise SigflowError(
+            f"{job}: a {intent.get('action', 'restart')} of its checkpoint did not finish "
+            f"({len(intent.get('steps', []))} steps planned); running now could skip or repeat rows",
+            f"apply it again: `sigflow checkpoint {intent.get('action', 'recover')} {job} ... --yes` with the "
+            "same options (its plan lists what is left)",
+        )
+
+
 INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
 
 

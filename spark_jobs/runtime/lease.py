@@ -40,6 +40,7 @@ from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint import Checkpoint
 
 LEASE_FILE = "sigflow.lease"
+INTENT_FILE = "sigflow.applying.json"  # a restart being applied: what it changes
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
 
@@ -201,6 +202,26 @@ class Lease:
         current = self.holder()
         if current is not None and current.owner == self.owner:
             self.fs.delete_file(self._path(current.generation))
+
+    # ---- what an apply holding the lease is doing -----------------------------------------
+    def record_intent(self, intent: dict) -> None:
+        """Say, before the first change, what this holder is about to change: a run finding
+        it later (the holder died half way) refuses to start until it is finished."""
+        with self.fs.open_output_stream(f"{self.folder}/{INTENT_FILE}") as out:
+            out.write(json.dumps(intent).encode())
+
+    def intent(self) -> dict | None:
+        try:
+            with self.fs.open_input_stream(f"{self.folder}/{INTENT_FILE}") as stream:
+                return json.loads(stream.read().decode())
+        except (FileNotFoundError, OSError, ValueError):
+            return None
+
+    def clear_intent(self) -> None:
+        try:
+            self.fs.delete_file(f"{self.folder}/{INTENT_FILE}")
+        except (FileNotFoundError, OSError):
+            pass
 
     def __enter__(self) -> Lease:
         self.acquire()

@@ -94,8 +94,12 @@ class Plan:
         for change in self.changes[:self.stops]:
             change()
         with self.lease or nullcontext():
+            if self.lease:  # an apply that dies half way leaves this: the job refuses to start
+                self.lease.record_intent({"action": self.action, "job": self.job, "steps": self.steps})
             for change in self.changes[self.stops:]:
                 change()
+            if self.lease:
+                self.lease.clear_intent()
 
 
 def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan) -> Plan:

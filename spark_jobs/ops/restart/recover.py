@@ -57,6 +57,12 @@ def plan_recover(
     if checkpoint.exists() and not problems and not force:
         plan.refuse(f"the checkpoint at {checkpoint.uri} looks sound (last committed batch "
                     f"{checkpoint.last_committed()}): resume or rewind it; --force replaces it anyway")
+    applied_at = _applied_at()
+    if checkpoint.exists() or checkpoint.identity():
+        # first: a recover that fails after this leaves a job with no checkpoint, which stays
+        # refused until recovered; one that deleted rows first could resume past them
+        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study)",
+                  lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
     if source == "delta":
         start = _plan_start_from_delta(settings, job, plan)
         if job.stateful and not accept_state_loss:
@@ -82,10 +88,6 @@ def plan_recover(
     if plan.refusals:
         plan.steps.clear()
         return plan
-    applied_at = _applied_at()
-    if checkpoint.exists() or checkpoint.identity():
-        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study)",
-                  lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
     plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
               f"{offsets_text(start) if isinstance(start, dict) else start}",
               lambda: checkpoint.start_fresh(

@@ -286,3 +286,32 @@ def test_a_run_started_while_a_rewind_is_applied_is_refused_and_the_rewound_batc
         applying.join()
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted
+
+
+def test_a_recover_that_dies_half_way_keeps_the_job_from_starting_until_it_is_applied_again(spark, settings):
+    """The checkpoint is moved aside before any row is deleted, and the apply says what it is
+    doing beside the checkpoint first: a recover that stops half way leaves a job that
+    refuses to start (it would otherwise start a fresh checkpoint past the deleted rows)
+    until the recover is applied again, which finishes it."""
+    s = single_partition(settings)
+    _run_chunks(spark, s, _chunks())
+    uninterrupted = _dedup_rows(s)
+    plan = restart.plan_recover(s, "dedup", source="earliest", force=True)
+    assert plan.steps[0].startswith("move the old checkpoint aside")  # before any delete
+    assert any(step.startswith("delete every row") for step in plan.steps[1:])
+
+    def dies() -> None:
+        raise RuntimeError("the apply's process died here")
+
+    plan.changes.insert(2, dies)  # after the move and the first delete
+    with pytest.raises(RuntimeError):
+        plan.apply()
+    with pytest.raises(SigflowError, match="a recover of its checkpoint did not finish") as refused:
+        run_job(spark, s, "dedup")
+    assert "sigflow checkpoint recover dedup" in refused.value.hint
+
+    again = restart.plan_recover(s, "dedup", source="earliest")
+    assert not again.refusals and not again.steps[0].startswith("move")  # moved already
+    again.apply()
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted

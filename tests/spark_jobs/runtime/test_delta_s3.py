@@ -252,3 +252,30 @@ def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypa
         lapsed.renew()  # compare-and-swap: the lapsed holder cannot write its lease back
     winner.release()
     assert Lease(checkpoint, "dedup", 60).holder() is None
+
+
+def test_a_checkpoint_on_s3_is_moved_aside_whole(s3, monkeypatch):
+    """On S3 a folder is a prefix, and a move is one object's copy: a recover moving a
+    checkpoint aside copies every object, then deletes the originals."""
+    from pyarrow import fs as pafs
+
+    from spark_jobs.runtime.checkpoint import Checkpoint
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    checkpoint = Checkpoint(f"s3a://{BUCKET}/moved/ingest")
+    files = {"offsets/0": b"v1\n{}", "offsets/1": b"v1\n{}", "commits/0": b"v1\n{}", "sources/0/0": b"v1",
+             "state/0/0/1.delta": b"\0\1", "metadata": b'{"id": "x"}'}
+    for relative, data in files.items():
+        with checkpoint.fs.open_output_stream(f"{checkpoint.path}/{relative}") as out:
+            out.write(data)
+    aside = checkpoint.move_aside("lost-20261127T000000Z")
+
+    def listed(prefix):
+        infos = checkpoint.fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+        return {info.path[len(prefix) + 1:] for info in infos if info.type == pafs.FileType.File}
+
+    assert listed(aside) == set(files) and listed(checkpoint.path) == set()
+    with checkpoint.fs.open_input_stream(f"{aside}/state/0/0/1.delta") as moved:
+        assert moved.read() == b"\0\1"
+    assert not checkpoint.exists()

@@ -72,7 +72,9 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     # killed after its last commit: the lease file outlives its process
     holder = {"owner": "gone", "job": "dedup", "host": socket.gethostname(), "pid": os.getpid(),
               "process_started": 0.0, "renewed": time.time(), "ttl_s": 60.0}
-    (Path(settings.checkpoint_uri("dedup")) / LEASE_FILE).write_text(json.dumps(holder))
+    leases = Path(settings.checkpoint_uri("dedup") + ".lease")  # beside the checkpoint
+    leases.mkdir(exist_ok=True)
+    (leases / LEASE_FILE).write_text(json.dumps(holder))
     text = sigflow(settings, "status").stdout
     assert "dedup: FAILED, last batch" in text and "next: docs/runbooks/job-crashed.md" in text, text
     assert "sessions: LAGGING" not in text and "sessions: NEVER RUN" in text

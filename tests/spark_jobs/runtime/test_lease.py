@@ -12,8 +12,10 @@ import psutil
 import pytest
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
+from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint import Checkpoint
 from spark_jobs.runtime.lease import LEASE_FILE, Lease
+from tests.helpers import produce, run_job, table
 
 
 def _lease(tmp_path, ttl_s=60.0):
@@ -156,3 +158,52 @@ def test_a_stopped_holder_on_this_host_is_fenced_when_its_lease_lapses(tmp_path)
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+@pytest.mark.slow  # a driver JVM of its own, stopped and fenced
+@pytest.mark.timeout(600)
+def test_a_stopped_driver_past_its_lease_is_fenced_and_its_successor_writes_each_row_once(spark, settings):
+    """A driver (its Python and its JVM) stopped mid-run, as a hung host or a long pause
+    stops one: past lease_ttl a second run takes over and commits; woken, the first writes
+    nothing. Every record lands in device_events_raw exactly once."""
+    from collections import Counter
+
+    from tests.helpers import REPO, cli_env
+
+    records = generate_events(600, seed=41)
+    s = settings.replace(max_offsets_per_trigger=100)  # several batches: one is likely in flight
+    produce(s, records[:300])
+    first = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.cli", "run", "ingest", "--processing-time", "1s"],
+        env=cli_env(s, {"SIGFLOW_LEASE_TTL": "6 seconds"}), cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    driver = [psutil.Process(first.pid)]
+    try:
+        deadline = time.monotonic() + 240
+        while (Checkpoint(s.checkpoint_uri("ingest")).last_committed() or -1) < 1:
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not commit"
+            time.sleep(0.5)
+        produce(s, records[300:])
+        time.sleep(1.5)  # into the next batches
+        driver += driver[0].children(recursive=True)
+        for process in driver:
+            process.suspend()  # SIGSTOP, the JVM too
+        time.sleep(7)  # past lease_ttl: the lease lapses
+        run_job(spark, s, "ingest")  # takes over: the stopped driver is killed first
+        for process in driver:
+            try:
+                process.resume()  # SIGCONT: nothing left to wake
+            except psutil.NoSuchProcess:
+                pass
+        # killed by the successor (which reaped it: psutil waits on the processes it kills)
+        assert not [p for p in driver if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        run_job(spark, s, "ingest")  # anything left in Kafka
+    finally:
+        for process in driver:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+    raw = Counter(table(s, "device_events_raw")["value"])
+    assert raw == Counter(r.value for r in records)

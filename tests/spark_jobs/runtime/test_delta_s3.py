@@ -216,11 +216,10 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
 def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypatch):
     """pyarrow has no conditional put; the lease's takeover uses S3's If-None-Match, so of two
     runs taking a lapsed lease on an s3a:// checkpoint only one can."""
-    import threading
-
-    from spark_jobs.errors import JobAlreadyRunning, LeaseLost
+    from spark_jobs.errors import LeaseLost
     from spark_jobs.runtime.checkpoint import Checkpoint
     from spark_jobs.runtime.lease import Lease
+    from tests.spark_jobs.runtime.test_lease import take_at_once
 
     for name, value in s3.items():
         monkeypatch.setenv(name, value)
@@ -229,23 +228,8 @@ def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypa
     lapsed.acquire()
     lapsed._stop.set()  # its heartbeat stops: it lapses as a stalled driver's does
     time.sleep(1.0)
-    takers, outcomes = [Lease(checkpoint, "dedup", 60) for _ in range(4)], []
-    start = threading.Barrier(len(takers))
-
-    def take(lease):
-        start.wait()
-        try:
-            lease.acquire()
-            outcomes.append("took")
-        except JobAlreadyRunning:
-            outcomes.append("refused")
-
-    threads = [threading.Thread(target=take, args=(lease,)) for lease in takers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(outcomes) == ["refused"] * 3 + ["took"]
+    takers = [Lease(checkpoint, "dedup", 60) for _ in range(4)]
+    assert take_at_once(takers) == ["refused"] * 3 + ["took"]
     winner = next(lease for lease in takers if lease.generation is not None)
     assert winner.generation == lapsed.generation + 1 and Lease(checkpoint, "dedup", 60).holder().owner == winner.owner
     with pytest.raises(LeaseLost):

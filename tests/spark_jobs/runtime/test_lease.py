@@ -30,6 +30,39 @@ def _forge(tmp_path, **fields):
     (tmp_path / "cp.lease" / LEASE_FILE).write_text(json.dumps(holder))
 
 
+def _holding_process(tmp_path, ttl_s: float) -> subprocess.Popen:
+    """Another process that takes the lease and then only sleeps (its heartbeat renews it)."""
+    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
+            "from spark_jobs.runtime.lease import Lease; "
+            f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', {ttl_s}).acquire(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def take_at_once(takers: list[Lease]) -> list[str]:
+    """Every taker acquires at the same moment, each from a thread: "took" or "refused" each."""
+    import threading
+
+    start, outcomes = threading.Barrier(len(takers)), []
+
+    def take(lease):
+        start.wait()
+        try:
+            lease.acquire()
+            outcomes.append("took")
+        except JobAlreadyRunning:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=take, args=(lease,)) for lease in takers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(outcomes)
+
+
 def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
     first, second = _lease(tmp_path), _lease(tmp_path)
     first.acquire()
@@ -44,12 +77,8 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
 
 
 def test_the_lease_of_a_killed_run_is_taken_over_at_once(tmp_path):
-    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
-            "from spark_jobs.runtime.lease import Lease; "
-            f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 60).acquire(); print('held', flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    holder = _holding_process(tmp_path, 60)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(JobAlreadyRunning, match=f"pid {holder.pid}"):
             _lease(tmp_path).acquire()
     finally:
@@ -92,26 +121,9 @@ def test_a_run_whose_lease_was_taken_over_stops_before_writing(tmp_path):
 
 def test_of_several_takers_of_a_lapsed_lease_exactly_one_takes_it(tmp_path):
     """Takeover is a create-exclusive of the next generation: racing takers cannot both win."""
-    import threading
-
     _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61)
     takers = [_lease(tmp_path) for _ in range(8)]
-    start, outcomes = threading.Barrier(len(takers)), []
-
-    def take(lease):
-        start.wait()
-        try:
-            lease.acquire()
-            outcomes.append("took")
-        except JobAlreadyRunning:
-            outcomes.append("refused")
-
-    threads = [threading.Thread(target=take, args=(lease,)) for lease in takers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(outcomes) == ["refused"] * 7 + ["took"]
+    assert take_at_once(takers) == ["refused"] * 7 + ["took"]
     winner = next(lease for lease in takers if lease.generation is not None)
     assert Lease(Checkpoint(str(tmp_path / "cp")), "dedup", 60).holder().owner == winner.owner
     winner.release()
@@ -138,12 +150,8 @@ def test_a_stopped_holder_on_this_host_is_fenced_when_its_lease_lapses(tmp_path)
     lease_ttl a taker kills it before taking over, so it can never wake up and write."""
     import signal
 
-    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
-            "from spark_jobs.runtime.lease import Lease; "
-            f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 2).acquire(); print('held', flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    holder = _holding_process(tmp_path, 2)
     try:
-        assert holder.stdout.readline().strip() == "held"
         holder.send_signal(signal.SIGSTOP)
         with pytest.raises(JobAlreadyRunning):
             _lease(tmp_path).acquire()  # within its time: still the holder

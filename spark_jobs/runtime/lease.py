@@ -34,6 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 import psutil
+import tenacity
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
@@ -132,7 +133,7 @@ class Lease:
         self.fs.create_dir(self.folder, recursive=True)
         while True:
             generations = self._generations()
-            current = self._read(generations[-1]) if generations else None
+            current = self._settled(generations[-1]) if generations else None
             if current is not None and current.owner == self.owner:
                 return
             if current is not None and current.alive():
@@ -149,6 +150,15 @@ class Lease:
             except (FileNotFoundError, OSError):
                 pass
         self._start_heartbeat()
+
+    def _settled(self, generation: int) -> Holder | None:
+        """The holder of ``generation``, read again for a moment when the file cannot be read
+        (a store without atomic writes, mid-write); None for a file that stays unreadable,
+        which is taken over."""
+        reading = tenacity.Retrying(retry=tenacity.retry_if_result(lambda holder: holder is None),
+                                    wait=tenacity.wait_fixed(0.1), stop=tenacity.stop_after_attempt(5),
+                                    retry_error_callback=lambda state: None)
+        return reading(self._read, generation)
 
     def _create_exclusively(self, generation: int) -> bool:
         """Write this holder as ``generation`` only if nothing is there: True when it did."""
@@ -174,6 +184,14 @@ class Lease:
         return taken is not None and taken.owner == self.owner
 
     def _write(self, path: str) -> None:
+        """Replace the file whole: a reader never sees a renewal half written (a rename on a
+        local disk; a put on object storage is whole by itself)."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            aside = f"{path}.{self.owner}.tmp"
+            with open(aside, "wb") as out:
+                out.write(self._content())
+            os.replace(aside, path)
+            return
         with self.fs.open_output_stream(path) as out:
             out.write(self._content())
 

@@ -215,3 +215,20 @@ def test_a_stopped_driver_past_its_lease_is_fenced_and_its_successor_writes_each
                 pass
     raw = Counter(table(s, "device_events_raw")["value"])
     assert raw == Counter(r.value for r in records)
+
+
+def test_a_lease_file_caught_half_written_is_read_again_not_taken_over(tmp_path):
+    """A reader can meet a holder's file mid-write on storage without atomic writes: it reads
+    again for a moment instead of taking a live holder's lease."""
+    import threading
+
+    (tmp_path / "cp.lease").mkdir(parents=True)
+    (tmp_path / "cp.lease" / LEASE_FILE).write_text("")  # the holder is writing it
+    writes = threading.Timer(0.2, _forge, args=(tmp_path,), kwargs={
+        "host": "spark-driver-7", "renewed": time.time()})
+    writes.start()
+    try:
+        with pytest.raises(JobAlreadyRunning, match="spark-driver-7"):
+            _lease(tmp_path).acquire()
+    finally:
+        writes.join()

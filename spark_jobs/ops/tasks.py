@@ -85,12 +85,12 @@ def maintain() -> list[str]:
     return _logged(maintenance.run(load_settings()))
 
 
-def restart_plan(params: Mapping[str, Any]):
+def restart_plan(params: Mapping[str, Any], settings: Settings | None = None):
     """The sigflow_restart form's request as a plan (see spark_jobs.ops.restart.plan)."""
     from spark_jobs.ops import restart
 
     return restart.plan(
-        load_settings(), params["job"], params["action"], to_batch=params["to_batch"],
+        settings or load_settings(), params["job"], params["action"], to_batch=params["to_batch"],
         to_time=params["to_time"], source=params["recover_from"], force=params["force"],
         accept_state_loss=params["accept_state_loss"],
     )
@@ -110,8 +110,9 @@ def apply_approved_restart(params: Mapping[str, Any], approval: Mapping[str, Any
     from spark_jobs.errors import SigflowError
     from spark_jobs.ops.restart import approval as approvals
 
-    plan = restart_plan(params)
-    why = approvals.refusal(approval, plan.digest(), requester, load_settings().approvers)
+    settings = load_settings()
+    plan = restart_plan(params, settings)
+    why = approvals.refusal(approval, plan.digest(), requester, settings.approvers)
     if why:
         raise SigflowError(
             f"{plan.action} {plan.job} not applied: {why}; nothing was changed",

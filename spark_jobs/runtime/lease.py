@@ -164,9 +164,7 @@ class Lease:
         """Write this holder as ``generation`` only if nothing is there: True when it did."""
         path = self._path(generation)
         if isinstance(self.fs, pafs.LocalFileSystem):
-            aside = f"{path}.{self.owner}.tmp"
-            with open(aside, "wb") as out:
-                out.write(self._content())
+            aside = self._written_aside(path)
             try:
                 os.link(aside, path)
                 return True
@@ -183,14 +181,18 @@ class Lease:
         taken = self._read(generation)
         return taken is not None and taken.owner == self.owner
 
+    def _written_aside(self, path: str) -> str:
+        """This holder written beside ``path`` (local disk), to be linked or renamed into place."""
+        aside = f"{path}.{self.owner}.tmp"
+        with open(aside, "wb") as out:
+            out.write(self._content())
+        return aside
+
     def _write(self, path: str) -> None:
         """Replace the file whole: a reader never sees a renewal half written (a rename on a
         local disk; a put on object storage is whole by itself)."""
         if isinstance(self.fs, pafs.LocalFileSystem):
-            aside = f"{path}.{self.owner}.tmp"
-            with open(aside, "wb") as out:
-                out.write(self._content())
-            os.replace(aside, path)
+            os.replace(self._written_aside(path), path)
             return
         with self.fs.open_output_stream(path) as out:
             out.write(self._content())

@@ -25,12 +25,12 @@ from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
 from spark_jobs.jobs import JOB_NAMES
-from spark_jobs.runtime import jars
+from spark_jobs.runtime import classpath
 from spark_jobs.runtime.jvm_options import java_options_conf
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
 # submitted driver; empty when none is installed (the job then stops, saying to fetch them).
-SUBMIT_JARS, SUBMIT_CONF = jars.submit_options()
+SUBMIT_JARS, SUBMIT_CONF = classpath.submit_options()
 
 RUN_MODE = (
     "{{ '--available-now' if params.mode == 'available-now' "

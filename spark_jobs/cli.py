@@ -12,6 +12,7 @@ from collections import Counter
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
 from spark_jobs.ops.printable import TerminalStream, terminal
+from spark_jobs.runtime.kafka import address as kafka_address
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -43,7 +44,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         return [f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})"]
 
     def status() -> list[str]:
-        info = broker.status(settings)
+        info = kafka_address.status(settings)
         return [f"broker running at {info.bootstrap_servers} (pid {info.pid}, log {info.log_file})"] if info else []
 
     return _service(args.action, "broker", start, lambda: broker.stop(settings), status)
@@ -82,7 +83,8 @@ def cmd_postgres(args: argparse.Namespace) -> int:
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
-    from spark_jobs.runtime import jars
+    from spark_jobs.install import jars
+    from spark_jobs.runtime import classpath
 
     settings = _settings(args)
     if args.action == "pin":
@@ -94,7 +96,7 @@ def cmd_jars(args: argparse.Namespace) -> int:
     if unknown:
         raise SigflowError(f"unknown JAR set(s): {', '.join(unknown)}", f"choose from {', '.join(jars.SETS)}")
     if args.action == "check":
-        paths = jars.verified_paths(sets, settings.jars_path)
+        paths = classpath.verified_paths(sets, settings.jars_path)
         print(f"{len(paths)} JARs verified in {settings.jars_path} ({', '.join(sets)})")
         return 0
     result = jars.fetch(sets, settings.jars_path)
@@ -129,7 +131,7 @@ def _contract_of(settings: Settings, topic: str):
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from spark_jobs.local import broker, simulate
+    from spark_jobs.local import simulate
 
     settings = _settings(args)
     topic = args.topic or settings.events_topic
@@ -145,7 +147,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 "and the jobs quarantine them",
             )
         print(f"{check.lines:,} lines meet the {check.contract} contract")
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     records = simulate.FileRecords(args.file)
     sent = simulate.produce_records(bootstrap, topic, records, progress=True)
     for line in records.refused:
@@ -157,10 +159,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from spark_jobs.local import broker, simulate
+    from spark_jobs.local import simulate
 
     settings = _settings(args)
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     count = args.events if args.events else int(args.rate * args.duration)
     records = simulate.generate_events(
         count, devices=args.devices, seed=args.seed,
@@ -202,7 +204,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from spark_jobs.jobs.registry import JOBS
-    from spark_jobs.runtime import run_summary, runner
+    from spark_jobs.runtime import runner
+    from spark_jobs.runtime.metrics import summary as run_summary
 
     settings = _settings(args)
     names = args.jobs or list(JOBS)
@@ -288,7 +291,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_quality(args: argparse.Namespace) -> int:
     if args.action == "assets":
-        from spark_jobs.local import datadocs_assets
+        from spark_jobs.install import datadocs_assets
 
         print("\n".join(datadocs_assets.fetch()))
         return 0

@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from spark_jobs.config import load_settings
+from spark_jobs.install import jars
 from spark_jobs.local import broker
 from spark_jobs.local.simulate import (
     MALFORMED_KINDS,
@@ -38,7 +39,7 @@ from spark_jobs.local.simulate import (
     generate_events,
     produce_records,
 )
-from spark_jobs.runtime import jars, kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
@@ -122,8 +123,7 @@ def no_data_batches(spark, settings, jobs, say=print) -> dict[str, float | None]
 def source_into_spark(spark, settings, topic: str) -> int:
     """Count one topic's records through the Kafka source the jobs use: the rate at which
     records reach Spark before any job does anything, so no job can beat it."""
-    from spark_jobs.runtime import kafka_source
-
+    from spark_jobs.runtime.kafka import source as kafka_source
     bootstrap = settings.kafka_bootstrap_servers
     partitions = kafka_client.topic_partitions(bootstrap, topic)
     ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
@@ -142,8 +142,7 @@ def plain_job_rate(spark, settings, kind: str, events: int, root: Path) -> float
     late events and records no metrics: the baseline sigflow's extra work is measured against."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.runtime import kafka_source
-
+    from spark_jobs.runtime.kafka import source as kafka_source
     records = kafka_source.read_stream(spark, settings, settings.kafka_bootstrap_servers, [settings.events_topic])
     body = F.from_json(F.col("value").cast("string"),
                        "event_id STRING, device_id STRING, event_time STRING, signal DOUBLE")

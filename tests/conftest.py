@@ -18,7 +18,7 @@ import pytest
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker as embedded
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import MULTI_PROCESS, QUICK_JIT, REPO
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")

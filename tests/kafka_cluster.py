@@ -14,7 +14,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import QUICK_JIT
 
 

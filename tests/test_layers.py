@@ -1,12 +1,20 @@
-"""Layers point one way: dags -> cli -> ops -> local -> runtime -> jobs -> contracts -> config
+"""Layers point one way: dags -> cli -> ops -> install -> runtime -> jobs -> contracts -> config
 (errors beside config). A module may import its own layer and the ones after it, never one
-before it, at the top of the file or inside a function."""
+before it, at the top of the file or inside a function.
+
+``local`` (the one-machine stand-ins: embedded broker, cluster, PostgreSQL, Airflow) is a side
+wing beside runtime: it may import runtime and what runtime may, and of sigflow's own code only
+the CLI imports it (tests do too). Production code never does."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["dags", "cli", "ops", "local", "runtime", "jobs", "contracts", "config"]
+LAYERS = ["dags", "cli", "ops", "install", "runtime", "jobs", "contracts", "config"]
+SIDE_WING = "local"
+# where the side wing sits for its own imports, and who may import it
+SIDE_WING_BESIDE = "runtime"
+SIDE_WING_USERS = {"cli", SIDE_WING}
 
 
 def layer_of(module: str) -> str | None:
@@ -16,7 +24,7 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "spark_jobs" or len(parts) == 1:
         return None
     name = "config" if parts[1] == "errors" else parts[1]
-    return name if name in LAYERS else None
+    return name if name in LAYERS or name == SIDE_WING else None
 
 
 def imported_modules(tree: ast.AST):
@@ -38,18 +46,29 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
+def rank(layer: str) -> int:
+    return LAYERS.index(SIDE_WING_BESIDE if layer == SIDE_WING else layer)
+
+
 def upward_imports(module: str, source: str) -> list[str]:
     own = layer_of(module)
     if own is None:
         return []
-    return [f"{module}:{line} imports {name} ({layer_of(name)} is above {own})"
-            for line, name in imported_modules(ast.parse(source))
-            if layer_of(name) and LAYERS.index(layer_of(name)) < LAYERS.index(own)]
+    found = []
+    for line, name in imported_modules(ast.parse(source)):
+        target = layer_of(name)
+        if target is None or target == own:
+            continue
+        if target == SIDE_WING and own not in SIDE_WING_USERS:
+            found.append(f"{module}:{line} imports {name} ({SIDE_WING} is the one-machine side wing)")
+        elif target != SIDE_WING and rank(target) < rank(own):
+            found.append(f"{module}:{line} imports {name} ({target} is above {own})")
+    return found
 
 
 def test_every_layer_has_modules():
     found = {layer_of(module_name(path)) for path in sources()}
-    assert set(LAYERS) <= found
+    assert set(LAYERS) | {SIDE_WING} <= found
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -59,6 +78,22 @@ def test_no_module_imports_a_layer_above_its_own():
 def test_an_upward_import_is_found_even_inside_a_function():
     source = "import json\nfrom spark_jobs.config import Settings\n\ndef f():\n    from spark_jobs.local import broker\n"
     assert upward_imports("spark_jobs.runtime.probe", source) == [
-        "spark_jobs.runtime.probe:5 imports spark_jobs.local (local is above runtime)",
-        "spark_jobs.runtime.probe:5 imports spark_jobs.local.broker (local is above runtime)",
+        "spark_jobs.runtime.probe:5 imports spark_jobs.local (local is the one-machine side wing)",
+        "spark_jobs.runtime.probe:5 imports spark_jobs.local.broker (local is the one-machine side wing)",
+    ]
+
+
+def test_production_code_never_imports_the_side_wing_but_the_cli_may():
+    source = "from spark_jobs.local import broker\n"
+    for production in ("dags.sigflow_deploy", "spark_jobs.ops.status", "spark_jobs.install.jars", "spark_jobs.jobs.ingest"):
+        assert upward_imports(production, source) != []
+    assert upward_imports("spark_jobs.cli", source) == []
+    assert upward_imports("spark_jobs.local.cluster", source) == []
+
+
+def test_the_side_wing_sits_beside_runtime():
+    assert upward_imports("spark_jobs.local.broker", "from spark_jobs.runtime.kafka import client\n") == []
+    assert upward_imports("spark_jobs.local.broker", "from spark_jobs.ops import status\n") == [
+        "spark_jobs.local.broker:1 imports spark_jobs.ops (ops is above local)",
+        "spark_jobs.local.broker:1 imports spark_jobs.ops.status (ops is above local)",
     ]

@@ -20,7 +20,7 @@ import pytest
 
 from spark_jobs.cli import main
 from spark_jobs.local.simulate import event_payload, generate_alerts, generate_events
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, produce, run_job
 

@@ -58,7 +58,7 @@ class TableSpec:
     description: str
     partition_by: tuple[str, ...] = ()
     # (column, SQL expression over the other columns): how rows written before a column was
-    # added get its value when the table is migrated (spark_jobs/runtime/delta_sink.py).
+    # added get its value when the table is migrated (spark_jobs/runtime/delta/sink.py).
     backfill: tuple[tuple[str, str], ...] = ()
 
     @property

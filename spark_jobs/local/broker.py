@@ -28,18 +28,17 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, SigflowError
 from spark_jobs.local import broker_tls
 from spark_jobs.local.private import write_private
-from spark_jobs.runtime import jars
-from spark_jobs.runtime.kafka_address import (
+from spark_jobs.runtime import classpath
+from spark_jobs.runtime.kafka.address import (
     MAIN_CLASS,
     BrokerInfo,
+    connection,
     embedded_ca,
     is_our_broker,
     state_file,
+    status,
 )
-from spark_jobs.runtime.kafka_address import bootstrap_servers as bootstrap_servers
-from spark_jobs.runtime.kafka_address import connection as connection
-from spark_jobs.runtime.kafka_address import status as status
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
@@ -179,12 +178,12 @@ def _java() -> str:
 def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, ...] = ("kafka-broker",)) -> list[str]:
     """A JVM running ``main`` from the pinned Kafka JARs: the broker, its storage tool, or
     with the kafka-tools set one of Kafka's own tools (ConsumerPerformance)."""
-    classpath = ":".join(str(p) for p in jars.verified_paths(jar_sets, settings.jars_path))
+    jvm_classpath = ":".join(str(p) for p in classpath.verified_paths(jar_sets, settings.jars_path))
     return [
         _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
-        *settings.java_options.split(), "-cp", classpath, main, *args,
+        *settings.java_options.split(), "-cp", jvm_classpath, main, *args,
     ]
 
 
@@ -214,8 +213,7 @@ def _format_storage(settings: Settings) -> None:
 
 def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     """Start the embedded broker (idempotent: a live recorded broker is returned as is)."""
-    from spark_jobs.runtime import kafka_client
-
+    from spark_jobs.runtime.kafka import client as kafka_client
     running = status(settings)
     if running:
         return running
@@ -279,8 +277,7 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
         UserScramCredentialUpsertion,
     )
 
-    from spark_jobs.runtime import kafka_client
-
+    from spark_jobs.runtime.kafka import client as kafka_client
     password = settings.kafka_secret.get_secret_value().encode()
     admin = kafka_client.admin(own)  # kept referenced: a collected client fails its futures
     # One request per mechanism: Kafka refuses two changes to one user in a request.

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
 from spark_jobs.errors import BrokerUnavailable, Interrupted, SigflowError
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 MALFORMED_KINDS = (
     "not_json", "truncated_json", "binary", "missing_field", "wrong_type",
@@ -154,7 +154,7 @@ def produce_records(
     from kafka.errors import KafkaError
     from tqdm import tqdm
 
-    from spark_jobs.runtime.kafka_client import check_reachable, topic_partitions
+    from spark_jobs.runtime.kafka.client import check_reachable, topic_partitions
 
     conn = KafkaConnection.of(target)
     # Refused credentials, an unknown CA or a missing topic fail here, in one line, rather

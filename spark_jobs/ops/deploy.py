@@ -9,9 +9,9 @@ from __future__ import annotations
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import BrokerUnavailable
-from spark_jobs.local import broker
-from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.delta_sink import create_table
+from spark_jobs.runtime.delta.schema import create_table
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
 
 
 def describe_settings(settings: Settings) -> list[str]:
@@ -23,14 +23,14 @@ def describe_settings(settings: Settings) -> list[str]:
     if not settings.kafka_bootstrap_servers:  # the value in use, not only the setting
         index = next(i for i, line in enumerate(lines) if line.startswith("  kafka_bootstrap_servers = "))
         try:
-            lines[index] += f" (unset: the embedded broker at {broker.bootstrap_servers(settings)})"
+            lines[index] += f" (unset: the embedded broker at {kafka_address.bootstrap_servers(settings)})"
         except BrokerUnavailable:
             lines[index] += " (unset, and the embedded broker is not running)"
     return lines
 
 
 def ensure_topics(settings: Settings) -> list[str]:
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     outcome = kafka_client.create_topics(
         bootstrap, [settings.events_topic, settings.alerts_topic],
@@ -42,14 +42,14 @@ def ensure_topics(settings: Settings) -> list[str]:
 
 def use_broker_time(settings: Settings) -> list[str]:
     """Stamp the configured topics' records with the broker's clock (docs/semantics.md)."""
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     return [kafka_client.use_broker_time(bootstrap, topic) for topic in (settings.events_topic, settings.alerts_topic)]
 
 
 def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = None) -> list[str]:
     """Scale topics up to ``partitions`` (docs/runbooks/topic-scale-up.md): what happened to each."""
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     return [kafka_client.add_partitions(bootstrap, topic, partitions)
             for topic in topics or [settings.events_topic, settings.alerts_topic]]

@@ -24,8 +24,8 @@ from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_tables import count_matching
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta.delta_rs import count_matching
 
 log = logging.getLogger("sigflow.maintenance")
 

@@ -26,7 +26,7 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
-from spark_jobs.local import datadocs_assets
+from spark_jobs.install import datadocs_assets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,7 +189,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
     from deltalake import DeltaTable
     from tqdm import tqdm
 
-    from spark_jobs.runtime.delta_tables import read_pandas
+    from spark_jobs.runtime.delta.delta_rs import read_pandas
 
     all_suites = suites(settings)
     unknown = sorted(set(tables or []) - set(all_suites))
@@ -310,7 +310,7 @@ def _plain(rows: list[dict]) -> list[dict]:
 def _record(settings: Settings, run_id: str, run_time: datetime, reports: list[TableReport]) -> None:
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_jobs.runtime.delta_sink import arrow_schema
+    from spark_jobs.runtime.delta.schema import arrow_schema
 
     rows = [
         {

@@ -17,7 +17,7 @@ import pandas as pd
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.runtime.delta_tables import count_matching, read_pandas
+from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
 
@@ -113,7 +113,7 @@ def _counts(settings: Settings) -> pd.DataFrame:
 def batches(metrics: pd.DataFrame) -> pd.DataFrame:
     """pipeline_metrics with what the plots read: seconds per batch and records behind in
     Kafka at the batch's end (from the progress JSON)."""
-    from spark_jobs.runtime.metrics import records_behind
+    from spark_jobs.runtime.metrics.progress import records_behind
 
     if metrics.empty:
         return metrics.assign(seconds=pd.Series(dtype=float), records_behind=pd.Series(dtype=float))
@@ -127,7 +127,7 @@ def batches(metrics: pd.DataFrame) -> pd.DataFrame:
 def state_by_operator(metrics: pd.DataFrame) -> pd.DataFrame:
     """State rows of each stateful operator after each batch (from the progress JSON), one
     row per batch and operator, named "<job> <operator> #<its place in the plan>"."""
-    from spark_jobs.runtime.metrics import operator_figures
+    from spark_jobs.runtime.metrics.progress import operator_figures
 
     rows = [
         (batch.batch_time, f"{batch.job} {figures['operator']} #{n}", figures["state_rows"])

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.ops.status import format_time
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
 JOIN_OPERATOR = "symmetricHashJoin"
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.registry import JOBS, get_job
-from spark_jobs.local import broker
-from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_tables import read_pandas
-from spark_jobs.runtime.lease import Holder, Lease
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Holder, Lease
+from spark_jobs.runtime.delta.delta_rs import read_pandas
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
 
 
 def running_holder(settings: Settings, job: str) -> Holder | None:
@@ -175,7 +175,7 @@ def metrics_totals(metrics, columns: tuple[str, ...]) -> dict[str, dict[str, int
 def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> dict[str, int]:
     """Records behind per partition of the job's topics: from the committed offsets, or from
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     lag = {}
     for topic in get_job(job).topics(settings):
         partitions = kafka_client.topic_partitions(bootstrap, topic)
@@ -228,7 +228,7 @@ def all_status(settings: Settings, with_lag: bool = True, metrics=None) -> list[
     metrics = read_metrics(settings) if metrics is None else metrics
     try:
         if with_lag:
-            kafka_client.check_reachable(broker.connection(settings), timeout_s=3)
+            kafka_client.check_reachable(kafka_address.connection(settings), timeout_s=3)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
     return [job_status(settings, job, metrics, with_lag) for job in JOBS]

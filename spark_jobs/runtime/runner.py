@@ -32,26 +32,24 @@ from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.runtime import (
-    checkpoint_guards,
-    jars,
-    kafka_address,
-    kafka_client,
-    kafka_source,
-)
-from spark_jobs.runtime.batch_writer import BatchWriter
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_sink import DeltaSink
-from spark_jobs.runtime.lease import Lease
-from spark_jobs.runtime.metrics import (
+from spark_jobs.runtime import classpath
+from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.delta.batch_writer import BatchWriter
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import source as kafka_source
+from spark_jobs.runtime.metrics.progress import (
     Counting,
     listen,
     progress_dicts,
     query_name,
     source_scans,
 )
-from spark_jobs.runtime.metrics_recorder import MetricsRecorder
-from spark_jobs.runtime.run_summary import RunSummary
+from spark_jobs.runtime.metrics.recorder import MetricsRecorder
+from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.spark import configure_session, get_spark
 
 log = logging.getLogger("sigflow.runner")
@@ -100,7 +98,7 @@ class JobRun:
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch
         kafka_source.require_classes(self.spark)
-        jars.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
+        classpath.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
         self.sink = DeltaSink(self.spark, settings)
         self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
         for spec in self.tables + (PIPELINE_METRICS,):

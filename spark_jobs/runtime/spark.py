@@ -94,9 +94,9 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
-        from spark_jobs.runtime import jars
+        from spark_jobs.runtime import classpath
 
-        jars.verify_classpath(spark.conf.get("spark.jars", "").split(","))
+        classpath.verify_classpath(spark.conf.get("spark.jars", "").split(","))
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     # PySpark's accumulator server prints a socket traceback when the driver's JVM dies
     # mid-batch; the runner reports that death in one line (DriverDied).
@@ -110,11 +110,11 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
 def jar_conf(settings: Settings) -> dict[str, str]:
     """The pinned JARs on the classpath and delta-spark's settings. A missing or corrupt
     JAR fails here, naming it and the fix, before a JVM starts."""
-    from spark_jobs.runtime import jars
+    from spark_jobs.runtime import classpath
 
-    paths = jars.spark_jar_paths(settings.jars_path)
-    return {"spark.jars": ",".join(str(p) for p in paths), **jars.DELTA_SESSION_CONF,
-            **jars.object_store_conf(settings.jars_path, os.environ)}
+    paths = classpath.spark_jar_paths(settings.jars_path)
+    return {"spark.jars": ",".join(str(p) for p in paths), **classpath.DELTA_SESSION_CONF,
+            **classpath.object_store_conf(settings.jars_path, os.environ)}
 
 
 # Spark's default checkpoint writer goes through Hadoop's FileContext, whose rename asks

@@ -10,9 +10,9 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.local import broker
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, table
@@ -81,7 +81,7 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
     state, tasks = run_dag("sigflow_deploy", {"mode": "available-now", "jobs": []})
 
     assert state == "success", tasks
-    topics = kafka_client.admin(broker.connection(s)).list_topics(timeout=10).topics
+    topics = kafka_client.admin(kafka_address.connection(s)).list_topics(timeout=10).topics
     assert {s.events_topic, s.alerts_topic} <= set(topics)
     logged = capfd.readouterr()
     assert f"kafka_username = '{SECURED_USER}'" in logged.out + logged.err  # validate_config's listing ran

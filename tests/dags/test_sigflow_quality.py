@@ -6,7 +6,7 @@ from deltalake import write_deltalake
 
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime.delta_sink import arrow_schema
+from spark_jobs.runtime.delta.schema import arrow_schema
 from tests.dags.conftest import run_dag
 from tests.helpers import produce, run_job, table
 

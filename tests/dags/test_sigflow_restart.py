@@ -10,7 +10,7 @@ import pytest
 
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.dags.conftest import clear_tasks, continue_run, last_run_id, run_dag
 from tests.helpers import REPO, at, cli_env, produce, run_job, table
 from tests.oracle import Event

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime.kafka_source import kafka_options
+from spark_jobs.runtime.kafka.source import kafka_options
 from tests.helpers import system_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
     """spark-submit drivers and executors start before sigflow's code runs, so the image's
     spark-defaults.conf must hold the session settings get_spark and the deploy DAG give:
     delta-spark's extension, the log store, and S3A pointed at compose's MinIO."""
-    from spark_jobs.runtime import jars
+    from spark_jobs.runtime import classpath
 
     conf = dict(
         line.split(None, 1) for line in (REPO / "infra/spark/spark-defaults.conf").read_text().splitlines()
@@ -145,25 +145,25 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
     )
     conf = {key: value.strip() for key, value in conf.items()}
     installed = Path(__import__("tempfile").mkdtemp())
-    jars.logstore_jar(installed).parent.mkdir(parents=True)
-    jars.logstore_jar(installed).touch()  # as the image has it
-    expected = {**jars.DELTA_SESSION_CONF, **jars.object_store_conf(installed, _env("spark-master"))}
-    assert expected["spark.delta.logStore.s3a.impl"] == jars.LOGSTORE_CLASS
+    classpath.logstore_jar(installed).parent.mkdir(parents=True)
+    classpath.logstore_jar(installed).touch()  # as the image has it
+    expected = {**classpath.DELTA_SESSION_CONF, **classpath.object_store_conf(installed, _env("spark-master"))}
+    assert expected["spark.delta.logStore.s3a.impl"] == classpath.LOGSTORE_CLASS
     assert {key: conf.get(key) for key in expected} == expected
 
 
 @pytest.mark.parametrize("dockerfile", ["infra/spark/Dockerfile", "infra/airflow/Dockerfile"])
 def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile):
-    from spark_jobs.runtime import jars
+    from spark_jobs.runtime import classpath
 
     text = (REPO / dockerfile).read_text()
     pom = (REPO / "infra/logstore/pom.xml").read_text()
     built = "{}-{}.jar".format(*re.search(r"<artifactId>(sigflow-[\w-]+)</artifactId>\s*<version>([^<]+)</version>",
                                            pom).groups())
-    assert built == jars.LOGSTORE_JAR
-    assert f"/build/target/{built} /opt/sigflow/jars/s3/" in text  # where jars.logstore_jar looks
+    assert built == classpath.LOGSTORE_JAR
+    assert f"/build/target/{built} /opt/sigflow/jars/s3/" in text  # where classpath.logstore_jar looks
     assert "ENV SIGFLOW_JARS_DIR=/opt/sigflow/jars" in text
-    assert f"sigflow jars fetch {' '.join(jars.SPARK_CLASSPATH_SETS)}" in text  # the lock file's sets
+    assert f"sigflow jars fetch {' '.join(classpath.SPARK_CLASSPATH_SETS)}" in text  # the lock file's sets
 
 
 def test_airflow_gets_its_connections_from_the_environment():

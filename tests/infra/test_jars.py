@@ -11,12 +11,13 @@ import pyspark
 import pytest
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime import jars
+from spark_jobs.install import jars
+from spark_jobs.runtime import classpath
 from spark_jobs.runtime.spark import jar_conf
 from tests.helpers import REPO, sigflow
 
 
-def _root(artifact_prefix: str) -> jars.Jar:
+def _root(artifact_prefix: str) -> classpath.Jar:
     return next(j for j in jars.roots() if j.artifact.startswith(artifact_prefix))
 
 
@@ -36,15 +37,15 @@ def test_hadoop_aws_matches_the_hadoop_client_pyspark_ships():
 
 
 def test_nothing_pyspark_ships_is_pinned_again_for_its_classpath():
-    ours = {j.artifact for j in jars.locked(jars.SPARK_CLASSPATH_SETS)}
+    ours = {j.artifact for j in classpath.locked(classpath.SPARK_CLASSPATH_SETS)}
     assert ours and not ours & jars.pyspark_artifacts()
 
 
 def test_every_installed_jar_matches_its_pin():
-    paths = jars.verified_paths(jars.DEFAULT_SETS)
-    assert len(paths) == len(jars.locked(jars.DEFAULT_SETS))
-    for jar, path in zip(jars.locked(jars.DEFAULT_SETS), paths):
-        assert jars.sha256(path) == jar.sha256
+    paths = classpath.verified_paths(jars.DEFAULT_SETS)
+    assert len(paths) == len(classpath.locked(jars.DEFAULT_SETS))
+    for jar, path in zip(classpath.locked(jars.DEFAULT_SETS), paths):
+        assert classpath.sha256(path) == jar.sha256
 
 
 def test_no_repository_host_is_written_in_the_repository():
@@ -60,21 +61,21 @@ def test_no_repository_host_is_written_in_the_repository():
 def jars_copy(tmp_path) -> Path:
     """A copy of the installed Spark JARs that a test may damage."""
     dest = tmp_path / "jars"
-    shutil.copytree(jars.default_dir() / "spark", dest / "spark")
+    shutil.copytree(classpath.default_dir() / "spark", dest / "spark")
     return dest
 
 
 def test_a_corrupt_jar_stops_the_session_start_naming_it_and_the_fix(jars_copy):
-    victim = next(j for j in jars.locked(("spark",)) if j.artifact.startswith("delta-spark"))
+    victim = next(j for j in classpath.locked(("spark",)) if j.artifact.startswith("delta-spark"))
     (jars_copy / "spark" / victim.file_name).write_bytes(b"not a jar")
     settings = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
-    with pytest.raises(jars.JarError, match=re.escape(victim.coordinate) + " is corrupt") as err:
+    with pytest.raises(classpath.JarError, match=re.escape(victim.coordinate) + " is corrupt") as err:
         jar_conf(settings)
     assert "sigflow jars fetch" in err.value.hint
 
 
 def test_fetch_restores_a_missing_and_a_corrupt_jar_and_check_then_passes(jars_copy):
-    missing, corrupt = jars.locked(("spark",))[:2]
+    missing, corrupt = classpath.locked(("spark",))[:2]
     (jars_copy / "spark" / missing.file_name).unlink()
     (jars_copy / "spark" / corrupt.file_name).write_bytes(b"PK truncated")
     env = {"SIGFLOW_JARS_DIR": str(jars_copy)}
@@ -90,16 +91,16 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     """The s3 set absent: the session gets no conditional-put log store, and a job whose tables
     are on s3a:// refuses to start rather than fall back to delta-spark's single-driver one."""
     key = "spark.delta.logStore.s3a.impl"
-    without = jars.object_store_conf(tmp_path / "no-s3-set", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    without = classpath.object_store_conf(tmp_path / "no-s3-set", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
     assert key not in without
-    with pytest.raises(jars.JarError, match="would lose commits") as err:
-        jars.require_s3_log_store("s3a://lake/delta", without.get(key))
+    with pytest.raises(classpath.JarError, match="would lose commits") as err:
+        classpath.require_s3_log_store("s3a://lake/delta", without.get(key))
     assert "sigflow jars fetch s3" in err.value.hint
-    jars.require_s3_log_store(str(tmp_path / "delta"), without.get(key))  # local tables need none
+    classpath.require_s3_log_store(str(tmp_path / "delta"), without.get(key))  # local tables need none
     installed = tmp_path / "with-s3-set"
-    jars.logstore_jar(installed).parent.mkdir(parents=True)
-    jars.logstore_jar(installed).touch()
-    jars.require_s3_log_store("s3a://lake/delta", jars.object_store_conf(installed, {}).get(key))
+    classpath.logstore_jar(installed).parent.mkdir(parents=True)
+    classpath.logstore_jar(installed).touch()
+    classpath.require_s3_log_store("s3a://lake/delta", classpath.object_store_conf(installed, {}).get(key))
 
 
 @pytest.mark.slow  # a spark-submit driver JVM
@@ -110,7 +111,7 @@ def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy
 
     from tests.helpers import cli_env
 
-    victim = next(j for j in jars.locked(("spark",)) if j.artifact.startswith("delta-spark"))
+    victim = next(j for j in classpath.locked(("spark",)) if j.artifact.startswith("delta-spark"))
     (jars_copy / "spark" / victim.file_name).write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
     submitted = ",".join(str(path) for path in sorted((jars_copy / "spark").glob("*.jar")))
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -124,13 +125,13 @@ def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy
 
 
 def test_the_log_store_on_a_classpath_is_the_pinned_build(tmp_path):
-    jar = jars.logstore_jar(tmp_path)
+    jar = classpath.logstore_jar(tmp_path)
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"PK a jar built from other source")
-    with pytest.raises(jars.JarError, match="is not the build pinned in jar.sha256") as err:
-        jars.verified_logstore(tmp_path)
+    with pytest.raises(classpath.JarError, match="is not the build pinned in jar.sha256") as err:
+        classpath.verified_logstore(tmp_path)
     assert "sigflow jars fetch s3" in err.value.hint
-    with pytest.raises(jars.JarError, match="differs from its pin"):
-        jars.verify_classpath([f"file:{jar}"])
-    with pytest.raises(jars.JarError, match="not a pinned JAR"):
-        jars.verify_classpath([str(tmp_path / "anything-else.jar")])
+    with pytest.raises(classpath.JarError, match="differs from its pin"):
+        classpath.verify_classpath([f"file:{jar}"])
+    with pytest.raises(classpath.JarError, match="not a pinned JAR"):
+        classpath.verify_classpath([str(tmp_path / "anything-else.jar")])

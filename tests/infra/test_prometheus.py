@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.lease import Lease
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from tests.helpers import REPO, produce, run_job, system_tool
 
 RULES = REPO / "infra" / "prometheus" / "sigflow-alerts.yml"
@@ -87,7 +87,7 @@ def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tm
         step(40)
     finally:
         hung.release()
-    crash = ("from spark_jobs.runtime.checkpoint import Checkpoint; from spark_jobs.runtime.lease import Lease; "
+    crash = ("from spark_jobs.runtime.checkpoint.directory import Checkpoint; from spark_jobs.runtime.checkpoint.lease import Lease; "
              f"import os; Lease(Checkpoint({settings.checkpoint_uri('ingest')!r}), 'ingest', 60).acquire(); os._exit(9)")
     subprocess.run([sys.executable, "-c", crash], cwd=REPO)  # a run that dies holding its lease
     step(50)

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime.delta_tables import count_matching, read_pandas
+from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
 from tests.helpers import sigflow
 
 
@@ -52,8 +52,7 @@ def test_stop_takes_only_a_job_name_never_a_path(tmp_path):
 
 
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
-    from spark_jobs.runtime import kafka_client
-
+    from spark_jobs.runtime.kafka import client as kafka_client
     path = tmp_path / "events.jsonl"
     path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\nnot json\n')
     result = sigflow(settings, "produce", "--file", str(path))
@@ -70,7 +69,7 @@ def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the
     -XX:+ExitOnOutOfMemoryError) while Python lives on: the command says which two settings
     to change, the batch is left uncommitted with no rows visible, and a rerun redoes it."""
     from spark_jobs.local.simulate import generate_events
-    from spark_jobs.runtime.checkpoint import Checkpoint
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
     from tests.helpers import produce
 
     records = generate_events(200, seed=3, malformed_ratio=0)

@@ -13,11 +13,11 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.local import broker
 from spark_jobs.ops import status
-from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.lease import Lease
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
 
 RUNBOOK = "docs/runbooks/rewind-and-reprocess.md"
 RECOVER_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
@@ -117,7 +117,7 @@ def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None
 
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:
     """Refuse when Kafka retention already deleted records the re-run would need."""
-    bootstrap = broker.connection(settings)
+    bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     for topic, parts in start.items():
         partitions = [int(p) for p in parts] if parts else kafka_client.topic_partitions(bootstrap, topic)

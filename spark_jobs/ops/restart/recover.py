@@ -20,8 +20,8 @@ from spark_jobs.ops.restart.plan import (
     refuse_if_running,
     shared_tables,
 )
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_tables import count_rows, delete_rows, history, restore
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta.delta_rs import count_rows, delete_rows, history, restore
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {

@@ -14,7 +14,7 @@ from spark_jobs.ops.restart.plan import (
     holding_the_job,
     refuse_pending_rewind,
 )
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
 
 def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int | None:

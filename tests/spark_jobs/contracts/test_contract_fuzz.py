@@ -28,7 +28,7 @@ from spark_jobs.contracts.events import (
     parse_device_events,
 )
 from spark_jobs.contracts.reasons import REASON_CODES
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import confluent_produce, run_job, table
 
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)

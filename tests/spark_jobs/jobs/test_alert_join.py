@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
 

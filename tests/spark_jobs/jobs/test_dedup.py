@@ -1,6 +1,6 @@
 """Job dedup: repeats removed within the watermark, state bounded, re-sends after expiry late."""
 
-from spark_jobs.runtime.delta_tables import commit_metadata
+from spark_jobs.runtime.delta.delta_rs import commit_metadata
 from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event
 
@@ -74,8 +74,7 @@ def test_partitions_added_between_runs_are_read_once_and_late_events_still_liste
     """Scaling a topic, as operators do: the job carries on over the new partitions, writes
     every event once, and still finds the late ones (their re-read spans old and new
     partitions)."""
-    from spark_jobs.runtime import kafka_client
-
+    from spark_jobs.runtime.kafka import client as kafka_client
     s = settings.replace(events_topic=settings.events_topic + "-grown", topic_partitions=2)
     kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 2, s.topic_retention_ms)
     first = [Event(f"a{n}", f"d{n}", at(9, n), 1.0) for n in range(8)]

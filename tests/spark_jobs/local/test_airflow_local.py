@@ -22,7 +22,7 @@ from spark_jobs.errors import SigflowError
 from spark_jobs.local import airflow_local
 from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
 from tests.helpers import REPO, assert_private, cli_env, processes_with_env, produce

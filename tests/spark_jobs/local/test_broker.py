@@ -7,6 +7,7 @@ import pytest
 
 from spark_jobs.config import load_settings
 from spark_jobs.local import broker
+from spark_jobs.runtime.kafka import address as kafka_address
 from tests.helpers import sigflow
 
 pytestmark = pytest.mark.slow  # brokers of its own
@@ -18,10 +19,10 @@ def test_start_status_stop_manage_only_the_recorded_broker(tmp_path):
     try:
         info = broker.start(s)
         assert broker.start(s) == info  # idempotent
-        assert broker.status(s).bootstrap_servers == info.bootstrap_servers
-        assert broker.bootstrap_servers(s) == info.bootstrap_servers
+        assert kafka_address.status(s).bootstrap_servers == info.bootstrap_servers
+        assert kafka_address.bootstrap_servers(s) == info.bootstrap_servers
         assert broker.stop(s) is True
-        assert broker.status(s) is None and broker.stop(s) is False
+        assert kafka_address.status(s) is None and broker.stop(s) is False
         assert bystander.poll() is None
     finally:
         bystander.send_signal(signal.SIGKILL)
@@ -42,7 +43,7 @@ def test_end_offsets_count_every_record_and_a_consumer_group_resumes_where_it_co
     from confluent_kafka import Consumer
 
     from spark_jobs.local.simulate import generate_events
-    from spark_jobs.runtime import kafka_client
+    from spark_jobs.runtime.kafka import client as kafka_client
     from tests.helpers import produce
 
     sent = produce(settings, generate_events(1234, seed=8, malformed_ratio=0))

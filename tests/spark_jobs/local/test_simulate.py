@@ -8,7 +8,7 @@ from spark_jobs.local.simulate import (
     generate_alerts,
     generate_events,
 )
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import sigflow
 
 DEEP = b"[" * 5000 + b"]" * 5000  # nested deeper than Python's json parses (RecursionError)

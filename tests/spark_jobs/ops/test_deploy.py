@@ -3,7 +3,7 @@
 from confluent_kafka.admin import NewTopic
 
 from spark_jobs.ops import deploy
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 
 
 def test_an_existing_topic_on_the_producers_clock_is_reported_and_switched_to_the_brokers(settings):

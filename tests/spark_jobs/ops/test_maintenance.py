@@ -10,8 +10,8 @@ from spark_jobs.contracts.tables import QUARANTINED_EVENTS
 from spark_jobs.errors import ConfigError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import maintenance
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_sink import arrow_schema
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta.schema import arrow_schema
 from tests.helpers import produce, run_job, table
 
 

@@ -12,8 +12,8 @@ from deltalake import write_deltalake
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import quality
-from spark_jobs.runtime import kafka_client
-from spark_jobs.runtime.delta_sink import arrow_schema, create_table
+from spark_jobs.runtime.delta.schema import arrow_schema, create_table
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import make_settings
 from tests.dags.chromium import screenshot
 from tests.helpers import REPO, produce, run_job, sigflow, table

@@ -69,7 +69,7 @@ def test_a_device_id_with_dollar_signs_is_drawn_as_written(settings, tmp_path):
     from deltalake import write_deltalake
 
     from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
-    from spark_jobs.runtime.delta_sink import create_table
+    from spark_jobs.runtime.delta.schema import create_table
 
     uri = settings.table_uri("device_signal_averages")
     create_table(uri, DEVICE_SIGNAL_AVERAGES)

@@ -9,8 +9,8 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import maintenance, restart
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.lease import Lease
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from tests.helpers import at, produce, run_job, send, sigflow, single_partition, table
 from tests.oracle import Event
 

@@ -12,8 +12,8 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.lease import LEASE_FILE
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import LEASE_FILE
 from tests.helpers import produce, run_job, sigflow
 
 QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, behind=0, age_s=30.0,

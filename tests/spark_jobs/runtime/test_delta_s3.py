@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from spark_jobs.install import jars
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops import maintenance, restart
-from spark_jobs.runtime import jars
 from tests.helpers import (
     MULTI_PROCESS,
     REPO,
@@ -217,8 +217,8 @@ def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypa
     """pyarrow has no conditional put; the lease's takeover uses S3's If-None-Match, so of two
     runs taking a lapsed lease on an s3a:// checkpoint only one can."""
     from spark_jobs.errors import LeaseLost
-    from spark_jobs.runtime.checkpoint import Checkpoint
-    from spark_jobs.runtime.lease import Lease
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import Lease
     from tests.spark_jobs.runtime.test_lease import take_at_once
 
     for name, value in s3.items():
@@ -243,7 +243,7 @@ def test_a_checkpoint_on_s3_is_moved_aside_whole(s3, monkeypatch):
     checkpoint aside copies every object, then deletes the originals."""
     from pyarrow import fs as pafs
 
-    from spark_jobs.runtime.checkpoint import Checkpoint
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
     for name, value in s3.items():
         monkeypatch.setenv(name, value)

@@ -2,7 +2,7 @@ import pytest
 
 from spark_jobs.errors import BrokerUnavailable, SigflowError
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import produce
 
 

@@ -7,8 +7,8 @@ from pydantic import SecretStr
 
 from spark_jobs.config import load_settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.local import broker
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 TRICKY = 'p"a\\ss w0rd;'  # quotes, a backslash, a space and a semicolon: JAAS syntax characters
 
@@ -59,10 +59,10 @@ def test_the_password_never_shows_in_text():
 def test_settings_build_the_connection_with_the_password_from_the_environment_or_a_file(tmp_path):
     env = {"KAFKA_BOOTSTRAP_SERVERS": "k1:9093", "SIGFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
            "SIGFLOW_KAFKA_USERNAME": "svc", "SIGFLOW_KAFKA_CA_FILE": "/ca.pem"}
-    from_env = broker.connection(load_settings(env={**env, "SIGFLOW_KAFKA_PASSWORD": "s3cret"}))
+    from_env = kafka_address.connection(load_settings(env={**env, "SIGFLOW_KAFKA_PASSWORD": "s3cret"}))
     secret = tmp_path / "kafka.pass"
     secret.write_text("s3cret\n")  # as `echo` writes it
-    from_file = broker.connection(load_settings(env={**env, "SIGFLOW_KAFKA_PASSWORD_FILE": str(secret)}))
+    from_file = kafka_address.connection(load_settings(env={**env, "SIGFLOW_KAFKA_PASSWORD_FILE": str(secret)}))
     assert from_env == from_file == KafkaConnection("k1:9093", "SASL_SSL", "SCRAM-SHA-512", "svc",
                                                     SecretStr("s3cret"), "/ca.pem")
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from spark_jobs.config import load_settings
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.runtime.kafka_source import (
+from spark_jobs.runtime.kafka.source import (
     DELTA_SPARK_CLASS,
     KAFKA_PROVIDER_CLASS,
     kafka_options,

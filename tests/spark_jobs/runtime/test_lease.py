@@ -13,8 +13,8 @@ import pytest
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.lease import LEASE_FILE, Lease
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
 from tests.helpers import produce, run_job, table
 
 
@@ -32,8 +32,8 @@ def _forge(tmp_path, **fields):
 
 def _holding_process(tmp_path, ttl_s: float) -> subprocess.Popen:
     """Another process that takes the lease and then only sleeps (its heartbeat renews it)."""
-    code = ("import sys, time; from spark_jobs.runtime.checkpoint import Checkpoint; "
-            "from spark_jobs.runtime.lease import Lease; "
+    code = ("import sys, time; from spark_jobs.runtime.checkpoint.directory import Checkpoint; "
+            "from spark_jobs.runtime.checkpoint.lease import Lease; "
             f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', {ttl_s}).acquire(); print('held', flush=True); "
             "time.sleep(600)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

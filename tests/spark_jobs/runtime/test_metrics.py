@@ -7,7 +7,7 @@ import time
 import pytest
 
 from spark_jobs.local.simulate import generate_alerts, generate_events
-from spark_jobs.runtime.metrics import progress_line, progress_sentence
+from spark_jobs.runtime.metrics.progress import progress_line, progress_sentence
 from tests.helpers import produce, run_job, table
 
 
@@ -46,7 +46,7 @@ def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkp
 ):
     """The JSON lines against the checkpoint's offset log (what Spark committed to read):
     one line per committed batch, its end offsets, and its records = the offsets it covers."""
-    from spark_jobs.runtime.checkpoint import Checkpoint
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
     s = settings.replace(max_offsets_per_trigger=100)
     produce(s, generate_events(250, seed=11, malformed_ratio=0.0))

@@ -19,7 +19,7 @@ from spark_jobs.local import broker as embedded
 from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
-from spark_jobs.runtime import kafka_client
+from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.runner import JobRun
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, produce, run_job, table

@@ -1,6 +1,6 @@
 """Reading and repairing sigflow's Delta tables outside Spark (delta-rs): commit history,
 versions, restores, row counts and deletes. The on-call operations use these; the
-streaming writes themselves go through ``spark_jobs.runtime.delta_sink``."""
+streaming writes themselves go through ``sink``."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 
 from spark_jobs.config import ENV_PREFIX
 from spark_jobs.errors import BrokerUnavailable, KafkaRefused, SigflowError
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 # Where Kafka is and how to speak to it; a bare bootstrap string means PLAINTEXT.
 Target = KafkaConnection | str

@@ -15,19 +15,17 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.runtime import (
-    concurrent_writes,
-    failpoints,
-    kafka_client,
-    kafka_source,
-    metrics,
-)
-from spark_jobs.runtime.checkpoint import Checkpoint
-from spark_jobs.runtime.delta_sink import DeltaSink
-from spark_jobs.runtime.kafka_connection import KafkaConnection
-from spark_jobs.runtime.lease import Lease
-from spark_jobs.runtime.metrics_recorder import MetricsRecorder
-from spark_jobs.runtime.run_summary import RunSummary
+from spark_jobs.runtime import failpoints
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.delta import concurrent_writes
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import source as kafka_source
+from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.metrics import progress as metrics
+from spark_jobs.runtime.metrics.recorder import MetricsRecorder
+from spark_jobs.runtime.metrics.summary import RunSummary
 
 log = logging.getLogger("sigflow.runner")
 

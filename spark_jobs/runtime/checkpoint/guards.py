@@ -6,7 +6,7 @@ from __future__ import annotations
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
 
 def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 from spark_jobs.contracts.tables import PIPELINE_METRICS
-from spark_jobs.runtime.delta_sink import DeltaSink
-from spark_jobs.runtime.metrics import Counting, progress_dicts, progress_row
-from spark_jobs.runtime.run_summary import RunSummary
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row
+from spark_jobs.runtime.metrics.summary import RunSummary
 
 
 class MetricsRecorder:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 MAIN_CLASS = "kafka.Kafka"  # the embedded broker's JVM main class
 

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.runtime.kafka_connection import KafkaConnection
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 DELTA_SPARK_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"

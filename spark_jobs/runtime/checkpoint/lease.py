@@ -38,7 +38,7 @@ import tenacity
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
-from spark_jobs.runtime.checkpoint import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
 LEASE_FILE = "sigflow.lease"
 INTENT_FILE = "sigflow.applying.json"  # a restart being applied: what it changes

@@ -1,6 +1,5 @@
 """Exactly-once Delta writes: micro-batches with delta-spark, the few rows a driver holds
-(pipeline_metrics) with delta-rs; and table creation and additive migration for operators
-(delta-rs, no Spark needed).
+(pipeline_metrics) with delta-rs.
 
 Every commit records its app id (the checkpoint's id) and batch id in its metadata, with the
 batch's Kafka end offsets and watermark (``sigflow checkpoint recover`` rebuilds a lost
@@ -13,23 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import TABLE_PROPERTIES, TableSpec
-from spark_jobs.runtime.delta_tables import METADATA_KEY, commit_metadata
+from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.runtime.delta import schema
+from spark_jobs.runtime.delta.delta_rs import METADATA_KEY, commit_metadata
 
 log = logging.getLogger("sigflow.delta")
-
-
-def arrow_schema(spec: TableSpec) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(spec.schema, timezone="UTC")
 
 
 class DeltaSink:
@@ -44,20 +37,7 @@ class DeltaSink:
 
     def ensure_table(self, spec: TableSpec) -> str:
         """Create the table when missing, or add the columns it lacks: what was done."""
-        return _ensure(self.uri(spec), spec, lambda: self._create(spec))
-
-    def _create(self, spec: TableSpec) -> None:
-        """delta-spark's CREATE TABLE: a commit with the schema and no write job (about half
-        the time of an empty DataFrame's write, docs/streaming-facts.md); it writes the
-        version's checksum as every commit does, so the first batch finds the table warm."""
-        from delta.tables import DeltaTable
-
-        builder = DeltaTable.createIfNotExists(self.spark).location(self.uri(spec)).addColumns(spec.schema)
-        for key, value in TABLE_PROPERTIES.items():
-            builder = builder.property(key, value)
-        if spec.partition_by:
-            builder = builder.partitionedBy(*spec.partition_by)
-        builder.execute()
+        return schema.ensure_with_spark(self.spark, self.uri(spec), spec)
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest version the table's application transaction of ``app_id`` holds."""
@@ -134,7 +114,7 @@ class DeltaSink:
         if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
             return None
         write_deltalake(
-            self.uri(spec), pa.Table.from_pylist(rows, schema=arrow_schema(spec)), mode="append",
+            self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)), mode="append",
             commit_properties=CommitProperties(
                 custom_metadata={"userMetadata": json.dumps({METADATA_KEY: metadata})},
                 app_transactions=[Transaction(app_id, version)]),
@@ -152,77 +132,3 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
         if entry.get("userMetadata") == commit_info:
             return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
     return None
-
-
-def create_table(uri: str, spec: TableSpec) -> str:
-    """Create the table with its schema when missing, or migrate it, without Spark (delta-rs):
-    what was done. `sigflow_deploy` does this before any job runs."""
-    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec))
-
-
-def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
-    from deltalake import DeltaTable
-
-    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
-                      configuration=TABLE_PROPERTIES)
-
-
-def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
-    if not _table_exists(uri):
-        try:
-            create()
-            return "created"
-        except Exception:
-            # Jobs start at once and share tables: another driver may have committed
-            # version 0 between our check and our create, and on object storage the log
-            # store refuses a second version 0 instead of ignoring it.
-            if not _table_exists(uri):
-                raise
-            log.debug("%s: created by another job at the same moment", spec.name)
-    return migrate_table(uri, spec)
-
-
-def _table_exists(uri: str) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(uri)
-
-
-def migrate_table(uri: str, spec: TableSpec) -> str:
-    """Additive migration: the spec's columns the table lacks are added (nullable, as every
-    column is) and filled by the spec's backfill expressions, and ``TABLE_PROPERTIES`` the
-    table does not set are set (a value an operator chose stays). Nothing is dropped or
-    retyped: readers of older versions keep working, and so does a rewind to a version
-    before it."""
-    from deltalake import DeltaTable, Field
-
-    table = DeltaTable(uri)
-    unset = _unset_properties(table)
-    if unset:
-        try:
-            table.alter.set_table_properties(unset)
-        except Exception:
-            table = DeltaTable(uri)
-            if _unset_properties(table):  # not a second driver migrating the same table at once
-                raise
-        log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
-    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
-    present = {field.name for field in table.schema().fields}
-    missing = [field for field in arrow_schema(spec) if field.name not in present]
-    if not missing:
-        return done
-    table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in missing])
-    added = [field.name for field in missing]
-    fills = {column: sql for column, sql in spec.backfill if column in added}
-    filled = ""
-    if fills:
-        metrics = DeltaTable(uri).update(
-            updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
-        filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
-    log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
-    return f"{done}, added column(s) {', '.join(added)}{filled}"
-
-
-def _unset_properties(table) -> dict[str, str]:
-    configuration = table.metadata().configuration
-    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}

@@ -1,0 +1,213 @@
+"""Installing the pinned Maven JARs: Spark's Kafka connector and delta-spark, and the Kafka broker.
+
+``infra/jars/roots.txt`` names what sigflow asks for; ``sigflow jars pin`` lets Maven resolve
+the transitive closure and writes ``infra/jars/lock.txt`` (every JAR and its SHA-256).
+``sigflow jars fetch`` (run by ``make install``) downloads the locked JARs with ``mvn`` (which
+reads the user's own Maven settings and mirrors), or, without ``mvn``, through Spark's own
+``spark.jars.packages`` resolution, and verifies every file against its pin. No repository
+host is named here: the resolvers use their configured defaults. How a session uses them:
+``spark_jobs.runtime.classpath``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.runtime.classpath import (
+    INFRA,
+    LOCK,
+    LOGSTORE_JAR,
+    LOGSTORE_SOURCE,
+    SETS,
+    SPARK_CLASSPATH_SETS,
+    Jar,
+    JarError,
+    default_dir,
+    locked,
+    logstore_jar,
+    path_of,
+    problems,
+    read_jar_list,
+    sha256,
+    verified_logstore,
+)
+
+ROOTS = INFRA / "roots.txt"
+# what make install fetches; s3 when object storage is used, kafka-tools for make bench
+DEFAULT_SETS = ("spark", "kafka-broker")
+# Sets that run on another set's classpath: what that set holds is left out of them.
+RUNS_ON = {"kafka-tools": "kafka-broker"}
+
+
+def roots() -> list[Jar]:
+    return read_jar_list(ROOTS)
+
+
+def build_logstore(dest: Path) -> Path:
+    """Compile infra/logstore with mvn (a copy, so the source tree stays clean)."""
+    if not shutil.which("mvn"):
+        raise JarError("building the S3 log store needs mvn on PATH", "install Maven (apt-get install maven)")
+    with tempfile.TemporaryDirectory() as work:
+        shutil.copytree(LOGSTORE_SOURCE, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns("target"))
+        result = subprocess.run(["mvn", "-B", "-q", "-f", str(Path(work, "pom.xml")), "package"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            detail = next((line for line in result.stdout.splitlines() if "[ERROR]" in line), result.stderr.strip())
+            raise JarError(f"mvn could not build infra/logstore: {detail[:300]}", "check your Maven settings")
+        logstore_jar(dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(work, "target", LOGSTORE_JAR), logstore_jar(dest))
+    return verified_logstore(dest)
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    directory: Path
+    fetched: list[Jar]
+    present: int
+    via: str  # "mvn", "spark" or "" (nothing to fetch)
+
+
+def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchResult:
+    """Download the locked JARs of ``sets`` that are missing or corrupt, then verify all."""
+    dest = dest or default_dir()
+    jars = locked(sets)
+    wanted = list(problems(jars, dest))
+    via = ("mvn" if shutil.which("mvn") else "spark") if wanted else ""
+    for name in sets:
+        members = [jar for jar in wanted if jar.set == name]
+        if not members:
+            continue
+        folder = dest / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for jar in members:
+            path_of(jar, dest).unlink(missing_ok=True)
+        (_fetch_with_mvn if via == "mvn" else _fetch_with_spark)(members, folder)
+    bad = problems(jars, dest)
+    if "s3" in sets and not bad and not logstore_jar(dest).exists():
+        build_logstore(dest)
+    if bad:
+        jar, what = next(iter(bad.items()))
+        raise JarError(
+            f"JAR {jar.coordinate} is {what} after fetching it with {via}",
+            "check your Maven settings (mirror, proxy); if the served file changed, "
+            "re-pin deliberately with `sigflow jars pin`",
+        )
+    return FetchResult(dest, wanted, len(jars) - len(wanted), via)
+
+
+def _pom(coordinates: list[Jar], transitive: bool) -> str:
+    exclude = "" if transitive else (
+        "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+    )
+    deps = "".join(
+        f"<dependency><groupId>{j.group}</groupId><artifactId>{j.artifact}</artifactId>"
+        f"<version>{j.version}</version>{exclude}</dependency>"
+        for j in coordinates
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>sigflow</groupId><artifactId>jars</artifactId><version>0</version>"
+        f"<dependencies>{deps}</dependencies></project>"
+    )
+
+
+def _mvn_copy(coordinates: list[Jar], out: Path, transitive: bool, layout: bool) -> None:
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "pom.xml").write_text(_pom(coordinates, transitive))
+        command = [
+            "mvn", "-B", "-q", "-f", str(Path(work, "pom.xml")),
+            "dependency:copy-dependencies", f"-DoutputDirectory={out}", "-DincludeScope=runtime",
+        ]
+        if layout:
+            command.append("-Dmdep.useRepositoryLayout=true")
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = next((l for l in result.stdout.splitlines() if "[ERROR]" in l), result.stderr.strip())
+        raise JarError(f"mvn could not fetch the JARs: {detail[:300]}", "check your Maven settings and network")
+
+
+def _fetch_with_mvn(jars: list[Jar], dest: Path) -> None:
+    _mvn_copy(jars, dest, transitive=False, layout=False)
+
+
+def _fetch_with_spark(jars: list[Jar], dest: Path) -> None:
+    """Without mvn: Spark's Ivy resolution (``spark.jars.packages``) in a throwaway JVM."""
+    with tempfile.TemporaryDirectory() as ivy:
+        script = (
+            "from pyspark.sql import SparkSession; import sys; "
+            "SparkSession.builder.master('local[1]').config('spark.jars.packages', sys.argv[1])"
+            ".config('spark.jars.ivy', sys.argv[2]).getOrCreate().stop()"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script, ",".join(j.coordinate for j in jars), ivy],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            raise JarError(
+                "Spark could not resolve the JARs (spark.jars.packages): "
+                + (result.stderr.strip().splitlines() or ["no output"])[-1][:300],
+                "install Maven (`apt-get install maven`) and run `sigflow jars fetch`",
+            )
+        for jar in jars:
+            source = Path(ivy, "jars", f"{jar.group}_{jar.artifact}-{jar.version}.jar")
+            if source.exists():
+                shutil.copyfile(source, dest / jar.file_name)
+
+
+_LAYOUT = re.compile(r"^(?P<group>.+)/(?P<artifact>[^/]+)/(?P<version>[^/]+)/(?P=artifact)-(?P=version)\.jar$")
+
+
+def resolve(root_jars: list[Jar], exclude_artifacts: set[str]) -> list[Jar]:
+    """The transitive closure Maven resolves for ``root_jars`` (one set), with checksums."""
+    with tempfile.TemporaryDirectory() as out:
+        _mvn_copy(root_jars, Path(out), transitive=True, layout=True)
+        resolved = []
+        for path in sorted(Path(out).rglob("*.jar")):
+            match = _LAYOUT.match(path.relative_to(out).as_posix())
+            if not match or match["artifact"] in exclude_artifacts:
+                continue
+            resolved.append(Jar(
+                root_jars[0].set, match["group"].replace("/", "."), match["artifact"],
+                match["version"], sha256(path),
+            ))
+    return resolved
+
+
+def pyspark_artifacts() -> set[str]:
+    """Artifact ids of the JARs pyspark ships (its own classpath wins for those)."""
+    import pyspark
+
+    names = (p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    return {re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", name) for name in names}
+
+
+def pin() -> list[Jar]:
+    """Resolve every set of roots.txt with mvn and rewrite lock.txt."""
+    if not shutil.which("mvn"):
+        raise JarError("pinning needs mvn on PATH", "install Maven (apt-get install maven)")
+    every = roots()
+    on_spark = pyspark_artifacts()
+    lock: list[Jar] = []
+    for name in SETS:
+        members = [j for j in every if j.set == name]
+        if not members:
+            continue
+        if name in SPARK_CLASSPATH_SETS:
+            exclude = on_spark | {j.artifact for j in lock if j.set in SPARK_CLASSPATH_SETS}
+        else:
+            exclude = {j.artifact for j in lock if j.set == RUNS_ON.get(name)}
+        lock += resolve(members, exclude)
+    lines = [
+        "# Generated by `sigflow jars pin` from roots.txt: every JAR sigflow fetches, with its",
+        "# SHA-256. `sigflow jars fetch` (make install) and the production image verify each one.",
+    ]
+    width = max(len(j.coordinate) for j in lock)
+    lines += [f"{j.set:<13} {j.coordinate:<{width}} {j.sha256}" for j in lock]
+    LOCK.write_text("\n".join(lines) + "\n")
+    return lock

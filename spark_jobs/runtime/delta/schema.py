@@ -1,0 +1,116 @@
+"""A table's schema in place: created when missing, migrated additively when the contract
+grew. Deploy does it before any job runs (``create_table``, delta-rs, no Spark needed), and
+a job once more before its first batch (``ensure_with_spark``), so a job started right after
+a contract change writes to a table that has its columns. Nothing here writes rows but a
+migration's backfill."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from spark_jobs.contracts.tables import TABLE_PROPERTIES, TableSpec
+
+log = logging.getLogger("sigflow.delta")
+
+
+def arrow_schema(spec: TableSpec) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spec.schema, timezone="UTC")
+
+
+def ensure_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> str:
+    """Create with delta-spark when missing, else migrate: what was done."""
+    return _ensure(uri, spec, lambda: _create_with_spark(spark, uri, spec))
+
+
+def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> None:
+    """delta-spark's CREATE TABLE: a commit with the schema and no write job (about half
+    the time of an empty DataFrame's write, docs/streaming-facts.md); it writes the
+    version's checksum as every commit does, so the first batch finds the table warm."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(spec.schema)
+    for key, value in TABLE_PROPERTIES.items():
+        builder = builder.property(key, value)
+    if spec.partition_by:
+        builder = builder.partitionedBy(*spec.partition_by)
+    builder.execute()
+
+
+def create_table(uri: str, spec: TableSpec) -> str:
+    """Create the table with its schema when missing, or migrate it, without Spark (delta-rs):
+    what was done. `sigflow_deploy` does this before any job runs."""
+    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec))
+
+
+def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
+    from deltalake import DeltaTable
+
+    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
+                      configuration=TABLE_PROPERTIES)
+
+
+def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
+    if not _table_exists(uri):
+        try:
+            create()
+            return "created"
+        except Exception:
+            # Jobs start at once and share tables: another driver may have committed
+            # version 0 between our check and our create, and on object storage the log
+            # store refuses a second version 0 instead of ignoring it.
+            if not _table_exists(uri):
+                raise
+            log.debug("%s: created by another job at the same moment", spec.name)
+    return migrate_table(uri, spec)
+
+
+def _table_exists(uri: str) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(uri)
+
+
+def migrate_table(uri: str, spec: TableSpec) -> str:
+    """Additive migration: the spec's columns the table lacks are added (nullable, as every
+    column is) and filled by the spec's backfill expressions, and ``TABLE_PROPERTIES`` the
+    table does not set are set (a value an operator chose stays). Nothing is dropped or
+    retyped: readers of older versions keep working, and so does a rewind to a version
+    before it."""
+    from deltalake import DeltaTable, Field
+
+    table = DeltaTable(uri)
+    unset = _unset_properties(table)
+    if unset:
+        try:
+            table.alter.set_table_properties(unset)
+        except Exception:
+            table = DeltaTable(uri)
+            if _unset_properties(table):  # not a second driver migrating the same table at once
+                raise
+        log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
+    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
+    present = {field.name for field in table.schema().fields}
+    missing = [field for field in arrow_schema(spec) if field.name not in present]
+    if not missing:
+        return done
+    table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in missing])
+    added = [field.name for field in missing]
+    fills = {column: sql for column, sql in spec.backfill if column in added}
+    filled = ""
+    if fills:
+        metrics = DeltaTable(uri).update(
+            updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
+        filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
+    log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
+    return f"{done}, added column(s) {', '.join(added)}{filled}"
+
+
+def _unset_properties(table) -> dict[str, str]:
+    configuration = table.metadata().configuration
+    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}

@@ -35,6 +35,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.private import private_dir, write_private
+from spark_jobs.runtime.waiting import wait_until
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 ADMIN = "admin"
@@ -106,8 +107,9 @@ class LocalAirflow:
 
     def wait_ready(self, timeout: float = 240.0, progress=print) -> None:
         """Wait until every component reports healthy, or fail saying which did not."""
-        deadline, last, shown = time.monotonic() + timeout, "the api-server did not answer", ""
-        while time.monotonic() < deadline:
+        said = ["the api-server did not answer"]
+
+        def ready() -> bool:
             for process in (self.process, *self.others):
                 if process.poll() is not None:
                     raise SigflowError(
@@ -118,16 +120,18 @@ class LocalAirflow:
                 health = self.health()
                 waiting = [c for c in COMPONENTS if (health.get(c) or {}).get("status") != "healthy"]
                 if not waiting and self.password_file.exists():
-                    return
-                last = f"waiting for {', '.join(waiting) or 'the admin password file'}"
+                    return True
+                now = f"waiting for {', '.join(waiting) or 'the admin password file'}"
             except (urllib.error.URLError, OSError, ValueError):
-                last = "waiting for the api-server to answer"
-            if last != shown:
-                progress(f"airflow: {last}")
-                shown = last
-            time.sleep(3)
-        raise SigflowError(f"Airflow did not become ready in {timeout:.0f} s: {last}",
-                           f"see its log: {self.log_file}")
+                now = "waiting for the api-server to answer"
+            if now != said[-1]:
+                progress(f"airflow: {now}")
+                said.append(now)
+            return False
+
+        if not wait_until(ready, timeout_s=timeout, every_s=3):
+            raise SigflowError(f"Airflow did not become ready in {timeout:.0f} s: {said[-1]}",
+                               f"see its log: {self.log_file}")
 
     def token(self) -> str:
         """A JWT for the REST API, from the admin's generated password."""
@@ -145,39 +149,48 @@ class LocalAirflow:
 
     def trigger(self, dag_id: str, conf: dict, timeout: float = 120.0) -> str:
         """Unpause a DAG once the dag-processor has parsed it and start a run; returns its id."""
-        token, deadline = self.token(), time.monotonic() + timeout
-        while True:
+        token = self.token()
+
+        def unpause() -> bool:
             try:
                 self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, token=token)
-                break
+                return True
             except urllib.error.HTTPError as exc:
-                if exc.code != 404 or time.monotonic() > deadline:
-                    raise
-                time.sleep(2)  # not parsed yet
+                if exc.code == 404:  # not parsed yet
+                    return False
+                raise
+
+        if not wait_until(unpause, timeout_s=timeout, every_s=2):
+            raise SigflowError(f"the dag-processor did not parse {dag_id} within {timeout:.0f} s",
+                               f"see the logs in {self.settings.airflow_home}")
         run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}, token=token)
         return run["dag_run_id"]
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600.0) -> tuple[str, dict[str, str]]:
         """Wait for a DAG run to finish; returns its state and each task's."""
-        token, deadline = self.token(), time.monotonic() + timeout
+        token = self.token()
         path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}"
-        while (state := self.request("GET", path, token=token)["state"]) not in ("success", "failed"):
-            if time.monotonic() > deadline:
-                raise SigflowError(f"{dag_id} run {run_id} still {state} after {timeout:.0f} s",
-                                   f"see {self.url}/dags/{dag_id}")
-            time.sleep(3)
+        states = []
+
+        def finished() -> bool:
+            states.append(self.request("GET", path, token=token)["state"])
+            return states[-1] in ("success", "failed")
+
+        if not wait_until(finished, timeout_s=timeout, every_s=3):
+            raise SigflowError(f"{dag_id} run {run_id} still {states[-1]} after {timeout:.0f} s",
+                               f"see {self.url}/dags/{dag_id}")
+        state = states[-1]
         tasks = self.request("GET", f"{path}/taskInstances", token=token)["task_instances"]
         return state, {t["task_id"]: t["state"] for t in tasks}
 
     def wait_for_required_action(self, dag_id: str, run_id: str, timeout: float = 300.0) -> dict:
         """The run's first Required Action (a task waiting for a person's answer), once it waits."""
-        token, deadline = self.token(), time.monotonic() + timeout
+        token = self.token()
         path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/hitlDetails?response_received=false"
-        while not (pending := self.request("GET", path, token=token)["hitl_details"]):
-            if time.monotonic() > deadline:
-                raise SigflowError(f"{dag_id} run {run_id} asked for no answer within {timeout:.0f} s",
-                                   f"see {self.url}/dags/{dag_id}")
-            time.sleep(2)
+        pending = wait_until(lambda: self.request("GET", path, token=token)["hitl_details"], timeout_s=timeout, every_s=2)
+        if not pending:
+            raise SigflowError(f"{dag_id} run {run_id} asked for no answer within {timeout:.0f} s",
+                               f"see {self.url}/dags/{dag_id}")
         return pending[0]
 
     def answer(self, action: dict, option: str) -> dict:
@@ -202,9 +215,8 @@ class LocalAirflow:
                 progress(f"  {_component(process)} stopped after {time.monotonic() - began:.0f} s")
             except subprocess.TimeoutExpired:
                 progress(f"  {_component(process)} still running after {timeout:.0f} s: killing it")
-        deadline = time.monotonic() + 15
-        while any([_signal_group(p, signal.SIGKILL) for p in processes]) and time.monotonic() < deadline:
-            time.sleep(0.5)  # killed members linger until reaped
+        # killed members linger until reaped
+        wait_until(lambda: not any([_signal_group(p, signal.SIGKILL) for p in processes]), timeout_s=15, every_s=0.5)
         for process in processes:
             if process.poll() is None:
                 process.wait(10)

@@ -18,7 +18,6 @@ import secrets
 import signal
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from spark_jobs.runtime.kafka.address import (
     status,
 )
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.waiting import wait_until
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
@@ -241,15 +241,13 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )
     own = _own_connection(settings, address)
-    deadline = time.monotonic() + timeout_s
-    while not (_port_open("127.0.0.1", client_port) and kafka_client.is_reachable(own, 2)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise BrokerUnavailable(
-                f"embedded Kafka did not start on {address} within {timeout_s:g}s",
-                f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
-            )
-        time.sleep(0.2)
+    if not wait_until(lambda: _port_open("127.0.0.1", client_port) and kafka_client.is_reachable(own, 2),
+                      timeout_s=timeout_s, every_s=0.2, give_up=lambda: proc.poll() is not None):
+        proc.kill()
+        raise BrokerUnavailable(
+            f"embedded Kafka did not start on {address} within {timeout_s:g}s",
+            f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
+        )
     if settings.kafka_security_protocol.startswith("SASL_"):
         _create_client_user(settings, own)
     info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file),
@@ -287,14 +285,9 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
             future.result(timeout=timeout_s)
     client = connection(settings.replace(kafka_bootstrap_servers=own.bootstrap_servers,
                                          kafka_ca_file=settings.kafka_ca_file or own.ca_file))
-    deadline = time.monotonic() + timeout_s
-    while True:  # the credential reaches the broker through the metadata log, shortly after
-        try:
-            kafka_client.check_reachable(client, timeout_s=3)
-            return
-        except BrokerUnavailable:
-            if time.monotonic() > deadline:
-                raise
+    # the credential reaches the broker through the metadata log, shortly after
+    wait_until(lambda: kafka_client.check_reachable(client, timeout_s=3) or True, timeout_s=timeout_s, every_s=0,
+               not_yet=(BrokerUnavailable,), reraise=True)
 
 
 def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
@@ -305,10 +298,7 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
         path.unlink(missing_ok=True)
         return False
     os.kill(info.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while is_our_broker(info.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if is_our_broker(info.pid):
+    if not wait_until(lambda: not is_our_broker(info.pid), timeout_s=timeout_s, every_s=0.1):
         os.kill(info.pid, signal.SIGKILL)
     _reap(info.pid)
     path.unlink(missing_ok=True)
@@ -321,8 +311,8 @@ def kill(settings: Settings) -> int:
     if info is None:
         raise SigflowError("no embedded broker is running")
     os.kill(info.pid, signal.SIGKILL)
-    while is_our_broker(info.pid):
-        time.sleep(0.05)
+    if not wait_until(lambda: not is_our_broker(info.pid), timeout_s=30, every_s=0.05):
+        raise SigflowError(f"the broker (pid {info.pid}) outlived SIGKILL for 30 s", "check the host: a process in D state")
     _reap(info.pid)
     return info.pid
 

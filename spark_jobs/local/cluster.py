@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
+from spark_jobs.runtime.waiting import wait_until
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -110,19 +110,13 @@ def master_state(ui_url: str, timeout_s: float = 3.0) -> dict:
 
 
 def _wait(what: str, ready, processes: list[subprocess.Popen], settings: Settings, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if ready():
-                return
-        except (OSError, ValueError):
-            pass  # not answering yet, or a page that is not the JSON yet
-        if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-            for p in processes:
-                p.kill()
-            raise SigflowError(f"the Spark cluster's {what} did not come up within {timeout_s:g} s",
-                               f"see the logs in {cluster_dir(settings)}")
-        time.sleep(0.5)
+    # OSError, ValueError: not answering yet, or a page that is not the JSON yet
+    if not wait_until(ready, timeout_s=timeout_s, every_s=0.5, not_yet=(OSError, ValueError),
+                      give_up=lambda: any(p.poll() is not None for p in processes)):
+        for p in processes:
+            p.kill()
+        raise SigflowError(f"the Spark cluster's {what} did not come up within {timeout_s:g} s",
+                           f"see the logs in {cluster_dir(settings)}")
 
 
 def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
@@ -176,8 +170,8 @@ def kill_worker(settings: Settings, index: int) -> int:
         raise SigflowError(f"no worker {index} in a running cluster")
     pid = info.worker_pids[index]
     os.killpg(pid, signal.SIGKILL)  # the worker's session holds its executors too
-    while _is_spark_daemon(pid, WORKER_CLASS):
-        time.sleep(0.05)
+    if not wait_until(lambda: not _is_spark_daemon(pid, WORKER_CLASS), timeout_s=30, every_s=0.05):
+        raise SigflowError(f"worker {index} (pid {pid}) outlived SIGKILL for 30 s", "check the host: a process in D state")
     return pid
 
 
@@ -185,10 +179,7 @@ def _terminate(pid: int, main: str, timeout_s: float) -> None:
     if not _is_spark_daemon(pid, main):
         return
     os.killpg(pid, signal.SIGTERM)  # the daemon and its executors (its own session)
-    deadline = time.monotonic() + timeout_s
-    while _is_spark_daemon(pid, main) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _is_spark_daemon(pid, main):
+    if not wait_until(lambda: not _is_spark_daemon(pid, main), timeout_s=timeout_s, every_s=0.1):
         os.killpg(pid, signal.SIGKILL)
     try:
         os.waitpid(pid, os.WNOHANG)  # reap it if this process started it

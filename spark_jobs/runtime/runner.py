@@ -51,8 +51,11 @@ from spark_jobs.runtime.metrics.progress import (
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.spark import configure_session, get_spark
+from spark_jobs.runtime.waiting import wait_until
 
 log = logging.getLogger("sigflow.runner")
+# how long a stop waits for the batch in flight to finish
+STOP_GRACE_S = 300
 # Operating-system errors of a table write that the operator, not the code, must fix.
 STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
 # Kafka errors of a cluster that answers while a partition has no leader yet (a broker lost,
@@ -258,9 +261,12 @@ class JobRun:
                 self.record_metrics(query)
             if query.exception():
                 raise query.exception()
-            # Graceful: let the batch in flight finish before stopping.
-            while query.isActive and query.status.get("isTriggerActive"):
-                time.sleep(0.1)
+            # Graceful: let the batch in flight finish before stopping. A batch stuck past the
+            # grace is stopped mid-way; the next run redoes it exactly once.
+            if not wait_until(lambda: not (query.isActive and query.status.get("isTriggerActive")),
+                              timeout_s=STOP_GRACE_S, every_s=0.1):
+                log.warning("%s: the batch in flight did not finish within %d s of the stop; stopping it",
+                            self.job.name, STOP_GRACE_S)
 
         return self._run(self.settings.trigger_interval.spark, drive, stop)
 

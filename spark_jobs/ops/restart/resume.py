@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.registry import get_job
@@ -15,6 +13,7 @@ from spark_jobs.ops.restart.plan import (
     refuse_pending_rewind,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.waiting import wait_until
 
 
 def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int | None:
@@ -32,15 +31,12 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
             f"stop it there with `sigflow stop {job}`; its lease lapses {holder.ttl_s:.0f} s after it stops renewing",
         )
     process.terminate()
-    deadline = time.monotonic() + timeout_s
-    while status.running_holder(settings, job) is not None:
-        if time.monotonic() > deadline:
-            raise SigflowError(
-                f"{job} (pid {holder.pid}) did not stop within {timeout_s:g}s of SIGTERM",
-                f"it may be stuck in a batch: check its log, then `kill -9 {holder.pid}` (safe: the "
-                "checkpoint and Delta transactions make the next run redo the batch exactly once)",
-            )
-        time.sleep(0.5)
+    if not wait_until(lambda: status.running_holder(settings, job) is None, timeout_s=timeout_s, every_s=0.5):
+        raise SigflowError(
+            f"{job} (pid {holder.pid}) did not stop within {timeout_s:g}s of SIGTERM",
+            f"it may be stuck in a batch: check its log, then `kill -9 {holder.pid}` (safe: the "
+            "checkpoint and Delta transactions make the next run redo the batch exactly once)",
+        )
     return holder.pid
 
 

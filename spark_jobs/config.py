@@ -156,9 +156,9 @@ class Settings(BaseSettings):
     topic_replication_factor: AtLeastOne = 1
     topic_min_insync_replicas: AtLeastOne = 1
     starting_offsets: StartingOffsets = "earliest"
-    # Records per micro-batch (0: no limit). Bounded by default: the embedded path collects
-    # each batch to the driver for delta-rs, and a 1,000,000-record backlog read as one
-    # batch ran a 1 GiB driver out of memory (measured, docs/streaming-facts.md).
+    # Records per micro-batch (0: no limit). Bounded by default: a batch's size sets its
+    # memory and time, and a batch that failed keeps the offsets it was planned with, so
+    # lowering the limit afterwards does not split it (docs/streaming-facts.md).
     max_offsets_per_trigger: Annotated[int, Field(ge=0)] = 100_000
     fail_on_data_loss: bool = True
     kafka_read_timeout_s: float = 30.0

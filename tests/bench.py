@@ -10,7 +10,7 @@ moved); ingest's rate under a 10% malformed storm beside its rate over as many c
 records; ingest's batch latency (p50, p95) at a fixed offered load; the state rows of the
 stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
 memory of the Spark driver and of the broker. The figures are appended to
-docs/benchmarks.md (earlier runs are kept).
+docs/benchmarks.md, whose header says how earlier runs are kept.
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
                           [--latency-rate 5000] [--latency-seconds 30] [--no-write]

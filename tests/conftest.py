@@ -106,7 +106,7 @@ def settings(tmp_path, embedded_broker) -> Settings:
 
 
 # The other files that take minutes, longest first (measured: docs/streaming-facts.md,
-# test-suite costs). Groups go to the two workers in collection order; starting the long
+# "The test suite"). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
     "tests/spark_jobs/jobs/test_alert_join.py",  # 253

@@ -26,7 +26,7 @@ from spark_jobs.runtime.runner import JobRun
 # components beside PostgreSQL, drivers at once on S3, a JVM per kill) carry this mark:
 # xdist's loadgroup mode sends them to one worker, one after the other, beside the other
 # worker's single-session files. Two of them at once on 2 cores slowed each three to four
-# times over (docs/streaming-facts.md, test-suite costs).
+# times over (docs/streaming-facts.md, "The test suite").
 MULTI_PROCESS = pytest.mark.xdist_group("multi-process")
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,15 +14,17 @@ import json
 import re
 import shlex
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from spark_jobs.cli import main
 from spark_jobs.local.simulate import event_payload, generate_alerts, generate_events
+from spark_jobs.ops import status
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job
+from tests.helpers import REPO, cli_env, produce, run_job, table
 
 pytestmark = pytest.mark.slow  # every runbook block against a stack with three jobs run twice
 
@@ -42,12 +44,13 @@ def incident(tmp_path_factory, embedded_broker, spark):
     s = make_settings(tmp_path_factory.mktemp("runbooks") / "data", embedded_broker.bootstrap_servers)
     kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 2, s.topic_retention_ms)
     records = generate_events(400, devices=5, seed=21, malformed_ratio=0.05)
-    produce(s, generate_alerts(records, every=40, seed=21), s.alerts_topic)
+    alerts = generate_alerts(records, every=40, seed=21)
+    produce(s, alerts, s.alerts_topic)
     for half in (records[:200], records[200:]):
         produce(s, half)
         for job in ("ingest", "dedup", "windowed-averages"):
             run_job(spark, s, job)
-    return s
+    return s, Counter(r.value for r in records) + Counter(r.value for r in alerts)
 
 
 # Before a given bash block: put the stack in the state the runbook is about.
@@ -56,6 +59,23 @@ def _lose_ingest_checkpoint(settings):
 
 
 SETUP = {("checkpoint-lost-or-corrupt.md", 1): _lose_ingest_checkpoint}
+
+
+def _ingest_runs_again(settings):
+    verdict = {st.job: st.verdict.word for st in status.all_status(settings)}["ingest"]
+    assert Path(settings.checkpoint_uri("ingest")).is_dir() and verdict not in ("NEVER RUN", "FAILED"), verdict
+
+
+# After a runbook's last block: the incident it is about is over.
+FIXED = {"checkpoint-lost-or-corrupt.md": _ingest_runs_again}
+
+
+def _nothing_lost_or_doubled(settings, sent: Counter) -> None:
+    """Whatever a runbook did, the raw table still holds each record as many times as it was
+    sent (a re-sent duplicate twice), and no job is left stopped mid-way."""
+    raw = Counter(table(settings, "device_events_raw")["value"])
+    assert {value: raw[value] for value in sent} == dict(sent)
+    assert [st.job for st in status.all_status(settings) if st.verdict.word == "FAILED"] == []
 
 
 def _run_block(block: str, env: dict[str, str], monkeypatch) -> str:
@@ -85,8 +105,9 @@ def _run_block(block: str, env: dict[str, str], monkeypatch) -> str:
 
 @pytest.mark.parametrize("runbook", [p for p in RUNBOOKS if _blocks(p, "bash")], ids=lambda p: p.name)
 def test_runbook_commands_run(runbook, incident, tmp_path, monkeypatch):
-    s = incident.replace(data_dir=str(tmp_path / "data"))
-    shutil.copytree(incident.data_dir, s.data_dir)  # this runbook's own copy of the incident
+    stack, sent = incident
+    s = stack.replace(data_dir=str(tmp_path / "data"))
+    shutil.copytree(stack.data_dir, s.data_dir)  # this runbook's own copy of the incident
     (tmp_path / "fixed.jsonl").write_bytes(event_payload("fixed-1", "d1", 1_700_000_000_000, 1.0) + b"\n")
     monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in cli_env(s).items() if k.startswith("SIGFLOW_") or k == "KAFKA_BOOTSTRAP_SERVERS"}
@@ -95,6 +116,8 @@ def test_runbook_commands_run(runbook, incident, tmp_path, monkeypatch):
             SETUP[(runbook.name, index)](s)
         output = _run_block(block, env, monkeypatch)
         assert "REFUSED" not in output, f"{runbook.name} block {index}:\n{output}"
+    FIXED.get(runbook.name, lambda settings: None)(s)
+    _nothing_lost_or_doubled(s, sent)
 
 
 def test_runbook_dag_triggers_match_the_dags_parameters(airflow_home):  # noqa: F811

@@ -210,7 +210,7 @@ def run(settings: Settings, tables: list[str] | None = None, max_rows: int | Non
         reports.append(_validate(context, name, frame, all_suites[name], run_id, run_time))
     _record(settings, run_id, run_time, reports)
     # This run's pages only: rebuilding the site renders every result ever stored, which
-    # grew each run's cost with the history (docs/streaming-facts.md, "Restart, rewind and quality").
+    # grew each run's cost with the history (docs/streaming-facts.md, "Data Docs").
     context.build_data_docs(resource_identifiers=[key for r in reports for key in r.docs_pages])
     datadocs_assets.bundle(Path(data_docs_index(settings)).parent)  # the pages work offline
     failed = [(r.table, o) for r in reports for o in r.failed_critical]

@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import LEASE_FILE
 from tests.helpers import produce, run_job, sigflow
 
@@ -55,7 +55,8 @@ def test_a_watermark_reads_the_same_from_an_offset_log_and_from_pipeline_metrics
 
 
 def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last(spark, settings):
-    produce(settings, generate_events(120, malformed_ratio=0))
+    first = generate_events(120, malformed_ratio=0)
+    produce(settings, first)
     before = {s.job: s for s in status.all_status(settings)}["dedup"]
     assert (before.verdict.word, before.behind, before.watermark) == ("NEVER RUN", 120, "none yet")
     assert before.verdict.next_step == "`sigflow run dedup`"
@@ -66,8 +67,10 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     assert dedup.running_pid is None and dedup.last_batch is not None and dedup.age_s < 600
     assert (dedup.verdict.word, dedup.behind, sum(dedup.lag.values())) == ("LAGGING", 30, 30)
     assert dedup.state_rows > 0 and dedup.watermark.endswith("Z")
-    offsets = Checkpoint(settings.checkpoint_uri("dedup")).offsets(dedup.last_batch)
-    assert dedup.watermark == status.format_watermark(offsets.watermark_ms)
+    # the rule: the newest event time the job has seen, less the watermark delay
+    newest = max(datetime.fromisoformat(json.loads(r.value)["event_time"].replace("Z", "+00:00")) for r in first)
+    expected = newest - timedelta(seconds=settings.watermark_delay.seconds)
+    assert dedup.watermark == expected.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # killed after its last commit: the lease file outlives its process
     holder = {"owner": "gone", "job": "dedup", "host": socket.gethostname(), "pid": os.getpid(),

@@ -33,11 +33,11 @@ from spark_jobs.runtime.kafka.address import (
     BrokerInfo,
     connection,
     embedded_ca,
-    is_our_broker,
     state_file,
     status,
 )
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.processes import start_time
 from spark_jobs.runtime.waiting import wait_until
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -251,7 +251,8 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     if settings.kafka_security_protocol.startswith("SASL_"):
         _create_client_user(settings, own)
     info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file),
-                      security_protocol=own.security_protocol, ca_file=own.ca_file)
+                      security_protocol=own.security_protocol, ca_file=own.ca_file,
+                      process_started=start_time(proc.pid))
     state_file(settings).write_text(json.dumps(info.__dict__))
     return info
 
@@ -298,7 +299,7 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
         path.unlink(missing_ok=True)
         return False
     os.kill(info.pid, signal.SIGTERM)
-    if not wait_until(lambda: not is_our_broker(info.pid), timeout_s=timeout_s, every_s=0.1):
+    if not wait_until(lambda: not info.alive, timeout_s=timeout_s, every_s=0.1):
         os.kill(info.pid, signal.SIGKILL)
     _reap(info.pid)
     path.unlink(missing_ok=True)
@@ -311,7 +312,7 @@ def kill(settings: Settings) -> int:
     if info is None:
         raise SigflowError("no embedded broker is running")
     os.kill(info.pid, signal.SIGKILL)
-    if not wait_until(lambda: not is_our_broker(info.pid), timeout_s=30, every_s=0.05):
+    if not wait_until(lambda: not info.alive, timeout_s=30, every_s=0.05):
         raise SigflowError(f"the broker (pid {info.pid}) outlived SIGKILL for 30 s", "check the host: a process in D state")
     _reap(info.pid)
     return info.pid

@@ -24,6 +24,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
+from spark_jobs.runtime.processes import is_recorded_process, start_time
 from spark_jobs.runtime.waiting import wait_until
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -37,9 +38,14 @@ class ClusterInfo:
     ui_url: str  # the master's web UI; its /json/ is what `status` reads
     master_pid: int
     worker_pids: list[int] = field(default_factory=list)
+    # each daemon's start time by pid, so a reused pid is not taken for one of them
+    process_started: dict[str, float] = field(default_factory=dict)
+
+    def runs(self, pid: int, main_class: str) -> bool:
+        return is_recorded_process(pid, self.process_started.get(str(pid)), main_class)
 
     def workers_alive(self) -> list[int]:
-        return [pid for pid in self.worker_pids if _is_spark_daemon(pid, WORKER_CLASS)]
+        return [pid for pid in self.worker_pids if self.runs(pid, WORKER_CLASS)]
 
 
 def cluster_dir(settings: Settings) -> Path:
@@ -50,20 +56,13 @@ def _state_file(settings: Settings) -> Path:
     return cluster_dir(settings) / "cluster.json"
 
 
-def _is_spark_daemon(pid: int, main_class: str) -> bool:
-    try:
-        return main_class.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
 def recorded(settings: Settings) -> ClusterInfo | None:
     """The cluster recorded under data_dir if its master is alive, else None."""
     path = _state_file(settings)
     if not path.exists():
         return None
     info = ClusterInfo(**json.loads(path.read_text()))
-    return info if _is_spark_daemon(info.master_pid, MASTER_CLASS) else None
+    return info if info.runs(info.master_pid, MASTER_CLASS) else None
 
 
 def _spark_home(settings: Settings) -> Path:
@@ -131,7 +130,8 @@ def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
         master = _daemon(settings, MASTER_CLASS, "master.log", "--host", "127.0.0.1", "--port", str(port),
                          "--webui-port", str(ui_port))
         started.append(master)
-        info = ClusterInfo(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", master.pid)
+        info = ClusterInfo(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", master.pid,
+                           process_started={str(master.pid): start_time(master.pid)})
         _wait("master", lambda: master_state(info.ui_url) is not None, started, settings, timeout_s)
     alive = info.workers_alive()
     for n in range(len(alive), settings.cluster_workers):
@@ -141,7 +141,8 @@ def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
                          "--webui-port", str(free_port()), info.master_url)
         started.append(worker)
         alive.append(worker.pid)
-    info = ClusterInfo(info.master_url, info.ui_url, info.master_pid, alive)
+    started_at = {str(pid): info.process_started.get(str(pid)) or start_time(pid) for pid in (info.master_pid, *alive)}
+    info = ClusterInfo(info.master_url, info.ui_url, info.master_pid, alive, started_at)
     _state_file(settings).write_text(json.dumps(asdict(info)))
 
     def all_registered() -> bool:
@@ -159,7 +160,7 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
     if info is None:
         return False
     for pid, main in [*((pid, WORKER_CLASS) for pid in info.worker_pids), (info.master_pid, MASTER_CLASS)]:
-        _terminate(pid, main, timeout_s)
+        _terminate(info, pid, main, timeout_s)
     return True
 
 
@@ -170,16 +171,16 @@ def kill_worker(settings: Settings, index: int) -> int:
         raise SigflowError(f"no worker {index} in a running cluster")
     pid = info.worker_pids[index]
     os.killpg(pid, signal.SIGKILL)  # the worker's session holds its executors too
-    if not wait_until(lambda: not _is_spark_daemon(pid, WORKER_CLASS), timeout_s=30, every_s=0.05):
+    if not wait_until(lambda: not info.runs(pid, WORKER_CLASS), timeout_s=30, every_s=0.05):
         raise SigflowError(f"worker {index} (pid {pid}) outlived SIGKILL for 30 s", "check the host: a process in D state")
     return pid
 
 
-def _terminate(pid: int, main: str, timeout_s: float) -> None:
-    if not _is_spark_daemon(pid, main):
+def _terminate(info: ClusterInfo, pid: int, main: str, timeout_s: float) -> None:
+    if not info.runs(pid, main):
         return
     os.killpg(pid, signal.SIGTERM)  # the daemon and its executors (its own session)
-    if not wait_until(lambda: not _is_spark_daemon(pid, main), timeout_s=timeout_s, every_s=0.1):
+    if not wait_until(lambda: not info.runs(pid, main), timeout_s=timeout_s, every_s=0.1):
         os.killpg(pid, signal.SIGKILL)
     try:
         os.waitpid(pid, os.WNOHANG)  # reap it if this process started it

@@ -11,6 +11,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.processes import is_recorded_process
 
 MAIN_CLASS = "kafka.Kafka"  # the embedded broker's JVM main class
 
@@ -22,22 +23,15 @@ class BrokerInfo:
     log_file: str
     security_protocol: str = "PLAINTEXT"
     ca_file: str = ""  # the CA clients trust, when the listener speaks TLS
+    process_started: float | None = None  # so a reused pid is not taken for the broker
 
     @property
     def alive(self) -> bool:
-        return is_our_broker(self.pid)
+        return is_recorded_process(self.pid, self.process_started, MAIN_CLASS)
 
 
 def state_file(settings: Settings) -> Path:
     return settings.broker_dir / "broker.json"
-
-
-def is_our_broker(pid: int) -> bool:
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return MAIN_CLASS.encode() in args  # a zombie's command line is empty
 
 
 def status(settings: Settings) -> BrokerInfo | None:

@@ -8,6 +8,7 @@ import pytest
 from spark_jobs.config import load_settings
 from spark_jobs.local import broker
 from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.processes import start_time
 from tests.helpers import sigflow
 
 pytestmark = pytest.mark.slow  # brokers of its own
@@ -19,6 +20,7 @@ def test_start_status_stop_manage_only_the_recorded_broker(tmp_path):
     try:
         info = broker.start(s)
         assert broker.start(s) == info  # idempotent
+        assert info.process_started == start_time(info.pid)  # recorded, so a reused pid is not taken for it
         assert kafka_address.status(s).bootstrap_servers == info.bootstrap_servers
         assert kafka_address.bootstrap_servers(s) == info.bootstrap_servers
         assert broker.stop(s) is True

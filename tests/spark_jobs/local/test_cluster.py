@@ -70,3 +70,4 @@ def test_jobs_on_the_cluster_losing_a_worker_mid_run_write_the_tables_a_local_ru
     assert apps and all(app["cores"] >= 1 for app in apps), apps
     info = cluster.start(spark_cluster)  # the worker comes back and registers
     assert len(info.workers_alive()) == 2
+    assert set(info.process_started) == {str(pid) for pid in (info.master_pid, *info.worker_pids)}

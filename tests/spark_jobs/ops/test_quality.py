@@ -50,11 +50,14 @@ def test_pipeline_output_meets_every_critical_expectation_and_its_data_docs_rend
     reports = quality.run(good_tables)
     assert {r.table for r in reports} >= {"device_events", "device_events_deduplicated", "device_signal_averages"}
     assert [r.table for r in reports if not r.outcomes or r.failed_critical] == []
-    # one dq_results row per expectation the suites declare, table by table
+    # one dq_results row per expectation the suites declare, table by table, and the check
+    # of the table's columns against its schema that every table gets
     results = table(good_tables, "dq_results")
-    declared = {name: len(checks) for name, checks in quality.suites(good_tables).items()
+    declared = {name: len(checks) + 1 for name, checks in quality.suites(good_tables).items()
                 if name in {r.table for r in reports}}
     assert results.groupby("table_name").size().to_dict() == declared
+    schema_checks = results[results.expectation == "expect_table_columns_to_match_set"]
+    assert sorted(schema_checks.table_name) == sorted(declared)
     critical = results[results.severity == "critical"]
     assert len(critical) > 0 and critical["success"].all()
 

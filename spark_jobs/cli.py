@@ -123,10 +123,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def _contract_of(settings: Settings, topic: str):
     from spark_jobs.contracts.contract import ALERT_CONTRACT, EVENT_CONTRACT
 
-    contracts = {settings.events_topic: EVENT_CONTRACT, settings.alerts_topic: ALERT_CONTRACT}
+    contracts = {settings.streaming.events_topic: EVENT_CONTRACT, settings.streaming.alerts_topic: ALERT_CONTRACT}
     if topic not in contracts:
         raise SigflowError(f"no contract for topic {topic}",
-                           f"--validate checks lines for {settings.events_topic} or {settings.alerts_topic}")
+                           f"--validate checks lines for {settings.streaming.events_topic} or {settings.streaming.alerts_topic}")
     return contracts[topic]
 
 
@@ -134,9 +134,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from spark_jobs.local import simulate
 
     settings = _settings(args)
-    topic = args.topic or settings.events_topic
+    topic = args.topic or settings.streaming.events_topic
     if args.validate:
-        check = simulate.check_file(args.file, _contract_of(settings, topic), settings.max_clock_ahead.ms)
+        check = simulate.check_file(args.file, _contract_of(settings, topic), settings.streaming.max_clock_ahead.ms)
         if check.failed:
             for line in check.describe():
                 print(line)
@@ -170,21 +170,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         duplicate_ratio=args.duplicates, malformed_ratio=args.malformed,
     )
     sent = simulate.produce_records(
-        bootstrap, settings.events_topic, ((r.key, r.value) for r in records),
+        bootstrap, settings.streaming.events_topic, ((r.key, r.value) for r in records),
         rate_per_s=None if args.events else args.rate, total=len(records), progress=True,
     )
     kinds = Counter(r.kind for r in records)
     malformed = sum(n for k, n in kinds.items() if k in simulate.MALFORMED_KINDS)
     print(
-        f"produced {sent} records to {settings.events_topic}: {kinds['event']} in order, "
+        f"produced {sent} records to {settings.streaming.events_topic}: {kinds['event']} in order, "
         f"{kinds['out_of_order']} out of order, {kinds['late']} late, "
         f"{kinds['duplicate']} duplicates, {malformed} malformed"
     )
     alerts = simulate.generate_alerts(records, every=args.alert_every, seed=args.seed)
-    simulate.produce_records(bootstrap, settings.alerts_topic, ((r.key, r.value) for r in alerts))
+    simulate.produce_records(bootstrap, settings.streaming.alerts_topic, ((r.key, r.value) for r in alerts))
     akinds = Counter(r.kind for r in alerts)
     print(
-        f"produced {len(alerts)} alerts to {settings.alerts_topic}: {akinds['silent_alert']} for "
+        f"produced {len(alerts)} alerts to {settings.streaming.alerts_topic}: {akinds['silent_alert']} for "
         f"silent devices, {akinds['bad_severity']} malformed"
     )
     return 0

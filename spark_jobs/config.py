@@ -1,4 +1,7 @@
-"""One typed configuration for every job, command and DAG.
+"""One typed configuration for every job, command and DAG, in groups: ``kafka`` (how to reach
+it, its topics' shape), ``streaming`` (what a job reads and computes by: all a job is given),
+``spark`` (where the JVMs run), ``operations`` (leases, approvals, quality, maintenance,
+metrics) and ``local`` (the one-machine stand-ins), beside where things live.
 
 Precedence, lowest first: the defaults below (they work on a laptop), a YAML file
 (``--config`` or ``SIGFLOW_CONFIG``), ``SIGFLOW_<NAME>`` environment variables, then explicit
@@ -22,6 +25,8 @@ from typing import Annotated, Any, Literal, Mapping
 import yaml
 from pydantic import (
     AfterValidator,
+    BaseModel,
+    ConfigDict,
     Field,
     PlainValidator,
     SecretStr,
@@ -137,18 +142,23 @@ AtLeastOne = Annotated[int, Field(ge=1)]
 QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
+class _Group(BaseModel):
+    """A group of settings. Each field also answers to its flat name (``validation_alias``):
+    the ``SIGFLOW_<NAME>`` variable and YAML key users set, e.g. ``kafka_username`` for
+    ``kafka.username``."""
 
-    # Where everything local lives; object-store URIs are accepted for the two roots.
-    data_dir: str = "./data"
-    delta_root: str = ""  # default: <data_dir>/delta
-    checkpoint_root: str = ""  # default: <data_dir>/checkpoints
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, validate_default=True)
 
-    # Kafka. Empty bootstrap servers means: the embedded broker recorded under data_dir.
-    kafka_bootstrap_servers: str = ""
-    events_topic: str = "device-events"
-    alerts_topic: str = "device-alerts"
+
+def _flat(default: Any, name: str) -> Any:
+    return Field(default, validation_alias=name)
+
+
+class KafkaSettings(_Group):
+    """How to reach Kafka and what its topics are like: a production cluster differs here."""
+
+    # Empty: the embedded broker recorded under data_dir.
+    bootstrap_servers: str = _flat("", "kafka_bootstrap_servers")
     topic_partitions: AtLeastOne = 3
     topic_retention_ms: int = 7 * 24 * 3600 * 1000
     # Copies of each partition, and how many must hold a record before a producer's acks=all
@@ -161,43 +171,76 @@ class Settings(BaseSettings):
     # lowering the limit afterwards does not split it (docs/streaming-facts.md).
     max_offsets_per_trigger: Annotated[int, Field(ge=0)] = 100_000
     fail_on_data_loss: bool = True
-    kafka_read_timeout_s: float = 30.0
-    # Kafka security (docs/security.md). SASL_* needs kafka_username and a password from
-    # SIGFLOW_KAFKA_PASSWORD or kafka_password_file, never from a config file. kafka_ca_file:
-    # the PEM CA of the brokers' certificates (default: the system's; the embedded broker's
-    # own CA when it serves). The embedded broker listens with this protocol too.
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
-    kafka_username: str = ""
-    kafka_password: SecretStr = SecretStr("")
-    kafka_password_file: str = ""
-    kafka_ca_file: str = ""
-    # Embedded Apache Kafka: its client port (0 picks a free one, kept across restarts),
-    # its JVM heap and log level (the log is <data_dir>/broker/kafka.log).
-    broker_port: int = 19092
-    broker_heap: JvmMemory = "512m"
-    broker_log_level: str = "INFO"
+    read_timeout_s: float = _flat(30.0, "kafka_read_timeout_s")
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.
-    broker_outage_budget: DurationSetting = "5 minutes"
-    # A run holds its checkpoint's lease while it runs and renews it every quarter of this;
-    # a holder on another host that stops renewing loses it after this long.
-    lease_ttl: DurationSetting = "2 minutes"
-    # Who may approve a sigflow_restart plan: Airflow user ids, comma-separated. Set, only
-    # they may answer, and the person who triggered the restart cannot approve it alone.
-    restart_approvers: RestartApprovers = ""
+    outage_budget: DurationSetting = _flat("5 minutes", "broker_outage_budget")
+    # Security (docs/security.md). SASL_* needs a username and a password from
+    # SIGFLOW_KAFKA_PASSWORD or kafka_password_file, never from a config file. ca_file: the
+    # PEM CA of the brokers' certificates (default: the system's; the embedded broker's own
+    # CA when it serves). The embedded broker listens with this protocol too.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = _flat(
+        "PLAINTEXT", "kafka_security_protocol")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = _flat("SCRAM-SHA-512", "kafka_sasl_mechanism")
+    username: str = _flat("", "kafka_username")
+    password: SecretStr = _flat(SecretStr(""), "kafka_password")
+    password_file: str = _flat("", "kafka_password_file")
+    ca_file: str = _flat("", "kafka_ca_file")
 
-    # Where `sigflow jars fetch` put the pinned JARs (Spark's Kafka source, delta-spark;
-    # see infra/jars/).
-    jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
-    # Where jobs run: local[N] in this process's JVM, or a cluster's master URL (spark://...,
-    # e.g. the one `sigflow cluster start` runs). Executors then read Kafka and write Delta,
-    # so the data and checkpoint roots must be paths every worker reaches.
-    spark_master: str = "local[2]"
-    spark_executor_memory: JvmMemory = "1g"  # per executor, on a cluster
+    @model_validator(mode="after")
+    def _credentials(self) -> "KafkaSettings":
+        if not self.security_protocol.startswith("SASL_"):
+            return self
+        if not self.username:
+            raise ValueError(f"kafka_security_protocol={self.security_protocol} needs kafka_username "
+                             f"(env {ENV_PREFIX}KAFKA_USERNAME)")
+        if bool(self.password.get_secret_value()) == bool(self.password_file):
+            raise ValueError(f"kafka_security_protocol={self.security_protocol} needs exactly one of "
+                             f"{ENV_PREFIX}KAFKA_PASSWORD or kafka_password_file (a file holding the password)")
+        if self.password_file and not os.access(self.password_file, os.R_OK):
+            raise ValueError(f"kafka_password_file {self.password_file} is not a readable file")
+        return self
+
+    @property
+    def secret(self) -> SecretStr:
+        """The password, from the environment or read from password_file."""
+        if self.password_file:
+            return SecretStr(Path(self.password_file).read_text().strip("\r\n"))
+        return self.password
+
+
+class StreamingSettings(_Group):
+    """What a job reads and the rules it computes by (docs/semantics.md, docs/jobs/*.md):
+    all a job is given."""
+
+    events_topic: str = "device-events"
+    alerts_topic: str = "device-alerts"
+    trigger_interval: DurationSetting = "10 seconds"
+    watermark_delay: DurationSetting = "10 minutes"
+    # An event or alert time more than this after its Kafka timestamp is quarantined: one
+    # device clock ahead would otherwise move the watermark of every job (docs/semantics.md).
+    max_clock_ahead: DurationSetting = "1 minute"
+    multiple_watermark_policy: Literal["min", "max"] = "min"
+    tumbling_window: DurationSetting = "5 minutes"
+    sliding_window: DurationSetting = "10 minutes"
+    sliding_step: DurationSetting = "5 minutes"
+    fleet_window: DurationSetting = "15 minutes"
+    session_gap: DurationSetting = "30 minutes"
+    alert_watermark_delay: DurationSetting = "10 minutes"
+    alert_context: DurationSetting = "5 minutes"  # alert-join: events this long before an alert
+
+
+class SparkSettings(_Group):
+    """Where and how the jobs' JVMs run."""
+
+    # local[N] in this process's JVM, or a cluster's master URL (spark://..., e.g. the one
+    # `sigflow cluster start` runs). Executors then read Kafka and write Delta, so the data
+    # and checkpoint roots must be paths every worker reaches.
+    master: str = _flat("local[2]", "spark_master")
+    executor_memory: JvmMemory = _flat("1g", "spark_executor_memory")  # per executor, on a cluster
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); in local mode the executors' tasks run in it too.
-    spark_driver_memory: JvmMemory = "2g"
+    driver_memory: JvmMemory = _flat("2g", "spark_driver_memory")
     # Extra options for every JVM sigflow starts on this machine: Spark's driver and
     # executors, the embedded broker, the local cluster's daemons.
     jvm_options: str = ""
@@ -215,32 +258,37 @@ class Settings(BaseSettings):
     records_per_write_task: AtLeastOne = 25_000
     # The driver's web UI, which also serves Spark's metrics in Prometheus's format
     # (/metrics/prometheus/: each query's rates, latency and watermark; docs/observability.md).
-    spark_ui: bool = False
-    spark_ui_port: int = 4040  # Spark takes the next one up when it is in use
-    spark_log_level: str = "ERROR"
+    ui: bool = _flat(False, "spark_ui")
+    ui_port: int = _flat(4040, "spark_ui_port")  # Spark takes the next one up when it is in use
+    log_level: str = _flat("ERROR", "spark_log_level")
 
-    # Streaming semantics (docs/semantics.md, docs/jobs/*.md).
-    trigger_interval: DurationSetting = "10 seconds"
-    watermark_delay: DurationSetting = "10 minutes"
-    # An event or alert time more than this after its Kafka timestamp is quarantined: one
-    # device clock ahead would otherwise move the watermark of every job (docs/semantics.md).
-    max_clock_ahead: DurationSetting = "1 minute"
-    multiple_watermark_policy: Literal["min", "max"] = "min"
-    tumbling_window: DurationSetting = "5 minutes"
-    sliding_window: DurationSetting = "10 minutes"
-    sliding_step: DurationSetting = "5 minutes"
-    fleet_window: DurationSetting = "15 minutes"
-    session_gap: DurationSetting = "30 minutes"
-    alert_watermark_delay: DurationSetting = "10 minutes"
-    alert_context: DurationSetting = "5 minutes"  # alert-join: events this long before an alert
+    @property
+    def java_options(self) -> str:
+        """The options every JVM sigflow starts gets: the JIT's, then ``jvm_options``."""
+        return " ".join(filter(None, (QUICK_JIT_OPTIONS if self.jit == "quick" else "", self.jvm_options)))
 
+    @property
+    def on_this_machine(self) -> bool:
+        """Whether the driver's executors all run here (embedded, or a loopback cluster), so
+        it and its UI can bind to loopback (SPARK_LOCAL_IP, read as the driver's JVM starts)."""
+        return self.master.startswith("local") or "//127.0.0.1:" in self.master
+
+
+class OperationsSettings(_Group):
+    """What the on-call commands and the scheduled DAGs do: leases, approvals, quality,
+    maintenance, the metrics exporter."""
+
+    # A run holds its checkpoint's lease while it runs and renews it every quarter of this;
+    # a holder on another host that stops renewing loses it after this long.
+    lease_ttl: DurationSetting = "2 minutes"
+    # Who may approve a sigflow_restart plan: Airflow user ids, comma-separated. Set, only
+    # they may answer, and the person who triggered the restart cannot approve it alone.
+    restart_approvers: RestartApprovers = ""
     # Data quality (sigflow quality): the device signal range, and how old the newest row of
     # a table may be before its freshness check warns.
     signal_min: float = -1000.0
     signal_max: float = 1000.0
     quality_freshness: DurationSetting = "2 hours"
-    quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
-
     # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
     # vacuum_retention: older table versions lose their files. Maintenance refuses a
     # retention under vacuum_retention_floor: a batch or a reader in flight still reads
@@ -249,45 +297,104 @@ class Settings(BaseSettings):
     vacuum_retention_floor: DurationSetting = "1 hour"
     quarantine_retention: DurationSetting = "30 days"
     checkpoint_batches_retained: AtLeastOne = 100
-
-    # The Spark standalone cluster of `sigflow cluster start`, on 127.0.0.1: the master's port
-    # and web UI port (0 picks free ones), and its workers, each with one core and this memory.
-    cluster_port: int = 7077
-    cluster_ui_port: int = 8090
-    cluster_workers: AtLeastOne = 2
-    cluster_worker_memory: JvmMemory = "1g"
-
-    # PostgreSQL for Airflow's metadata, as in production (spark_jobs/local/postgres.py): its
-    # port on 127.0.0.1, 0 picks a free one (kept with its data under <data_dir>/postgres).
-    postgres_port: int = 0
-
     # `sigflow metrics serve`: the Prometheus exporter of what Spark does not know (verdicts,
     # records behind in Kafka, late and quarantined counts); loopback unless set otherwise.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9466
 
-    # Airflow standalone of the embedded mode (`make airflow`), on 127.0.0.1 only.
-    airflow_port: int = 8080
-    airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: SQLite, logs, password)
-
-    source_file: str = ""  # which YAML file was read, if any (set by load_settings)
-
-    # ---- derived locations -------------------------------------------------------------
-    @property
-    def java_options(self) -> str:
-        """The options every JVM sigflow starts gets: the JIT's, then ``jvm_options``."""
-        return " ".join(filter(None, (QUICK_JIT_OPTIONS if self.jit == "quick" else "", self.jvm_options)))
-
-    @property
-    def spark_on_this_machine(self) -> bool:
-        """Whether the driver's executors all run here (embedded, or a loopback cluster), so
-        it and its UI can bind to loopback (SPARK_LOCAL_IP, read as the driver's JVM starts)."""
-        return self.spark_master.startswith("local") or "//127.0.0.1:" in self.spark_master
-
     @property
     def approvers(self) -> list[str]:
         return self.restart_approvers.split(",") if self.restart_approvers else []
 
+    @model_validator(mode="after")
+    def _signal_range(self) -> "OperationsSettings":
+        if self.signal_min >= self.signal_max:
+            raise ValueError(f"signal_min ({self.signal_min}) must be below signal_max ({self.signal_max})")
+        return self
+
+
+class LocalSettings(_Group):
+    """The one-machine stand-ins (spark_jobs/local/), all on 127.0.0.1; production sets none."""
+
+    # Embedded Apache Kafka: its client port (0 picks a free one, kept across restarts),
+    # its JVM heap and log level (the log is <data_dir>/broker/kafka.log).
+    broker_port: int = 19092
+    broker_heap: JvmMemory = "512m"
+    broker_log_level: str = "INFO"
+    # The Spark standalone cluster of `sigflow cluster start`: the master's port and web UI
+    # port (0 picks free ones), and its workers, each with one core and this memory.
+    cluster_port: int = 7077
+    cluster_ui_port: int = 8090
+    cluster_workers: AtLeastOne = 2
+    cluster_worker_memory: JvmMemory = "1g"
+    # PostgreSQL for Airflow's metadata, as in production (spark_jobs/local/postgres.py): its
+    # port, 0 picks a free one (kept with its data under <data_dir>/postgres).
+    postgres_port: int = 0
+    # Airflow of the embedded mode (`make airflow`).
+    airflow_port: int = 8080
+
+
+GROUPS: dict[str, type[_Group]] = {
+    "kafka": KafkaSettings, "streaming": StreamingSettings, "spark": SparkSettings,
+    "operations": OperationsSettings, "local": LocalSettings,
+}
+# Every grouped setting's flat name (its SIGFLOW_<NAME> and YAML key) -> (group, field).
+GROUPED: dict[str, tuple[str, str]] = {
+    (info.validation_alias if isinstance(info.validation_alias, str) else field): (group, field)
+    for group, model in GROUPS.items() for field, info in model.model_fields.items()
+}
+
+
+class Settings(BaseSettings):
+    """Where things live, then the groups. Each setting keeps one flat name for users
+    (``SIGFLOW_KAFKA_USERNAME``, YAML ``kafka_username``); code reads it by group
+    (``settings.kafka.username``), and a job is given only ``settings.streaming``."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # Where everything local lives; object-store URIs are accepted for the two roots.
+    data_dir: str = "./data"
+    delta_root: str = ""  # default: <data_dir>/delta
+    checkpoint_root: str = ""  # default: <data_dir>/checkpoints
+    # Where `sigflow jars fetch` put the pinned JARs (Spark's Kafka source, delta-spark, the
+    # Kafka broker; see infra/jars/).
+    jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
+    quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
+    airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: logs, password)
+
+    kafka: KafkaSettings = KafkaSettings()
+    streaming: StreamingSettings = StreamingSettings()
+    spark: SparkSettings = SparkSettings()
+    operations: OperationsSettings = OperationsSettings()
+    local: LocalSettings = LocalSettings()
+
+    source_file: str = ""  # which YAML file was read, if any (set by load_settings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        """Flat names into their groups; a group given whole (YAML ``kafka: {...}``) is
+        kept, and a flat name beside it wins for its field."""
+        if not isinstance(data, dict):
+            return data
+        out = {key: value for key, value in data.items() if key not in GROUPED}
+        for key, value in data.items():
+            if key in GROUPED:
+                group, field = GROUPED[key]
+                section = out.get(group)
+                section = dict(section) if isinstance(section, dict) else {}
+                section[field] = value
+                out[group] = section
+        return out
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting under its flat name (what a config file or the environment sets)."""
+        values = {name: getattr(self, name) for name in type(self).model_fields if name not in GROUPS}
+        for name, (group, field) in GROUPED.items():
+            values[name] = getattr(getattr(self, group), field)
+        return values
+
+    # ---- derived locations -------------------------------------------------------------
     @property
     def delta_root_uri(self) -> str:
         return self.delta_root or str(Path(self.data_dir) / "delta")
@@ -323,35 +430,8 @@ class Settings(BaseSettings):
         return Path(self.data_dir) / "broker"
 
     def replace(self, **changes: Any) -> "Settings":
-        """A copy with some settings changed, validated as loading validates."""
-        return load_settings(env={}, overrides={**self.model_dump(), **changes})
-
-    @model_validator(mode="after")
-    def _signal_range(self) -> "Settings":
-        if self.signal_min >= self.signal_max:
-            raise ValueError(f"signal_min ({self.signal_min}) must be below signal_max ({self.signal_max})")
-        return self
-
-    @model_validator(mode="after")
-    def _kafka_credentials(self) -> "Settings":
-        if not self.kafka_security_protocol.startswith("SASL_"):
-            return self
-        if not self.kafka_username:
-            raise ValueError(f"kafka_security_protocol={self.kafka_security_protocol} needs kafka_username "
-                             f"(env {ENV_PREFIX}KAFKA_USERNAME)")
-        if bool(self.kafka_password.get_secret_value()) == bool(self.kafka_password_file):
-            raise ValueError(f"kafka_security_protocol={self.kafka_security_protocol} needs exactly one of "
-                             f"{ENV_PREFIX}KAFKA_PASSWORD or kafka_password_file (a file holding the password)")
-        if self.kafka_password_file and not os.access(self.kafka_password_file, os.R_OK):
-            raise ValueError(f"kafka_password_file {self.kafka_password_file} is not a readable file")
-        return self
-
-    @property
-    def kafka_secret(self) -> SecretStr:
-        """The Kafka password, from the environment or read from kafka_password_file."""
-        if self.kafka_password_file:
-            return SecretStr(Path(self.kafka_password_file).read_text().strip("\r\n"))
-        return self.kafka_password
+        """A copy with some settings changed (flat names), validated as loading validates."""
+        return load_settings(env={}, overrides={**self.flat(), **changes})
 
     @classmethod
     def settings_customise_sources(
@@ -364,6 +444,11 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Highest first: command-line overrides, SIGFLOW_* variables, the YAML file.
         return init_settings, _EnvironmentSource(settings_cls), _YamlFileSource(settings_cls)
+
+
+# Every setting's flat name, as users write it.
+FLAT_NAMES: tuple[str, ...] = tuple(
+    [name for name in Settings.model_fields if name not in GROUPS and name != "source_file"] + list(GROUPED))
 
 
 def _join(root: str, name: str) -> str:
@@ -426,7 +511,8 @@ class _YamlFileSource(_Source):
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of setting: value")
-        if "kafka_password" in loaded:
+        grouped = loaded.get("kafka") if isinstance(loaded.get("kafka"), dict) else {}
+        if "kafka_password" in loaded or {"password", "kafka_password"} & set(grouped):
             raise ConfigError(f"config file {path} sets kafka_password: a password does not belong in a file "
                               "that gets committed",
                               f"remove it; set {ENV_PREFIX}KAFKA_PASSWORD or kafka_password_file instead")
@@ -451,20 +537,34 @@ def load_settings(
         _ENVIRON.reset(token)
 
 
+def _flat_name(loc: tuple) -> str | None:
+    """The setting an error is about, by the name users write; None for a check of a whole
+    group (several of its settings together)."""
+    if len(loc) >= 2 and loc[0] in GROUPS:
+        model = GROUPS[loc[0]]
+        info = model.model_fields.get(str(loc[1]))
+        if info is not None:
+            return info.validation_alias if isinstance(info.validation_alias, str) else str(loc[1])
+        return str(loc[1])
+    if len(loc) == 1 and loc[0] not in GROUPS:
+        return str(loc[0])
+    return None
+
+
 def _config_error(exc: ValidationError) -> ConfigError:
     """pydantic's errors, in the project's words: the setting, its value, the allowed form."""
-    unknown = sorted(str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden")
+    unknown = sorted(".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden")
     if unknown:
         return ConfigError(
             f"unknown setting(s): {', '.join(unknown)}",
-            f"valid settings: {', '.join(k for k in Settings.model_fields if k != 'source_file')}",
+            f"valid settings: {', '.join(FLAT_NAMES)}",
         )
     problems = []  # (what is wrong, where to fix it)
     for error in exc.errors():
         message = error["msg"].removeprefix("Value error, ")
         message = message[0].lower() + message[1:]
-        if error["loc"]:
-            name = str(error["loc"][0])
+        name = _flat_name(tuple(error["loc"]))
+        if name:
             shown = "'**********'" if name in SECRET_SETTINGS else repr(error["input"])
             problems.append((f"setting {name}={shown}: {message}",
                              f"set it in the config file or env {ENV_PREFIX}{name.upper()}"))

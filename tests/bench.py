@@ -87,7 +87,7 @@ def kafka_jvm_consumer_rate(settings, topic: str, messages: int) -> float:
 
     out = subprocess.run(
         broker.jvm_command(settings, "org.apache.kafka.tools.ConsumerPerformance",
-                           "--bootstrap-server", settings.kafka_bootstrap_servers, "--topic", topic,
+                           "--bootstrap-server", settings.kafka.bootstrap_servers, "--topic", topic,
                            "--messages", str(messages), "--timeout", "60000",
                            jar_sets=("kafka-broker", "kafka-tools")),
         capture_output=True, text=True, check=True, timeout=180).stdout.splitlines()
@@ -107,8 +107,8 @@ def no_data_batches(spark, settings, jobs, say=print) -> dict[str, float | None]
 
     s = _own_topics(settings, "no-data", alerts=True).replace(max_offsets_per_trigger=1000)
     records = generate_events(3000, devices=100, seed=5, malformed_ratio=0.0)
-    produce_records(s.kafka_bootstrap_servers, s.events_topic, [(r.key, r.value) for r in records])
-    produce_records(s.kafka_bootstrap_servers, s.alerts_topic,
+    produce_records(s.kafka.bootstrap_servers, s.streaming.events_topic, [(r.key, r.value) for r in records])
+    produce_records(s.kafka.bootstrap_servers, s.streaming.alerts_topic,
                     [(a.key, a.value) for a in generate_alerts(records, every=50, seed=5)])
     slowest = {}
     for job in jobs:
@@ -124,7 +124,7 @@ def source_into_spark(spark, settings, topic: str) -> int:
     """Count one topic's records through the Kafka source the jobs use: the rate at which
     records reach Spark before any job does anything, so no job can beat it."""
     from spark_jobs.runtime.kafka import source as kafka_source
-    bootstrap = settings.kafka_bootstrap_servers
+    bootstrap = settings.kafka.bootstrap_servers
     partitions = kafka_client.topic_partitions(bootstrap, topic)
     ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
     start = {topic: {str(p): ends[p][0] for p in partitions}}
@@ -143,18 +143,18 @@ def plain_job_rate(spark, settings, kind: str, events: int, root: Path) -> float
     from pyspark.sql import functions as F
 
     from spark_jobs.runtime.kafka import source as kafka_source
-    records = kafka_source.read_stream(spark, settings, settings.kafka_bootstrap_servers, [settings.events_topic])
+    records = kafka_source.read_stream(spark, settings, settings.kafka.bootstrap_servers, [settings.streaming.events_topic])
     body = F.from_json(F.col("value").cast("string"),
                        "event_id STRING, device_id STRING, event_time STRING, signal DOUBLE")
     events_df = records.select(body.alias("e")).select("e.*").withColumn(
         "event_time", F.coalesce(F.try_to_timestamp("event_time"),
                                  F.timestamp_millis(F.col("event_time").try_cast("bigint"))))
-    delay = settings.watermark_delay.spark
+    delay = settings.streaming.watermark_delay.spark
     if kind == "dedup":
         events_df = events_df.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
     elif kind == "windowed-averages":
         events_df = (events_df.withWatermark("event_time", delay)
-                     .groupBy(F.window("event_time", settings.tumbling_window.spark), "device_id")
+                     .groupBy(F.window("event_time", settings.streaming.tumbling_window.spark), "device_id")
                      .agg(F.avg("signal").alias("avg_signal"), F.count("*").alias("event_count")))
     started = time.perf_counter()
     query = (events_df.writeStream.format("delta").outputMode("append")
@@ -185,8 +185,8 @@ def _own_topics(settings, name: str, alerts: bool = False):
     s = settings.replace(events_topic=f"bench-{name}", checkpoint_root=f"{settings.checkpoint_root_uri}-{name}",
                          delta_root=f"{settings.delta_root_uri}-{name}",
                          **({"alerts_topic": f"bench-{name}-alerts"} if alerts else {}))
-    topics = [s.events_topic, s.alerts_topic] if alerts else [s.events_topic]
-    kafka_client.create_topics(s.kafka_bootstrap_servers, topics, s.topic_partitions, s.topic_retention_ms)
+    topics = [s.streaming.events_topic, s.streaming.alerts_topic] if alerts else [s.streaming.events_topic]
+    kafka_client.create_topics(s.kafka.bootstrap_servers, topics, s.kafka.topic_partitions, s.kafka.topic_retention_ms)
     return s
 
 
@@ -207,7 +207,7 @@ def batch_latency(spark, settings, rate: int, seconds: float) -> dict[str, float
     # librdkafka: kafka-python, at most about 9,000 events/s here, would keep much of a core busy
     # in this process and share its interpreter with the batches' Python (docs/streaming-facts.md)
     for second in range(int(seconds)):
-        confluent_produce(s.kafka_bootstrap_servers, s.events_topic,
+        confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic,
                           [(r.key, r.value) for r in records[second * rate:(second + 1) * rate]])
         time.sleep(max(0.0, started + second + 1 - time.perf_counter()))
     time.sleep(5)  # the last batches
@@ -237,7 +237,7 @@ def state_rows_over_event_time(spark, settings, devices: int, say=print) -> dict
                          "signal": float(d % 97)}).encode())
             for m in range(minutes_from, minutes_to) for d in range(devices) if (m + d) % 2 == 0
         ]
-        confluent_produce(s.kafka_bootstrap_servers, s.events_topic, pairs)
+        confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic, pairs)
         for job in ("dedup", "windowed-averages", "sessions"):
             summary = JobRun(get_job(job), s, spark).run_available_now()
             stages.setdefault(job, []).append(summary.state_rows)
@@ -258,7 +258,7 @@ def storm_rates(spark, settings, events: int, say=print) -> tuple[float, float]:
     for name, malformed_ratio in (("clean", 0.0), ("storm", 0.10)):
         s = _own_topics(settings, name, alerts=True)  # the shared alerts topic has malformed alerts
         records = generate_events(events, devices=1000, seed=3, malformed_ratio=malformed_ratio)
-        confluent_produce(s.kafka_bootstrap_servers, s.events_topic, [(r.key, r.value) for r in records])
+        confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic, [(r.key, r.value) for r in records])
         started = time.perf_counter()
         summary = JobRun(get_job("ingest"), s, spark).run_available_now()
         rates.append(_rate(events, time.perf_counter() - started))
@@ -303,8 +303,8 @@ def main(argv=None) -> int:
     figures: dict[str, float] = {}
     try:
         s = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-        kafka_client.create_topics(info.bootstrap_servers, [s.events_topic, s.alerts_topic, "bench-kp", "bench-ck"],
-                                   s.topic_partitions, s.topic_retention_ms)
+        kafka_client.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic, "bench-kp", "bench-ck"],
+                                   s.kafka.topic_partitions, s.kafka.topic_retention_ms)
         records = generate_events(args.events, devices=args.devices, seed=1, late_ratio=0.01,
                                   duplicate_ratio=0.02, malformed_ratio=0.01)
         pairs = [(r.key, r.value) for r in records]
@@ -314,16 +314,16 @@ def main(argv=None) -> int:
         produce_records(info.bootstrap_servers, "bench-kp", pairs)
         figures["produce kafka-python"] = _rate(len(pairs), time.perf_counter() - started)
         started = time.perf_counter()
-        confluent_produce(info.bootstrap_servers, s.events_topic, pairs)
+        confluent_produce(info.bootstrap_servers, s.streaming.events_topic, pairs)
         figures["produce confluent-kafka"] = _rate(len(pairs), time.perf_counter() - started)
         bar.update()
-        produce_records(info.bootstrap_servers, s.alerts_topic,
+        produce_records(info.bootstrap_servers, s.streaming.alerts_topic,
                         [(a.key, a.value) for a in generate_alerts(records, every=50, seed=1)])
         ceilings = {"confluent-kafka": max(
-            _timed_rate(lambda: consume_all(info.bootstrap_servers, s.events_topic)) for _ in range(3))}
+            _timed_rate(lambda: consume_all(info.bootstrap_servers, s.streaming.events_topic)) for _ in range(3))}
         jars.fetch(("kafka-tools",), s.jars_path)  # on demand: only the bench runs Kafka's tools
         ceilings["Kafka's JVM consumer"] = max(
-            kafka_jvm_consumer_rate(s, s.events_topic, len(pairs)) for _ in range(3))
+            kafka_jvm_consumer_rate(s, s.streaming.events_topic, len(pairs)) for _ in range(3))
         figures["consume ceiling (confluent-kafka, best of 3)"] = ceilings["confluent-kafka"]
         figures["consume ceiling (Kafka's JVM consumer, ConsumerPerformance, best of 3)"] = \
             ceilings["Kafka's JVM consumer"]
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
             JobRun(get_job("ingest"), warm, spark).run_available_now()
         bar.update()
         source = figures["Kafka source into Spark, count only (best of 3)"] = max(
-            _timed_rate(lambda: source_into_spark(spark, s, s.events_topic)) for _ in range(3)
+            _timed_rate(lambda: source_into_spark(spark, s, s.streaming.events_topic)) for _ in range(3)
         )
         ceilings["Spark's Kafka source"] = source
         say(f"  Kafka source into Spark, count only: {source:,.0f} events/s "

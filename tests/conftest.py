@@ -100,7 +100,7 @@ def settings(tmp_path, embedded_broker) -> Settings:
     """Settings with this test's own topics (created) and data directory."""
     s = make_settings(tmp_path / "data", embedded_broker.bootstrap_servers)
     kafka_client.create_topics(
-        s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], s.topic_partitions, s.topic_retention_ms
+        s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], s.kafka.topic_partitions, s.kafka.topic_retention_ms
     )
     return s
 

@@ -40,8 +40,8 @@ def at(hh: int, mm: int, ss: int = 0) -> int:
 
 def single_partition(settings: Settings) -> Settings:
     """Settings on a one-partition topic, so that batch splits are exactly predictable."""
-    s = settings.replace(events_topic=settings.events_topic + "-p1", topic_partitions=1)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 1, s.topic_retention_ms)
+    s = settings.replace(events_topic=settings.streaming.events_topic + "-p1", topic_partitions=1)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
     return s
 
 
@@ -54,7 +54,7 @@ def send(settings: Settings, events, topic: str | None = None) -> int:
 
 def produce(settings: Settings, records: list[SimRecord] | list[tuple[bytes | None, bytes]], topic: str | None = None) -> int:
     pairs = [(r.key, r.value) if isinstance(r, SimRecord) else r for r in records]
-    return produce_records(settings.kafka_bootstrap_servers, topic or settings.events_topic, pairs)
+    return produce_records(settings.kafka.bootstrap_servers, topic or settings.streaming.events_topic, pairs)
 
 
 def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
@@ -125,11 +125,11 @@ def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[st
     if settings is not None:
         env.update({
             "SIGFLOW_DATA_DIR": settings.data_dir,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-            "SIGFLOW_EVENTS_TOPIC": settings.events_topic,
-            "SIGFLOW_ALERTS_TOPIC": settings.alerts_topic,
-            "SIGFLOW_SHUFFLE_PARTITIONS": str(settings.shuffle_partitions),
-            "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
+            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+            "SIGFLOW_EVENTS_TOPIC": settings.streaming.events_topic,
+            "SIGFLOW_ALERTS_TOPIC": settings.streaming.alerts_topic,
+            "SIGFLOW_SHUFFLE_PARTITIONS": str(settings.spark.shuffle_partitions),
+            "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.kafka.max_offsets_per_trigger),
         })
     env.update(extra_env or {})
     return env

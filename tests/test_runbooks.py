@@ -42,10 +42,10 @@ def _blocks(path: Path, language: str) -> list[tuple[str, str]]:
 def incident(tmp_path_factory, embedded_broker, spark):
     """A stack mid-life: traffic in Kafka, three jobs with two committed runs each."""
     s = make_settings(tmp_path_factory.mktemp("runbooks") / "data", embedded_broker.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 2, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
     records = generate_events(400, devices=5, seed=21, malformed_ratio=0.05)
     alerts = generate_alerts(records, every=40, seed=21)
-    produce(s, alerts, s.alerts_topic)
+    produce(s, alerts, s.streaming.alerts_topic)
     for half in (records[:200], records[200:]):
         produce(s, half)
         for job in ("ingest", "dedup", "windowed-averages"):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
@@ -28,7 +28,7 @@ from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_even
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
 
-def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
+def alerts_with_signal(settings: StreamingSettings, alert_records: DataFrame, event_records: DataFrame) -> DataFrame:
     # An alert_id is one alert: a producer that re-sends (at-least-once) must not make it
     # join, or be reported without telemetry, twice. Same rule as events, on the alerts' delay.
     alerts = (
@@ -50,7 +50,7 @@ def alerts_with_signal(settings: Settings, alert_records: DataFrame, event_recor
     return alerts.join(events, condition, "leftOuter").select(*ALERT_COLUMNS, "event_id", "event_time", "signal")
 
 
-def build(settings: Settings, records: DataFrame) -> DataFrame:
+def build(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     return alerts_with_signal(
         settings,
         records.where(F.col("topic") == settings.alerts_topic),
@@ -58,7 +58,7 @@ def build(settings: Settings, records: DataFrame) -> DataFrame:
     )
 
 
-def dropped_by_the_join(settings: Settings, records: DataFrame, watermark_ms: int) -> DataFrame:
+def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, watermark_ms: int) -> DataFrame:
     """Rows the join drops as late: on each side, event time at or behind the query watermark.
 
     Spark keeps one watermark per query (``multiple_watermark_policy`` combines the two
@@ -83,7 +83,7 @@ def dropped_by_the_join(settings: Settings, records: DataFrame, watermark_ms: in
     )
 
 
-def split(settings: Settings, joined: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+def split(settings: StreamingSettings, joined: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     return {
         ALERT_SIGNAL_CONTEXT.name: joined.where(F.col("event_id").isNotNull()),
         ALERTS_WITHOUT_TELEMETRY.name: joined.where(F.col("event_id").isNull()).select(*ALERT_COLUMNS),

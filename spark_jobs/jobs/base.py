@@ -11,7 +11,7 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import TableSpec
 
 
@@ -39,15 +39,15 @@ class BatchContext:
 class StreamingJob:
     name: str
     summary: str
-    topics: Callable[[Settings], list[str]]
+    topics: Callable[[StreamingSettings], list[str]]
     # streaming Kafka records -> the streaming result of the job (stateful operators live here)
-    build: Callable[[Settings, DataFrame], DataFrame]
+    build: Callable[[StreamingSettings, DataFrame], DataFrame]
     # one micro-batch of that result -> rows per output table
-    split: Callable[[Settings, DataFrame, BatchContext], dict[str, DataFrame]]
+    split: Callable[[StreamingSettings, DataFrame, BatchContext], dict[str, DataFrame]]
     tables: tuple[TableSpec, ...]
     # Kafka records of one batch + the watermark it ran with -> the records it dropped as late,
     # in late_events' columns plus `missed`, what they missed (None: the job drops nothing late)
-    late_rule: Callable[[Settings, DataFrame, int], DataFrame] | None = None
+    late_rule: Callable[[StreamingSettings, DataFrame, int], DataFrame] | None = None
     # keeps state across batches (windows, dedup ids, sessions, join buffers): a checkpoint
     # rebuilt from Delta metadata starts that state empty
     stateful: bool = True

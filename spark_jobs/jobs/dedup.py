@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
 
 
-def split(settings: Settings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+def split(settings: StreamingSettings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     return {DEVICE_EVENTS_DEDUPLICATED.name: deduped}
 
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.events import parse_device_events
 
 
-def valid_events(settings: Settings, records: DataFrame) -> DataFrame:
+def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     """Typed events from Kafka records; malformed ones are the ingest job's to quarantine."""
     return parse_device_events(records, settings.max_clock_ahead)[0]
 
 
-def deduplicate(settings: Settings, events: DataFrame) -> DataFrame:
+def deduplicate(settings: StreamingSettings, events: DataFrame) -> DataFrame:
     """Drop repeats of an event_id seen within the watermark delay.
 
     State per id lives until the watermark passes its first event_time + delay, so it stays
@@ -29,11 +29,11 @@ def deduplicate(settings: Settings, events: DataFrame) -> DataFrame:
     return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
 
 
-def tumbling(settings: Settings, time_col: str | Column = "event_time") -> Column:
+def tumbling(settings: StreamingSettings, time_col: str | Column = "event_time") -> Column:
     return F.window(time_col, settings.tumbling_window.spark)
 
 
-def sliding(settings: Settings, time_col: str | Column = "event_time") -> Column:
+def sliding(settings: StreamingSettings, time_col: str | Column = "event_time") -> Column:
     return F.window(
         time_col,
         settings.sliding_window.spark,
@@ -61,7 +61,7 @@ def flatten_window(df: DataFrame) -> DataFrame:
     ).drop("window")
 
 
-def behind_watermark(settings: Settings, records: DataFrame, watermark_ms: int) -> DataFrame:
+def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_ms: int) -> DataFrame:
     """The events deduplication drops as late: event time at or behind the watermark.
 
     Every windowed job deduplicates first, so this is also their lateness rule: an event is

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import FLEET_SIGNAL_ROLLUPS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
@@ -24,7 +24,7 @@ from spark_jobs.jobs.event_time import (
 )
 
 
-def fleet_signal_rollups(settings: Settings, events: DataFrame) -> DataFrame:
+def fleet_signal_rollups(settings: StreamingSettings, events: DataFrame) -> DataFrame:
     per_device = signal_stats(deduplicate(settings, events), tumbling(settings), "tumbling")
     fleet_window = F.window(
         F.window_time("window"), settings.fleet_window.spark

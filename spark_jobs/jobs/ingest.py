@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
 from spark_jobs.contracts.tables import (
     DEVICE_ALERTS,
@@ -17,7 +17,7 @@ from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 
 
-def split_ingest_batch(settings: Settings, records: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     ingest_time = F.timestamp_millis(F.lit(batch.batch_timestamp_ms))
     raw = records.select(
         "key", "value", "topic", "partition", "offset",

@@ -28,7 +28,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_SESSIONS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
@@ -128,7 +128,7 @@ def session_updater(gap_ms: int, timeout_from: str = "event_time"):
     return update
 
 
-def device_sessions(settings: Settings, events: DataFrame, timeout_from: str = "event_time") -> DataFrame:
+def device_sessions(settings: StreamingSettings, events: DataFrame, timeout_from: str = "event_time") -> DataFrame:
     gap_ms = settings.session_gap.ms
     return (
         deduplicate(settings, events)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_jobs.config import Settings
+from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
@@ -23,7 +23,7 @@ from spark_jobs.jobs.event_time import (
 )
 
 
-def device_signal_averages(settings: Settings, events: DataFrame) -> DataFrame:
+def device_signal_averages(settings: StreamingSettings, events: DataFrame) -> DataFrame:
     # Each branch gets its own watermark + dedup. Measured on Spark 4.2: when both branches
     # share one deduplicated DataFrame, the sliding windows made final by a no-data batch
     # are only emitted with the next data batch.

@@ -72,12 +72,12 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__API__WORKERS": "1",
         # the deploy DAG's spark-submit: the local master of the embedded mode
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark_master}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark.master}),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "SIGFLOW_DATA_DIR": str(Path(settings.data_dir).resolve()),
         # spark-submit's driver (and its UI) start before sigflow's code can say where to bind
-        **({"SPARK_LOCAL_IP": "127.0.0.1"} if settings.spark_on_this_machine else {}),
+        **({"SPARK_LOCAL_IP": "127.0.0.1"} if settings.spark.on_this_machine else {}),
     }
 
 
@@ -271,7 +271,7 @@ def _launch(env: dict[str, str], log_file: Path, *command: str) -> subprocess.Po
 
 def start(settings: Settings, port: int | None = None, extra_env: dict[str, str] | None = None) -> LocalAirflow:
     """Airflow's components on SQLite in AIRFLOW_HOME; logs: <airflow_home>/<component>.log."""
-    port = port or settings.airflow_port
+    port = port or settings.local.airflow_port
     _check_port_free(port)
     private_dir(settings.airflow_home)
     env = {**os.environ, **(extra_env or {}), **environment(settings, port)}
@@ -286,7 +286,7 @@ def start_production(settings: Settings, port: int | None = None,
 
     from spark_jobs.local import postgres
 
-    port = port or settings.airflow_port
+    port = port or settings.local.airflow_port
     _check_port_free(port)
     home = private_dir(settings.airflow_home)
     database = postgres.start(settings)

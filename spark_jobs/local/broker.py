@@ -65,9 +65,9 @@ def _ports(settings: Settings) -> tuple[int, int]:
     path = settings.broker_dir / "ports.json"
     if path.exists():
         saved = json.loads(path.read_text())
-        if not settings.broker_port or settings.broker_port == saved["client"]:
+        if not settings.local.broker_port or settings.local.broker_port == saved["client"]:
             return saved["client"], saved["controller"]
-    ports = (settings.broker_port or free_port(), free_port())
+    ports = (settings.local.broker_port or free_port(), free_port())
     path.write_text(json.dumps({"client": ports[0], "controller": ports[1]}))
     return ports
 
@@ -95,7 +95,7 @@ def _security_properties(settings: Settings) -> dict[str, str]:
     """The client listener's security, as kafka_security_protocol asks: TLS from the
     generated CA, SASL with PLAIN and SCRAM (the client user's SCRAM credentials are
     created at start, see _create_client_user)."""
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.security_protocol
     listener = protocol.lower()
     props: dict[str, str] = {}
     if protocol in ("SSL", "SASL_SSL"):
@@ -108,7 +108,7 @@ def _security_properties(settings: Settings) -> dict[str, str]:
     if protocol.startswith("SASL_"):
         own = _broker_password(settings)
         plain_users = {f"user_{BROKER_USER}": own,
-                       f"user_{settings.kafka_username}": settings.kafka_secret.get_secret_value()}
+                       f"user_{settings.kafka.username}": settings.kafka.secret.get_secret_value()}
         props.update({
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
@@ -122,7 +122,7 @@ def _security_properties(settings: Settings) -> dict[str, str]:
 
 def server_properties(settings: Settings, client_port: int, controller_port: int) -> str:
     data = settings.broker_dir / "data"
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.security_protocol
     lines = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -180,10 +180,10 @@ def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, 
     with the kafka-tools set one of Kafka's own tools (ConsumerPerformance)."""
     jvm_classpath = ":".join(str(p) for p in classpath.verified_paths(jar_sets, settings.jars_path))
     return [
-        _java(), f"-Xmx{settings.broker_heap}", f"-Xms{settings.broker_heap}", "-XX:+UseG1GC",
+        _java(), f"-Xmx{settings.local.broker_heap}", f"-Xms{settings.local.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
-        *settings.java_options.split(), "-cp", jvm_classpath, main, *args,
+        *settings.spark.java_options.split(), "-cp", jvm_classpath, main, *args,
     ]
 
 
@@ -230,7 +230,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     # It may hold the keystore's and users' passwords: the owner's only.
     write_private(_config_file(settings), server_properties(settings, client_port, controller_port).encode())
     (settings.broker_dir / "log4j2.properties").write_text(
-        LOG4J2.format(log=log_file, level=settings.broker_log_level)
+        LOG4J2.format(log=log_file, level=settings.local.broker_log_level)
     )
     _format_storage(settings)
     address = f"127.0.0.1:{client_port}"
@@ -248,7 +248,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             f"embedded Kafka did not start on {address} within {timeout_s:g}s",
             f"see {log_file} and {settings.broker_dir / 'kafka.out'}",
         )
-    if settings.kafka_security_protocol.startswith("SASL_"):
+    if settings.kafka.security_protocol.startswith("SASL_"):
         _create_client_user(settings, own)
     info = BrokerInfo(pid=proc.pid, bootstrap_servers=address, log_file=str(log_file),
                       security_protocol=own.security_protocol, ca_file=own.ca_file,
@@ -259,7 +259,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
 
 def _own_connection(settings: Settings, address: str) -> KafkaConnection:
     """How the project reaches its own broker: as the broker user when SASL is on."""
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.security_protocol
     ca = embedded_ca(settings)
     if not protocol.startswith("SASL_"):
         return KafkaConnection(address, protocol, ca_file=ca)
@@ -277,15 +277,15 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
     )
 
     from spark_jobs.runtime.kafka import client as kafka_client
-    password = settings.kafka_secret.get_secret_value().encode()
+    password = settings.kafka.secret.get_secret_value().encode()
     admin = kafka_client.admin(own)  # kept referenced: a collected client fails its futures
     # One request per mechanism: Kafka refuses two changes to one user in a request.
     for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
-        upsert = UserScramCredentialUpsertion(settings.kafka_username, ScramCredentialInfo(mechanism, 8192), password)
+        upsert = UserScramCredentialUpsertion(settings.kafka.username, ScramCredentialInfo(mechanism, 8192), password)
         for future in admin.alter_user_scram_credentials([upsert]).values():
             future.result(timeout=timeout_s)
     client = connection(settings.replace(kafka_bootstrap_servers=own.bootstrap_servers,
-                                         kafka_ca_file=settings.kafka_ca_file or own.ca_file))
+                                         kafka_ca_file=settings.kafka.ca_file or own.ca_file))
     # the credential reaches the broker through the metadata log, shortly after
     wait_until(lambda: kafka_client.check_reachable(client, timeout_s=3) or True, timeout_s=timeout_s, every_s=0,
                not_yet=(BrokerUnavailable,), reraise=True)

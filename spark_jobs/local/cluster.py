@@ -94,7 +94,7 @@ def _daemon(settings: Settings, main: str, log_name: str, *args: str) -> subproc
            "SPARK_LOG_DIR": str(cluster_dir(settings))}
     command = [
         str(Path(os.environ["JAVA_HOME"], "bin", "java")), f"-Xmx{DAEMON_HEAP}",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC", *settings.java_options.split(),
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC", *settings.spark.java_options.split(),
         "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args,
     ]
     with open(cluster_dir(settings) / log_name, "ab") as out:
@@ -125,8 +125,8 @@ def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
     info = recorded(settings)
     started: list[subprocess.Popen] = []
     if info is None:
-        port = settings.cluster_port or free_port()
-        ui_port = settings.cluster_ui_port or free_port()
+        port = settings.local.cluster_port or free_port()
+        ui_port = settings.local.cluster_ui_port or free_port()
         master = _daemon(settings, MASTER_CLASS, "master.log", "--host", "127.0.0.1", "--port", str(port),
                          "--webui-port", str(ui_port))
         started.append(master)
@@ -134,10 +134,10 @@ def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
                            process_started={str(master.pid): start_time(master.pid)})
         _wait("master", lambda: master_state(info.ui_url) is not None, started, settings, timeout_s)
     alive = info.workers_alive()
-    for n in range(len(alive), settings.cluster_workers):
+    for n in range(len(alive), settings.local.cluster_workers):
         work_dir = cluster_dir(settings) / f"worker-{n}"
         worker = _daemon(settings, WORKER_CLASS, f"worker-{n}.log", "--host", "127.0.0.1", "--cores", "1",
-                         "--memory", settings.cluster_worker_memory, "--work-dir", str(work_dir),
+                         "--memory", settings.local.cluster_worker_memory, "--work-dir", str(work_dir),
                          "--webui-port", str(free_port()), info.master_url)
         started.append(worker)
         alive.append(worker.pid)
@@ -147,7 +147,7 @@ def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
 
     def all_registered() -> bool:
         workers = master_state(info.ui_url)["workers"]
-        return sum(w["state"] == "ALIVE" for w in workers) >= settings.cluster_workers
+        return sum(w["state"] == "ALIVE" for w in workers) >= settings.local.cluster_workers
 
     _wait("workers", all_registered, started, settings, timeout_s)
     return info

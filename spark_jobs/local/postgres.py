@@ -85,7 +85,7 @@ def start(settings: Settings) -> PostgresInfo:
     if not (data / "PG_VERSION").exists():
         private_dir(home)
         write_private(password_file, secrets.token_urlsafe(24) + "\n")
-        port_file.write_text(str(settings.postgres_port or free_port()))
+        port_file.write_text(str(settings.local.postgres_port or free_port()))
         initdb_password = home / "initdb.pw"  # initdb reads it as the server's user
         write_private(initdb_password, password_file.read_text())
         try:

@@ -18,9 +18,9 @@ def describe_settings(settings: Settings) -> list[str]:
     """The effective settings: loading them is the validation. The Kafka password prints as
     asterisks (a SecretStr); a password file is named, never read out."""
     lines = [f"settings from {settings.source_file or 'defaults and environment'}:"]
-    for name, value in settings.model_dump().items():
+    for name, value in settings.flat().items():
         lines.append(f"  {name} = {value!r}")
-    if not settings.kafka_bootstrap_servers:  # the value in use, not only the setting
+    if not settings.kafka.bootstrap_servers:  # the value in use, not only the setting
         index = next(i for i, line in enumerate(lines) if line.startswith("  kafka_bootstrap_servers = "))
         try:
             lines[index] += f" (unset: the embedded broker at {kafka_address.bootstrap_servers(settings)})"
@@ -33,9 +33,9 @@ def ensure_topics(settings: Settings) -> list[str]:
     bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     outcome = kafka_client.create_topics(
-        bootstrap, [settings.events_topic, settings.alerts_topic],
-        settings.topic_partitions, settings.topic_retention_ms,
-        settings.topic_replication_factor, settings.topic_min_insync_replicas,
+        bootstrap, [settings.streaming.events_topic, settings.streaming.alerts_topic],
+        settings.kafka.topic_partitions, settings.kafka.topic_retention_ms,
+        settings.kafka.topic_replication_factor, settings.kafka.topic_min_insync_replicas,
     )
     return [f"topic {topic}: {what}" for topic, what in outcome.items()]
 
@@ -44,7 +44,7 @@ def use_broker_time(settings: Settings) -> list[str]:
     """Stamp the configured topics' records with the broker's clock (docs/semantics.md)."""
     bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
-    return [kafka_client.use_broker_time(bootstrap, topic) for topic in (settings.events_topic, settings.alerts_topic)]
+    return [kafka_client.use_broker_time(bootstrap, topic) for topic in (settings.streaming.events_topic, settings.streaming.alerts_topic)]
 
 
 def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = None) -> list[str]:
@@ -52,7 +52,7 @@ def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = 
     bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     return [kafka_client.add_partitions(bootstrap, topic, partitions)
-            for topic in topics or [settings.events_topic, settings.alerts_topic]]
+            for topic in topics or [settings.streaming.events_topic, settings.streaming.alerts_topic]]
 
 
 def ensure_tables(settings: Settings) -> list[str]:

@@ -76,7 +76,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
 def vacuum_retention_hours(settings: Settings) -> int:
     """``vacuum_retention`` in the whole hours delta-rs takes, rounded up so it only ever
     keeps more; refused under ``vacuum_retention_floor``."""
-    retention, floor = settings.vacuum_retention, settings.vacuum_retention_floor
+    retention, floor = settings.operations.vacuum_retention, settings.operations.vacuum_retention_floor
     if retention.seconds < floor.seconds:
         raise ConfigError(
             f"vacuum_retention {retention} is under its floor of {floor}: vacuum would delete files "
@@ -89,7 +89,7 @@ def vacuum_retention_hours(settings: Settings) -> int:
 def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
     import pyarrow.dataset as ds
 
-    seconds = settings.quarantine_retention.seconds
+    seconds = settings.operations.quarantine_retention.seconds
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=seconds)
     old = count_matching(table.table_uri, ds.field("ingest_time") < cutoff)
     if old and not dry_run:
@@ -100,9 +100,9 @@ def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
 def _prune_checkpoint(settings: Settings, job: str, dry_run: bool) -> str:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     batches = checkpoint.offset_batches()
-    if len(batches) <= settings.checkpoint_batches_retained:
+    if len(batches) <= settings.operations.checkpoint_batches_retained:
         return ""
-    keep_from = batches[-settings.checkpoint_batches_retained]
+    keep_from = batches[-settings.operations.checkpoint_batches_retained]
     if status.running_pid(settings, job) is not None:
         return f"checkpoint {job}: running, left to Spark's own cleanup"
     removed = len([b for b in batches if b < keep_from]) if dry_run else checkpoint.prune_before(keep_from)

@@ -67,7 +67,7 @@ class SigflowCollector(Collector):
                 watermark.add_metric([job.job], job.watermark_ms / 1000)
         yield from (up, verdict, behind, batch, batch_time, watermark)
         yield GaugeMetricFamily("sigflow_trigger_interval_seconds", "The processing-time trigger of long-running jobs",
-                                value=self.settings.trigger_interval.seconds)
+                                value=self.settings.streaming.trigger_interval.seconds)
         yield from self._counts(metrics)
         yield self._quarantined()
 
@@ -129,9 +129,9 @@ def serve(settings: Settings) -> Exporter:
     from spark_jobs.errors import ConfigError
 
     try:
-        server, thread = start_http_server(settings.metrics_port, settings.metrics_host, registry(settings))
+        server, thread = start_http_server(settings.operations.metrics_port, settings.operations.metrics_host, registry(settings))
     except OSError as exc:
-        raise ConfigError(f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: {exc.strerror}",
+        raise ConfigError(f"cannot serve metrics on {settings.operations.metrics_host}:{settings.operations.metrics_port}: {exc.strerror}",
                           "set SIGFLOW_METRICS_PORT to a free port") from None
     host, port = server.server_address[:2]
     return Exporter(f"http://{host}:{port}/metrics", server, thread)

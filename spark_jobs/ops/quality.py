@@ -50,7 +50,7 @@ def _not_null(*columns: str) -> list[Check]:
 def _in_range(settings: Settings, *columns: str) -> list[Check]:
     return [
         Check("ExpectColumnValuesToBeBetween",
-              {"column": c, "min_value": settings.signal_min, "max_value": settings.signal_max})
+              {"column": c, "min_value": settings.operations.signal_min, "max_value": settings.operations.signal_max})
         for c in columns
     ]
 
@@ -61,7 +61,7 @@ def _ordered(later: str, earlier: str, or_equal: bool = False) -> Check:
 
 
 def _fresh(settings: Settings, column: str) -> Check:
-    oldest = datetime.now(timezone.utc) - timedelta(seconds=settings.quality_freshness.seconds)
+    oldest = datetime.now(timezone.utc) - timedelta(seconds=settings.operations.quality_freshness.seconds)
     return Check("ExpectColumnMaxToBeBetween",
                  {"column": column, "min_value": oldest}, WARNING)
 

@@ -93,7 +93,7 @@ def read_state(spark, settings: Settings, job: str, device: str | None = None,
         raise SigflowError(f"batch {batch} of {job} is not committed (committed: {committed[0]}..{committed[-1]})",
                            "pick a committed batch, or leave out --batch for the latest")
     operators = spark.read.format("state-metadata").load(checkpoint.uri).collect()
-    gap_ms = settings.session_gap.ms
+    gap_ms = settings.streaming.session_gap.ms
     found: list[OperatorState] = []
     for op in sorted({(o.operatorId, o.operatorName) for o in operators}):
         operator_id, name = op

@@ -22,7 +22,7 @@ from spark_jobs.runtime.kafka import client as kafka_client
 
 def running_holder(settings: Settings, job: str) -> Holder | None:
     """The live run holding the job's checkpoint lease, on any host, or None."""
-    holder = Lease(Checkpoint(settings.checkpoint_uri(job)), job, settings.lease_ttl.seconds).holder()
+    holder = Lease(Checkpoint(settings.checkpoint_uri(job)), job, settings.operations.lease_ttl.seconds).holder()
     return holder if holder is not None and holder.alive() else None
 
 
@@ -177,7 +177,7 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
     bootstrap = kafka_address.connection(settings)
     lag = {}
-    for topic in get_job(job).topics(settings):
+    for topic in get_job(job).topics(settings.streaming):
         partitions = kafka_client.topic_partitions(bootstrap, topic)
         done = committed.get(topic, {})
         for p, (earliest, end) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
@@ -187,7 +187,7 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
 
 def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True) -> JobStatus:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
-    lease = Lease(checkpoint, job, settings.lease_ttl.seconds).holder()
+    lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     running = lease is not None and lease.alive()
     status = JobStatus(job, lease.pid if running else None)
     last = checkpoint.last_committed()
@@ -218,8 +218,8 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
             pass
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=lease is not None and not running,
-        behind=status.behind, age_s=status.age_s, trigger_s=settings.trigger_interval.seconds,
-        batch_records=settings.max_offsets_per_trigger)
+        behind=status.behind, age_s=status.age_s, trigger_s=settings.streaming.trigger_interval.seconds,
+        batch_records=settings.kafka.max_offsets_per_trigger)
     return status
 
 

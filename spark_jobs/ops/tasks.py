@@ -98,7 +98,7 @@ def restart_plan(params: Mapping[str, Any], settings: Settings | None = None):
 
 def restart_approvers() -> list[dict[str, str]]:
     """The Airflow users who may answer a sigflow_restart approval (``restart_approvers``)."""
-    return [{"id": user, "name": user} for user in load_settings().approvers]
+    return [{"id": user, "name": user} for user in load_settings().operations.approvers]
 
 
 def apply_approved_restart(params: Mapping[str, Any], approval: Mapping[str, Any] | None,
@@ -112,7 +112,7 @@ def apply_approved_restart(params: Mapping[str, Any], approval: Mapping[str, Any
 
     settings = load_settings()
     plan = restart_plan(params, settings)
-    why = approvals.refusal(approval, plan.digest(), requester, settings.approvers)
+    why = approvals.refusal(approval, plan.digest(), requester, settings.operations.approvers)
     if why:
         raise SigflowError(
             f"{plan.action} {plan.job} not applied: {why}; nothing was changed",

@@ -76,7 +76,7 @@ class JobRun:
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
         # held from here until the run ends: before the app id is read or made, so two runs
         # starting at once cannot each make one; a restart being applied holds it too
-        self.lease = Lease(self.checkpoint, job.name, settings.lease_ttl.seconds)
+        self.lease = Lease(self.checkpoint, job.name, settings.operations.lease_ttl.seconds)
         self.lease.acquire()
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
@@ -95,7 +95,7 @@ class JobRun:
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
         kafka_client.check_reachable(self.kafka)
-        for topic in job.topics(settings):
+        for topic in job.topics(settings.streaming):
             kafka_client.topic_partitions(self.kafka, topic)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
@@ -118,8 +118,8 @@ class JobRun:
         self.query = None
 
     def plan(self) -> DataFrame:
-        records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings))
-        plan = self.job.build(self.settings, records)
+        records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings.streaming))
+        plan = self.job.build(self.settings.streaming, records)
         counting = Counting(scans=source_scans(plan), branches=self.job.branches)
         self.recorder.counting = counting
         self.progress_log.follow(self.job.name, counting, self.settings.progress_file(self.job.name))
@@ -203,7 +203,7 @@ class JobRun:
         BrokerUnavailable once broker_outage_budget is spent, counted from ``began``: a
         cluster that answers while a partition has no leader fails the query again and
         again, and each of those failures is the same outage."""
-        budget = max(0.0, self.settings.broker_outage_budget.seconds - (time.monotonic() - began))
+        budget = max(0.0, self.settings.kafka.outage_budget.seconds - (time.monotonic() - began))
 
         def say_retry(state: tenacity.RetryCallState) -> None:
             log.warning(
@@ -211,7 +211,7 @@ class JobRun:
                 "Check `sigflow broker status` or the Kafka cluster; the job resumes from its "
                 "checkpoint when Kafka is back (docs/runbooks/broker-outage.md)",
                 self.job.name, self.kafka, state.attempt_number, state.upcoming_sleep,
-                self.settings.broker_outage_budget,
+                self.settings.kafka.outage_budget,
             )
 
         def pause(seconds: float) -> None:
@@ -236,7 +236,7 @@ class JobRun:
             waited = time.monotonic() - began
             raise BrokerUnavailable(
                 f"job {self.job.name} stopped: Kafka at {self.kafka} unreachable for "
-                f"{waited:.0f} s (broker_outage_budget {self.settings.broker_outage_budget}); "
+                f"{waited:.0f} s (broker_outage_budget {self.settings.kafka.outage_budget}); "
                 f"last error: {cause[:300]}",
                 "bring Kafka back and rerun: the job resumes from its checkpoint, "
                 "nothing is lost (docs/runbooks/broker-outage.md)",
@@ -268,7 +268,7 @@ class JobRun:
                 log.warning("%s: the batch in flight did not finish within %d s of the stop; stopping it",
                             self.job.name, STOP_GRACE_S)
 
-        return self._run(self.settings.trigger_interval.spark, drive, stop)
+        return self._run(self.settings.streaming.trigger_interval.spark, drive, stop)
 
 
 class _KafkaGone(Exception):
@@ -290,10 +290,10 @@ def _jvm_died(job: str, settings: Settings) -> DriverDied:
     """The driver JVM died in a batch. Measured cause: a batch too big for its heap (the
     JVM exits on OutOfMemoryError, and py4j then finds no one answering). The batch keeps
     the offsets it was planned with, so only more memory gets it through."""
-    limit = settings.max_offsets_per_trigger or "no limit"
+    limit = settings.kafka.max_offsets_per_trigger or "no limit"
     return DriverDied(
         f"job {job} stopped: the Spark driver died during a batch, most likely out of memory "
-        f"(max_offsets_per_trigger {limit}, spark_driver_memory {settings.spark_driver_memory})",
+        f"(max_offsets_per_trigger {limit}, spark_driver_memory {settings.spark.driver_memory})",
         "raise SIGFLOW_SPARK_DRIVER_MEMORY and rerun: the job redoes the batch from its checkpoint "
         "with the offsets it was planned with, exactly once; lower SIGFLOW_MAX_OFFSETS_PER_TRIGGER "
         "to keep later batches smaller (docs/runbooks/job-crashed.md)",

@@ -70,26 +70,26 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
     # Python workers inherit this: PySpark 4.2's own pandas code (applyInPandasWithState)
     # prints a pandas FutureWarning per worker on every sessions run, which nobody can act on.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
-    if settings.spark_on_this_machine:
+    if settings.spark.on_this_machine:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
-        .config("spark.ui.enabled", str(settings.spark_ui).lower())
-        .config("spark.ui.port", str(settings.spark_ui_port))
+        .config("spark.ui.enabled", str(settings.spark.ui).lower())
+        .config("spark.ui.port", str(settings.spark.ui_port))
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.java_options))
-        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config(map=java_options_conf(settings.spark.java_options))
+        .config("spark.driver.memory", settings.spark.driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
-        .config("spark.executor.memory", settings.spark_executor_memory)
+        .config("spark.executor.memory", settings.spark.executor_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         # a batch's table appends run at once from driver threads (concurrent_writes), each
         # in a pool of its own: FAIR shares the executors between them instead of queueing
         .config("spark.scheduler.mode", "FAIR")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
-        builder = builder.master(settings.spark_master)
+        builder = builder.master(settings.spark.master)
         for key, value in jar_conf(settings).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -97,7 +97,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         from spark_jobs.runtime import classpath
 
         classpath.verify_classpath(spark.conf.get("spark.jars", "").split(","))
-    spark.sparkContext.setLogLevel(settings.spark_log_level)
+    spark.sparkContext.setLogLevel(settings.spark.log_level)
     # PySpark's accumulator server prints a socket traceback when the driver's JVM dies
     # mid-batch; the runner reports that death in one line (DriverDied).
     accumulators = getattr(spark.sparkContext, "_accumulatorServer", None)
@@ -131,13 +131,13 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 def configure_session(spark: SparkSession, settings: Settings) -> None:
     """The per-run SQL settings the jobs depend on (safe to apply to a shared session)."""
     conf = spark.conf
-    conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+    conf.set("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
     conf.set("spark.sql.streaming.metricsEnabled", "true")  # each query's metrics (PROMETHEUS_CONF)
-    conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.multiple_watermark_policy)
+    conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.streaming.multiple_watermark_policy)
     # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
     # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores
     # (docs/streaming-facts.md).
-    conf.set("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
+    conf.set("spark.databricks.delta.snapshotPartitions", str(settings.spark.shuffle_partitions))
     if on_local_disk(settings.checkpoint_root_uri):
         conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINT_FILE_MANAGER)
 

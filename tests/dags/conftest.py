@@ -12,13 +12,13 @@ def settings_env(settings) -> dict[str, str]:
     """The environment under which DAG tasks load these settings."""
     return {
         "SIGFLOW_DATA_DIR": settings.data_dir,
-        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-        "SIGFLOW_EVENTS_TOPIC": settings.events_topic,
-        "SIGFLOW_ALERTS_TOPIC": settings.alerts_topic,
-        "SIGFLOW_TOPIC_PARTITIONS": str(settings.topic_partitions),
+        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "SIGFLOW_EVENTS_TOPIC": settings.streaming.events_topic,
+        "SIGFLOW_ALERTS_TOPIC": settings.streaming.alerts_topic,
+        "SIGFLOW_TOPIC_PARTITIONS": str(settings.kafka.topic_partitions),
         "SIGFLOW_SHUFFLE_PARTITIONS": "2",
-        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
-        "SIGFLOW_JVM_OPTIONS": settings.java_options,
+        "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.kafka.max_offsets_per_trigger),
+        "SIGFLOW_JVM_OPTIONS": settings.spark.java_options,
     }
 
 

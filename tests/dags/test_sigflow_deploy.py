@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
 def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path,
                                                                          capfd):
-    s = dag_env(settings.replace(events_topic=settings.events_topic + "-new",
-                                 alerts_topic=settings.alerts_topic + "-new", topic_partitions=2))
+    s = dag_env(settings.replace(events_topic=settings.streaming.events_topic + "-new",
+                                 alerts_topic=settings.streaming.alerts_topic + "-new", topic_partitions=2))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
@@ -32,8 +32,8 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     state, tasks = run_dag("sigflow_deploy", {**conf, "jobs": []})  # set-up only: no spark-submit yet
     assert state == "success", tasks
     assert tasks["ensure_tables"] == "success" and tasks["start_ingest"] == "skipped"
-    topics = kafka_client.admin(s.kafka_bootstrap_servers).list_topics(timeout=10).topics
-    assert len(topics[s.events_topic].partitions) == 2
+    topics = kafka_client.admin(s.kafka.bootstrap_servers).list_topics(timeout=10).topics
+    assert len(topics[s.streaming.events_topic].partitions) == 2
     assert all(DeltaTable.is_deltatable(s.table_uri(name)) for name in ALL_TABLES)
 
     records = generate_events(120, seed=2)
@@ -74,7 +74,7 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
                                 alerts_topic="deploy-secured-alerts"))
     # The environment names the protocol and the CA only; the credentials are the connection's.
     monkeypatch.setenv("SIGFLOW_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
-    monkeypatch.setenv("SIGFLOW_KAFKA_CA_FILE", s.kafka_ca_file)
+    monkeypatch.setenv("SIGFLOW_KAFKA_CA_FILE", s.kafka.ca_file)
     monkeypatch.setenv("AIRFLOW_CONN_SIGFLOW_KAFKA", json.dumps(
         {"conn_type": "generic", "login": SECURED_USER, "password": password}))
 
@@ -82,7 +82,7 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
 
     assert state == "success", tasks
     topics = kafka_client.admin(kafka_address.connection(s)).list_topics(timeout=10).topics
-    assert {s.events_topic, s.alerts_topic} <= set(topics)
+    assert {s.streaming.events_topic, s.streaming.alerts_topic} <= set(topics)
     logged = capfd.readouterr()
     assert f"kafka_username = '{SECURED_USER}'" in logged.out + logged.err  # validate_config's listing ran
     assert password not in logged.out + logged.err

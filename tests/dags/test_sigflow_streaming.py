@@ -40,7 +40,7 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     s = dag_env(settings.replace(max_offsets_per_trigger=150))
     produce(s, [quiet] + [(r.key, r.value) for r in records])
     alerts = generate_alerts(records, every=15)
-    produce(s, alerts, s.alerts_topic)
+    produce(s, alerts, s.streaming.alerts_topic)
     state, tasks = run_dag("sigflow_streaming")
     assert state == "success" and set(tasks.values()) == {"success"}
 

@@ -102,10 +102,10 @@ def _env(service: str) -> dict[str, str]:
 def test_services_get_a_valid_production_configuration(service):
     env = {k: v for k, v in _env(service).items() if k.startswith("SIGFLOW_") or k == "KAFKA_BOOTSTRAP_SERVERS"}
     settings = load_settings(env=env)  # raises on any unknown or malformed setting
-    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.kafka.bootstrap_servers == "kafka:9092"
     assert settings.table_uri("device_events").startswith("s3a://sigflow/delta/")
     assert settings.checkpoint_uri("ingest").startswith("s3a://sigflow/checkpoints/")
-    assert kafka_options(settings, settings.kafka_bootstrap_servers, [settings.events_topic])["subscribe"] == "device-events"
+    assert kafka_options(settings, settings.kafka.bootstrap_servers, [settings.streaming.events_topic])["subscribe"] == "device-events"
 
 
 AIRFLOW_SERVICES = sorted(name for name, svc in SERVICES.items()
@@ -198,12 +198,12 @@ def test_the_embedded_cluster_is_the_compose_cluster_on_loopback():
     defaults = load_settings(env={})
     published = {int(host.split(":")[1]): int(container) for host, container in
                  (str(p).rsplit(":", 1) for p in SERVICES["spark-master"]["ports"])}
-    assert published == {defaults.cluster_ui_port: 8080, defaults.cluster_port: 7077}
+    assert published == {defaults.local.cluster_ui_port: 8080, defaults.local.cluster_port: 7077}
     workers = [name for name in SERVICES if name.startswith("spark-worker")]
-    assert len(workers) == defaults.cluster_workers
+    assert len(workers) == defaults.local.cluster_workers
     assert all(cluster.WORKER_CLASS in " ".join(SERVICES[name]["command"]) for name in workers)
-    assert all(f"spark-master:{defaults.cluster_port}" in " ".join(SERVICES[name]["command"]) for name in workers)
-    assert _env("spark-master")["SIGFLOW_SPARK_MASTER"] == f"spark://spark-master:{defaults.cluster_port}"
+    assert all(f"spark-master:{defaults.local.cluster_port}" in " ".join(SERVICES[name]["command"]) for name in workers)
+    assert _env("spark-master")["SIGFLOW_SPARK_MASTER"] == f"spark://spark-master:{defaults.local.cluster_port}"
 
 
 def test_compose_publishes_kafka_and_airflow_where_the_embedded_ones_listen():
@@ -213,9 +213,9 @@ def test_compose_publishes_kafka_and_airflow_where_the_embedded_ones_listen():
     def published(service: str) -> set[int]:
         return {int(str(port).split(":")[1]) for port in SERVICES[service]["ports"]}
 
-    assert defaults.broker_port in published("kafka")
-    assert f"HOST://localhost:{defaults.broker_port}" in _env("kafka")["KAFKA_ADVERTISED_LISTENERS"]
-    assert published("airflow-apiserver") == {defaults.airflow_port}
+    assert defaults.local.broker_port in published("kafka")
+    assert f"HOST://localhost:{defaults.local.broker_port}" in _env("kafka")["KAFKA_ADVERTISED_LISTENERS"]
+    assert published("airflow-apiserver") == {defaults.local.airflow_port}
 
 
 def test_only_the_object_store_itself_gets_its_root_keys_and_the_host_listener_asks_for_a_user(tmp_path):

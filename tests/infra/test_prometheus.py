@@ -81,7 +81,7 @@ def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tm
     for minute in (10, 15, 20):  # records keep coming; nothing runs the jobs
         produce(settings, generate_events(100, seed=minute, late_ratio=0, malformed_ratio=0))
         step(minute)
-    hung = Lease(Checkpoint(settings.checkpoint_uri("ingest")), "ingest", settings.lease_ttl.seconds)  # a run that holds ingest's checkpoint and commits nothing
+    hung = Lease(Checkpoint(settings.checkpoint_uri("ingest")), "ingest", settings.operations.lease_ttl.seconds)  # a run that holds ingest's checkpoint and commits nothing
     hung.acquire()
     try:
         step(40)

@@ -57,8 +57,8 @@ def test_produce_publishes_each_line_as_is(settings, tmp_path):
     path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\nnot json\n')
     result = sigflow(settings, "produce", "--file", str(path))
     assert result.returncode == 0 and "produced 2 records" in result.stdout
-    parts = kafka_client.topic_partitions(settings.kafka_bootstrap_servers, settings.events_topic)
-    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic, parts)
+    parts = kafka_client.topic_partitions(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
+    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic, parts)
     assert sum(end for _, end in bounds.values()) == 2
 
 

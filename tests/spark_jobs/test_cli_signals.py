@@ -54,7 +54,7 @@ def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
 def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings, signum):
     command = _start(settings, "simulate", "--rate", "50", "--duration", "600")
     deadline = time.monotonic() + 60
-    while records_in(settings.kafka_bootstrap_servers, settings.events_topic) < 20:
+    while records_in(settings.kafka.bootstrap_servers, settings.streaming.events_topic) < 20:
         assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
         time.sleep(0.5)
 
@@ -62,7 +62,7 @@ def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings,
 
     sent = re.search(r"sigflow: error: interrupted after ([\d,]+) of 30,000 records sent", "\n".join(lines))
     assert sent, lines
-    assert int(sent[1].replace(",", "")) == records_in(settings.kafka_bootstrap_servers, settings.events_topic)
+    assert int(sent[1].replace(",", "")) == records_in(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
 
 
 def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(spark, settings):

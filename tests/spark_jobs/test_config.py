@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import (
+    FLAT_NAMES,
     duration_seconds,
     load_settings,
     on_local_disk,
@@ -16,7 +17,7 @@ def test_defaults_work_locally():
     s = load_settings(env={})
     assert s.table_uri("device_events") == "data/delta/device_events"
     assert s.checkpoint_uri("ingest") == "data/checkpoints/ingest"
-    assert s.watermark_delay.seconds == 600 and s.watermark_delay.spark == "600 seconds"
+    assert s.streaming.watermark_delay.seconds == 600 and s.streaming.watermark_delay.spark == "600 seconds"
 
 
 def test_precedence_file_then_env_then_overrides(tmp_path):
@@ -24,8 +25,8 @@ def test_precedence_file_then_env_then_overrides(tmp_path):
     path.write_text("events_topic: from-file\ntopic_partitions: 6\nfail_on_data_loss: false\n")
     env = {"SIGFLOW_TOPIC_PARTITIONS": "8", "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092"}
     s = load_settings(config_file=path, env=env, overrides={"events_topic": "from-cli"})
-    assert (s.events_topic, s.topic_partitions, s.fail_on_data_loss) == ("from-cli", 8, False)
-    assert s.kafka_bootstrap_servers == "kafka:9092"
+    assert (s.streaming.events_topic, s.kafka.topic_partitions, s.kafka.fail_on_data_loss) == ("from-cli", 8, False)
+    assert s.kafka.bootstrap_servers == "kafka:9092"
 
 
 def test_object_store_roots_are_accepted():
@@ -96,7 +97,7 @@ def test_settings_are_immutable_and_replace_revalidates():
     s = load_settings(env={})
     with pytest.raises(Exception):
         s.events_topic = "other"
-    assert s.replace(watermark_delay="2h").watermark_delay.seconds == 7200
+    assert s.replace(watermark_delay="2h").streaming.watermark_delay.seconds == 7200
     with pytest.raises(ConfigError, match="watermark_delay"):
         s.replace(watermark_delay="later")
 
@@ -112,9 +113,80 @@ def test_the_jit_setting_reaches_the_jvm_with_the_code_cache_c1_alone_needs(jit,
 
     ensure_java()
     settings = load_settings(env={"SIGFLOW_JIT": jit, "SIGFLOW_JVM_OPTIONS": "-Xss4m"})
-    out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *settings.java_options.split(),
+    out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *settings.spark.java_options.split(),
                           "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True).stdout
     flags = dict(re.findall(r"^\s*\S+\s+(\w+)\s+=\s+(\S+)", out, re.M))
     assert int(flags["TieredStopAtLevel"]) == stop_level
     assert int(flags["ReservedCodeCacheSize"]) >= 240 * 1024 * 1024
     assert int(flags["ThreadStackSize"]) == 4096  # jvm_options come too
+
+
+# A value other than the default for every setting a user may have set by its flat name,
+# written as a user writes it, and what the grouped field then holds.
+FLAT_SAMPLES = {
+    "data_dir": ("/srv/sigflow", "/srv/sigflow"), "delta_root": ("s3a://lake/d", "s3a://lake/d"),
+    "checkpoint_root": ("s3a://lake/c", "s3a://lake/c"), "jars_dir": ("/opt/jars", "/opt/jars"),
+    "quality_dir": ("/srv/q", "/srv/q"), "airflow_dir": ("/srv/a", "/srv/a"),
+    "kafka_bootstrap_servers": ("k1:9092,k2:9092", "k1:9092,k2:9092"), "topic_partitions": ("6", 6),
+    "topic_retention_ms": ("3600000", 3_600_000), "topic_replication_factor": ("3", 3),
+    "topic_min_insync_replicas": ("2", 2), "starting_offsets": ("latest", "latest"),
+    "max_offsets_per_trigger": ("5000", 5000), "fail_on_data_loss": ("false", False),
+    "kafka_read_timeout_s": ("12.5", 12.5), "broker_outage_budget": ("90 seconds", 90),
+    "kafka_security_protocol": ("SSL", "SSL"), "kafka_sasl_mechanism": ("PLAIN", "PLAIN"),
+    "kafka_username": ("svc-sigflow", "svc-sigflow"), "kafka_password": ("s3cret", "s3cret"),
+    "kafka_password_file": ("/run/secrets/kafka", "/run/secrets/kafka"), "kafka_ca_file": ("/etc/ca.pem", "/etc/ca.pem"),
+    "events_topic": ("ev", "ev"), "alerts_topic": ("al", "al"), "trigger_interval": ("2s", 2),
+    "watermark_delay": ("20 minutes", 1200), "max_clock_ahead": ("30s", 30), "multiple_watermark_policy": ("max", "max"),
+    "tumbling_window": ("1 minute", 60), "sliding_window": ("4 minutes", 240), "sliding_step": ("2 minutes", 120),
+    "fleet_window": ("1 hour", 3600), "session_gap": ("5 minutes", 300), "alert_watermark_delay": ("1 minute", 60),
+    "alert_context": ("2 minutes", 120), "spark_master": ("spark://m:7077", "spark://m:7077"),
+    "spark_executor_memory": ("4g", "4g"), "spark_driver_memory": ("3g", "3g"), "jvm_options": ("-Xss4m", "-Xss4m"),
+    "jit": ("quick", "quick"), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
+    "spark_ui": ("true", True), "spark_ui_port": ("4050", 4050), "spark_log_level": ("WARN", "WARN"),
+    "lease_ttl": ("5 minutes", 300), "restart_approvers": ("alice,bob", "alice,bob"), "signal_min": ("-5", -5.0),
+    "signal_max": ("5", 5.0), "quality_freshness": ("1 hour", 3600), "vacuum_retention": ("2 days", 172_800),
+    "vacuum_retention_floor": ("2 hours", 7200), "quarantine_retention": ("10 days", 864_000),
+    "checkpoint_batches_retained": ("50", 50), "metrics_host": ("0.0.0.0", "0.0.0.0"), "metrics_port": ("9500", 9500),
+    "broker_port": ("29092", 29092), "broker_heap": ("1g", "1g"), "broker_log_level": ("WARN", "WARN"),
+    "cluster_port": ("7078", 7078), "cluster_ui_port": ("8091", 8091), "cluster_workers": ("3", 3),
+    "cluster_worker_memory": ("2g", "2g"), "postgres_port": ("5433", 5433), "airflow_port": ("8081", 8081),
+}
+
+
+def _held(settings, name: str):
+    value = settings.flat()[name]
+    if hasattr(value, "get_secret_value"):
+        return value.get_secret_value()
+    return value.seconds if hasattr(value, "seconds") else value
+
+
+def test_every_flat_name_users_set_still_reaches_its_setting(tmp_path):
+    assert set(FLAT_SAMPLES) == set(FLAT_NAMES)  # a new setting gets a sample here
+    for name, (written, held) in FLAT_SAMPLES.items():
+        from_env = load_settings(env={f"SIGFLOW_{name.upper()}": written})
+        assert _held(from_env, name) == held, name
+        if name == "kafka_password":
+            continue  # never from a file (test_a_password_in_the_config_file_is_refused)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"{name}: {written!r}\n")
+        assert _held(load_settings(config_file=path, env={}), name) == held, name
+
+
+def test_grouped_code_reads_the_flat_names_and_a_group_may_be_written_whole(tmp_path):
+    s = load_settings(env={"SIGFLOW_KAFKA_USERNAME": "svc", "SIGFLOW_SPARK_MASTER": "spark://m:7077",
+                           "SIGFLOW_EVENTS_TOPIC": "ev"})
+    assert (s.kafka.username, s.spark.master, s.streaming.events_topic) == ("svc", "spark://m:7077", "ev")
+    path = tmp_path / "sigflow.yaml"
+    path.write_text("kafka:\n  bootstrap_servers: k:9092\n  topic_partitions: 6\nsession_gap: 5 minutes\n")
+    s = load_settings(config_file=path, env={"SIGFLOW_TOPIC_PARTITIONS": "8"})
+    assert (s.kafka.bootstrap_servers, s.kafka.topic_partitions, s.streaming.session_gap.seconds) == ("k:9092", 8, 300)
+    assert s.replace(topic_partitions=2).kafka.topic_partitions == 2
+
+
+def test_a_job_is_given_only_the_streaming_settings():
+    from spark_jobs.jobs.registry import JOBS
+
+    s = load_settings(env={})
+    for job in JOBS.values():
+        assert job.topics(s.streaming)  # the job's inputs come from its own group
+        assert set(job.checkpoint_settings) <= set(type(s.streaming).model_fields)

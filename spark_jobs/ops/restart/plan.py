@@ -104,7 +104,7 @@ class Plan:
 
 def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan) -> Plan:
     """``plan``, applied holding the job's lease (see ``Plan.apply``)."""
-    plan.lease = Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name, settings.lease_ttl.seconds,
+    plan.lease = Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name, settings.operations.lease_ttl.seconds,
                        purpose=plan.action)
     return plan
 

@@ -73,7 +73,7 @@ def plan_recover(
             plan.afterwards.append(f"known gap (accepted): {STATE_LOSS.get(job.name)}")
     elif source == "earliest":
         start = "earliest"
-        refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings)}, plan)
+        refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
         for spec in job.tables:
             uri = settings.table_uri(spec.name)
             plan.step(f"delete every row of {spec.name} ({count_rows(uri)} rows); the job rebuilds it",

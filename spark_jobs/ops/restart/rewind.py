@@ -75,7 +75,7 @@ def plan_rewind(
                      f"no batch before the last can be restored: rebuild with `sigflow checkpoint recover "
                      f"{job.name} --from earliest` instead")
         plan.refuse(f"maintenance vacuumed the table files of batch {to_batch} "
-                    f"(vacuum_retention {settings.vacuum_retention}): {reachable}")
+                    f"(vacuum_retention {settings.operations.vacuum_retention}): {reachable}")
         return plan
     plan.step("record the rewind in the checkpoint: jobs refuse to start until it is complete",
               lambda: _record_pending(checkpoint, to_batch))

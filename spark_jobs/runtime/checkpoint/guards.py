@@ -35,8 +35,8 @@ INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
 
 
 def checkpoint_settings(job: StreamingJob, settings: Settings) -> dict[str, str]:
-    values = {"topics": ",".join(job.topics(settings)), "state_format": str(job.state_format)}
-    values.update({name: str(getattr(settings, name)) for name in job.checkpoint_settings})
+    values = {"topics": ",".join(job.topics(settings.streaming)), "state_format": str(job.state_format)}
+    values.update({name: str(getattr(settings.streaming, name)) for name in job.checkpoint_settings})
     return values
 
 

@@ -51,7 +51,7 @@ class BatchWriter:
         self.before_batch()
         offsets = self.checkpoint.offsets(batch_id)
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
-        if not self.settings.fail_on_data_loss and offsets and previous:
+        if not self.settings.kafka.fail_on_data_loss and offsets and previous:
             self._report_skipped_offsets(offsets, previous)
         if previous and offsets and previous.watermark_ms > 0 and offsets.sources != previous.sources:
             self.summary.batches_behind_a_watermark += 1
@@ -75,7 +75,7 @@ class BatchWriter:
         self.first_commit = threading.Lock()  # taken by the batch's first table commit
         batch_df.persist()
         try:
-            outputs = self.job.split(self.settings, batch_df, context)
+            outputs = self.job.split(self.settings.streaming, batch_df, context)
             failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
             if not outputs:
                 # the batch's plan must run: stateful operators commit their state for the
@@ -119,11 +119,11 @@ class BatchWriter:
         if previous is not None and previous.sources:
             records = sum(end - previous.sources[0].get(topic, {}).get(partition, 0)
                           for topic, parts in offsets.sources[0].items() for partition, end in parts.items())
-        elif self.settings.max_offsets_per_trigger:
-            records = self.settings.max_offsets_per_trigger
+        elif self.settings.kafka.max_offsets_per_trigger:
+            records = self.settings.kafka.max_offsets_per_trigger
         else:
             return None
-        return max(1, -(-records // self.settings.records_per_write_task))
+        return max(1, -(-records // self.settings.spark.records_per_write_task))
 
     def _dropped_late(self) -> bool:
         """Whether the batch's stateful operators dropped rows as late, by Spark's own count
@@ -206,9 +206,9 @@ class BatchWriter:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)
         records = kafka_source.read_range(
             self.spark, self.settings, self.kafka,
-            self.job.topics(self.settings), previous.sources[0], batch.kafka_end_offsets,
+            self.job.topics(self.settings.streaming), previous.sources[0], batch.kafka_end_offsets,
         )
-        late = self.job.late_rule(self.settings, records, late_watermark_ms)
+        late = self.job.late_rule(self.settings.streaming, records, late_watermark_ms)
         return late.select(
             F.lit(self.job.name).alias("job"), "event_id", "device_id", "event_time", "signal",
             "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),

@@ -45,22 +45,22 @@ def status(settings: Settings) -> BrokerInfo | None:
 
 def embedded_ca(settings: Settings) -> str:
     """The embedded broker's CA file when its listener speaks TLS (made by broker_tls)."""
-    return str(settings.broker_dir / "tls" / "ca.pem") if settings.kafka_security_protocol in ("SSL", "SASL_SSL") else ""
+    return str(settings.broker_dir / "tls" / "ca.pem") if settings.kafka.security_protocol in ("SSL", "SASL_SSL") else ""
 
 
 def connection(settings: Settings) -> KafkaConnection:
     """The Kafka to use and how to speak to it (docs/security.md)."""
-    ca = settings.kafka_ca_file or ("" if settings.kafka_bootstrap_servers else embedded_ca(settings))
+    ca = settings.kafka.ca_file or ("" if settings.kafka.bootstrap_servers else embedded_ca(settings))
     return KafkaConnection(
-        bootstrap_servers(settings), settings.kafka_security_protocol, settings.kafka_sasl_mechanism,
-        settings.kafka_username, settings.kafka_secret, ca,
+        bootstrap_servers(settings), settings.kafka.security_protocol, settings.kafka.sasl_mechanism,
+        settings.kafka.username, settings.kafka.secret, ca,
     )
 
 
 def bootstrap_servers(settings: Settings) -> str:
     """The Kafka to use: the configured cluster, else the embedded broker, else a clear error."""
-    if settings.kafka_bootstrap_servers:
-        return settings.kafka_bootstrap_servers
+    if settings.kafka.bootstrap_servers:
+        return settings.kafka.bootstrap_servers
     info = status(settings)
     if info is None:
         raise BrokerUnavailable(

@@ -25,12 +25,12 @@ def kafka_options(settings: Settings, kafka: KafkaConnection | str, topics: list
     options = {
         **KafkaConnection.of(kafka).spark_options(),
         "subscribe": ",".join(topics),
-        "startingOffsets": settings.starting_offsets,
-        "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+        "startingOffsets": settings.kafka.starting_offsets,
+        "failOnDataLoss": str(settings.kafka.fail_on_data_loss).lower(),
         "includeHeaders": "false",
     }
-    if settings.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    if settings.kafka.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(settings.kafka.max_offsets_per_trigger)
     return options
 
 
@@ -38,7 +38,7 @@ def source_options(settings: Settings, kafka: KafkaConnection | str, topics: lis
     # Fail a planning or a read within kafka_read_timeout_s when Kafka is gone (the
     # defaults wait 3 x 60 s to plan and 120 s to read): the runner then backs off and
     # restarts the query from its checkpoint, so one try here is enough.
-    timeout_ms = str(int(settings.kafka_read_timeout_s * 1000))
+    timeout_ms = str(int(settings.kafka.read_timeout_s * 1000))
     return {
         **kafka_options(settings, kafka, topics),
         "kafka.default.api.timeout.ms": timeout_ms,

@@ -155,9 +155,9 @@ def test_every_alert_record_is_typed_or_quarantined_with_a_code(spark, batch):
 def test_ingest_never_fails_on_content_and_keeps_every_record(spark, settings, batch):
     """Through Kafka and the real job: a generated batch on its own topic, read by ingest."""
     s = settings.replace(events_topic=f"fuzz-{uuid.uuid4().hex[:8]}", data_dir=f"{settings.data_dir}-{uuid.uuid4().hex[:6]}")
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic], 1, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
     # librdkafka: kafka-python refuses a record with neither key nor value, which Kafka allows
-    sent = confluent_produce(s.kafka_bootstrap_servers, s.events_topic, [(key, value) for key, value, _ in batch])
+    sent = confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic, [(key, value) for key, value, _ in batch])
 
     run_job(spark, s, "ingest")  # raises if a batch failed
 

@@ -11,10 +11,10 @@ from tests.oracle import Event
 
 def one_partition_topics(settings, **overrides):
     s = settings.replace(
-        events_topic=settings.events_topic + "-p1", alerts_topic=settings.alerts_topic + "-p1",
+        events_topic=settings.streaming.events_topic + "-p1", alerts_topic=settings.streaming.alerts_topic + "-p1",
         topic_partitions=1, **overrides,
     )
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 1, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 1, s.kafka.topic_retention_ms)
     return s
 
 
@@ -22,7 +22,7 @@ def alert(settings, alert_id, device, t_ms, severity="critical"):
     from spark_jobs.local.simulate import iso
 
     body = {"alert_id": alert_id, "device_id": device, "alert_time": iso(t_ms), "severity": severity, "kind": "overheat"}
-    produce(settings, [(device.encode(), json.dumps(body).encode())], settings.alerts_topic)
+    produce(settings, [(device.encode(), json.dumps(body).encode())], settings.streaming.alerts_topic)
 
 
 def test_alert_gets_the_events_in_its_range_as_soon_as_both_arrive(spark, settings):
@@ -105,7 +105,7 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
     # late_events lists exactly what Spark counted as dropped, from both sides
     assert sorted(late.event_id) == (["a3", "e_late"] if policy == "max" else [])
     assert len(late) == dropped
-    assert set(late.topic) == ({s.events_topic, s.alerts_topic} if policy == "max" else set())
+    assert set(late.topic) == ({s.streaming.events_topic, s.streaming.alerts_topic} if policy == "max" else set())
 
 
 def test_a_re_sent_event_joins_each_alert_once(spark, settings):

@@ -144,10 +144,10 @@ def test_a_producer_clock_ahead_cannot_move_the_watermark_on_a_topic_sigflow_cre
     from confluent_kafka import Producer
 
     now = int(time.time() * 1000)
-    assert kafka_client.timestamp_types(settings.kafka_bootstrap_servers, [settings.events_topic]) == \
-        {settings.events_topic: "LogAppendTime"}
-    liar = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
-    liar.produce(settings.events_topic, key=b"d2", timestamp=now + 55 * 60_000,
+    assert kafka_client.timestamp_types(settings.kafka.bootstrap_servers, [settings.streaming.events_topic]) == \
+        {settings.streaming.events_topic: "LogAppendTime"}
+    liar = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    liar.produce(settings.streaming.events_topic, key=b"d2", timestamp=now + 55 * 60_000,
                  value=event_payload("clock-ahead", "d2", now + 55 * 60_000, 1.0))
     assert liar.flush(30) == 0
     run_job(spark, settings, "dedup")
@@ -170,7 +170,7 @@ def test_the_payload_names_the_device_whatever_the_key_and_an_empty_value_is_qua
         (b"d3", None),  # a tombstone-like record: key, no value
         (None, None),  # neither
     ]
-    confluent_produce(settings.kafka_bootstrap_servers, settings.events_topic, records)
+    confluent_produce(settings.kafka.bootstrap_servers, settings.streaming.events_topic, records)
 
     run_job(spark, settings)
 

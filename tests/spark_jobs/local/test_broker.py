@@ -49,12 +49,12 @@ def test_end_offsets_count_every_record_and_a_consumer_group_resumes_where_it_co
     from tests.helpers import produce
 
     sent = produce(settings, generate_events(1234, seed=8, malformed_ratio=0))
-    topic = settings.events_topic
-    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, topic, range(settings.topic_partitions))
+    topic = settings.streaming.events_topic
+    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, topic, range(settings.kafka.topic_partitions))
     assert sum(end - start for start, end in bounds.values()) == sent == 1234
 
     def group_consumer() -> Consumer:
-        c = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"g-{topic}",
+        c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"g-{topic}",
                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
         c.subscribe([topic])
         return c

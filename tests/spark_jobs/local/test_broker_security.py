@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # a SASL_SSL broker of its own
 
 def _env(settings, password: str, **extra: str) -> dict[str, str]:
     return {"SIGFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "SIGFLOW_KAFKA_USERNAME": SECURED_USER,
-            "SIGFLOW_KAFKA_PASSWORD": password, "SIGFLOW_KAFKA_CA_FILE": settings.kafka_ca_file,
+            "SIGFLOW_KAFKA_PASSWORD": password, "SIGFLOW_KAFKA_CA_FILE": settings.kafka.ca_file,
             "SIGFLOW_TOPIC_PARTITIONS": "2", **extra}
 
 
@@ -49,7 +49,7 @@ def test_the_pipeline_runs_end_to_end_over_sasl_ssl_and_the_password_is_never_wr
     valid = [r for r in records if r.kind not in MALFORMED_KINDS]
     assert len(table(s, "device_events")) == len(valid)
     quarantined = table(s, "quarantined_events")
-    assert (quarantined.topic == s.events_topic).sum() == len(records) - len(valid)
+    assert (quarantined.topic == s.streaming.events_topic).sum() == len(records) - len(valid)
     deduplicated = table(s, "device_events_deduplicated").event_id
     assert deduplicated.is_unique and set(deduplicated) == {json.loads(r.value)["event_id"] for r in valid}
 
@@ -77,7 +77,7 @@ def test_a_wrong_password_fails_fast_with_one_line_naming_the_setting(secured_br
 
     assert done.returncode == 2
     error, hint = (done.stdout + done.stderr).strip().splitlines()  # no traceback, no Spark start
-    assert error == (f"sigflow: error: Kafka at {s.kafka_bootstrap_servers} refused the credentials of user "
+    assert error == (f"sigflow: error: Kafka at {s.kafka.bootstrap_servers} refused the credentials of user "
                      f"'{SECURED_USER}' (SCRAM-SHA-512): check kafka_username and kafka_password")
     assert "SIGFLOW_KAFKA_PASSWORD" in hint and "kafka_password_file" in hint
     assert wrong not in done.stdout + done.stderr
@@ -101,7 +101,7 @@ def test_a_client_that_does_not_trust_the_brokers_ca_is_refused(secured_broker):
 
 def test_the_password_file_and_a_restart_with_a_changed_password(secured_broker, tmp_path):
     s, password, _ = secured_broker
-    home = load_settings(env={}, overrides={**s.model_dump(), "kafka_bootstrap_servers": ""})
+    home = load_settings(env={}, overrides={**s.flat(), "kafka_bootstrap_servers": ""})
     new = "pw2-" + secrets.token_urlsafe(18)
     secret_file = tmp_path / "kafka.pass"
     secret_file.write_text(new + "\n")

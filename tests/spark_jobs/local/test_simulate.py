@@ -54,8 +54,8 @@ def test_sigflow_produce_sends_what_it_is_given_and_says_what_it_refused(setting
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
-        f"produced 3 records to {settings.events_topic} (2 unkeyed: no string device_id found); 1 refused (listed above)")
-    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic,
-                                        kafka_client.topic_partitions(settings.kafka_bootstrap_servers,
-                                                                      settings.events_topic))
+        f"produced 3 records to {settings.streaming.events_topic} (2 unkeyed: no string device_id found); 1 refused (listed above)")
+    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic,
+                                        kafka_client.topic_partitions(settings.kafka.bootstrap_servers,
+                                                                      settings.streaming.events_topic))
     assert sum(end - start for start, end in bounds.values()) == 3

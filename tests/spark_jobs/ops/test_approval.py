@@ -33,7 +33,7 @@ def test_with_approvers_set_only_they_approve_and_never_the_requester_alone():
 
 
 def test_restart_approvers_are_user_ids_separated_by_commas():
-    assert load_settings(env={"SIGFLOW_RESTART_APPROVERS": " alice, carol "}).approvers == ["alice", "carol"]
-    assert load_settings(env={}).approvers == []
+    assert load_settings(env={"SIGFLOW_RESTART_APPROVERS": " alice, carol "}).operations.approvers == ["alice", "carol"]
+    assert load_settings(env={}).operations.approvers == []
     with pytest.raises(ConfigError, match="restart_approvers"):
         load_settings(env={"SIGFLOW_RESTART_APPROVERS": "alice;rm -rf"})

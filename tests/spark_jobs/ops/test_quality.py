@@ -27,7 +27,7 @@ JOBS = ("ingest", "dedup", "windowed-averages", "sessions")
 def good_tables(tmp_path_factory, embedded_broker, spark):
     """Settings whose Delta tables hold one real run of the jobs over simulated traffic."""
     s = make_settings(tmp_path_factory.mktemp("quality") / "data", embedded_broker.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 2, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
     produce(s, generate_events(600, devices=6, seed=11))
     for job in JOBS:
         run_job(spark, s, job)

@@ -69,7 +69,7 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     assert dedup.state_rows > 0 and dedup.watermark.endswith("Z")
     # the rule: the newest event time the job has seen, less the watermark delay
     newest = max(datetime.fromisoformat(json.loads(r.value)["event_time"].replace("Z", "+00:00")) for r in first)
-    expected = newest - timedelta(seconds=settings.watermark_delay.seconds)
+    expected = newest - timedelta(seconds=settings.streaming.watermark_delay.seconds)
     assert dedup.watermark == expected.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # killed after its last commit: the lease file outlives its process

@@ -151,8 +151,8 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
     settings = settings.replace(max_offsets_per_trigger=400)  # two batches with data per job
     produced = sigflow(settings, "simulate", "--events", "600", "--devices", "8", "--seed", "7")
     assert produced.returncode == 0, produced.stderr
-    in_kafka = {topic: records_in(settings.kafka_bootstrap_servers, topic)
-                for topic in (settings.events_topic, settings.alerts_topic)}
+    in_kafka = {topic: records_in(settings.kafka.bootstrap_servers, topic)
+                for topic in (settings.streaming.events_topic, settings.streaming.alerts_topic)}
 
     root = f"s3a://{BUCKET}/at-once-{time.time_ns()}"
     on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
@@ -209,7 +209,7 @@ def test_jobs_maintenance_and_a_rewind_at_once_on_s3_write_what_they_write_one_b
     for job in JOBS_AT_ONCE:
         assert sorted(per_job.get_group(job)["batch_id"]) == sorted(_batch_ids(on_s3.progress_file(job))), job
     for job in JOBS_AT_ONCE:
-        read = sum(in_kafka[topic] for topic in get_job(job).topics(settings))
+        read = sum(in_kafka[topic] for topic in get_job(job).topics(settings.streaming))
         assert per_job.get_group(job)["input_rows"].sum() == read, job
 
 

@@ -7,26 +7,26 @@ from tests.helpers import produce
 
 
 def test_create_topics_is_idempotent(settings):
-    first = kafka_client.create_topics(settings.kafka_bootstrap_servers, [settings.events_topic, "fresh-" + settings.events_topic], 2, 60000)
-    assert first[settings.events_topic].startswith("exists")
-    assert first["fresh-" + settings.events_topic] == "created (2 partitions)"
-    again = kafka_client.create_topics(settings.kafka_bootstrap_servers, ["fresh-" + settings.events_topic], 2, 60000)
-    assert again["fresh-" + settings.events_topic].startswith("exists")
+    first = kafka_client.create_topics(settings.kafka.bootstrap_servers, [settings.streaming.events_topic, "fresh-" + settings.streaming.events_topic], 2, 60000)
+    assert first[settings.streaming.events_topic].startswith("exists")
+    assert first["fresh-" + settings.streaming.events_topic] == "created (2 partitions)"
+    again = kafka_client.create_topics(settings.kafka.bootstrap_servers, ["fresh-" + settings.streaming.events_topic], 2, 60000)
+    assert again["fresh-" + settings.streaming.events_topic].startswith("exists")
 
 
 def test_created_topics_are_listed_with_their_partitions_when_create_topics_returns(settings):
-    topics = [f"listed-{n}-{settings.events_topic}" for n in range(12)]
-    kafka_client.create_topics(settings.kafka_bootstrap_servers, topics, 3, 60000)
+    topics = [f"listed-{n}-{settings.streaming.events_topic}" for n in range(12)]
+    kafka_client.create_topics(settings.kafka.bootstrap_servers, topics, 3, 60000)
     # no wait between: a producer or a job starts right after creation
-    assert {t: kafka_client.topic_partitions(settings.kafka_bootstrap_servers, t) for t in topics} == \
+    assert {t: kafka_client.topic_partitions(settings.kafka.bootstrap_servers, t) for t in topics} == \
         {t: [0, 1, 2] for t in topics}
 
 
 def test_offset_bounds_are_confirmed_by_reading(settings):
     for seed in range(4):
         produce(settings, generate_events(1000, seed=seed, malformed_ratio=0))
-    parts = kafka_client.topic_partitions(settings.kafka_bootstrap_servers, settings.events_topic)
-    bounds = kafka_client.offset_bounds(settings.kafka_bootstrap_servers, settings.events_topic, parts)
+    parts = kafka_client.topic_partitions(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
+    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic, parts)
     assert sum(end - start for start, end in bounds.values()) == 4000
 
 
@@ -38,5 +38,5 @@ def test_unreachable_broker_fails_fast_with_what_to_do():
 
 def test_missing_topic_says_how_to_create_it(settings):
     with pytest.raises(SigflowError, match="does not exist") as err:
-        kafka_client.topic_partitions(settings.kafka_bootstrap_servers, "no-such-topic-" + settings.events_topic)
+        kafka_client.topic_partitions(settings.kafka.bootstrap_servers, "no-such-topic-" + settings.streaming.events_topic)
     assert "sigflow topics create" in err.value.hint

@@ -42,7 +42,7 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
                "SIGFLOW_TOPIC_MIN_INSYNC_REPLICAS": "2"}
         created = sigflow(s, "topics", "create", extra_env=env)
         assert created.returncode == 0, created.stderr
-        assert all(len(isr) == 3 for isr in cluster.in_sync(s.events_topic).values())
+        assert all(len(isr) == 3 for isr in cluster.in_sync(s.streaming.events_topic).values())
 
         def start(*args: str) -> subprocess.Popen:
             return subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", *args], env=cli_env(s, env), cwd=REPO,
@@ -51,24 +51,24 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
         producer = start("simulate", "--rate", str(RATE), "--duration", str(SECONDS), "--seed", str(SEED),
                          "--malformed", "0")
         job = start("run", "ingest", "--processing-time", "2 seconds")
-        _wait(lambda: records_in(cluster.bootstrap_servers, s.events_topic) >= RATE * SECONDS // 3, 120, "a third of the records",
+        _wait(lambda: records_in(cluster.bootstrap_servers, s.streaming.events_topic) >= RATE * SECONDS // 3, 120, "a third of the records",
               producer, job)
 
-        victim = cluster.leader(s.events_topic, 0)
+        victim = cluster.leader(s.streaming.events_topic, 0)
         cluster.kill(victim)  # SIGKILL, mid-stream
         killed = time.monotonic()
-        _wait(lambda: cluster.leader(s.events_topic, 0) not in (victim, -1), 60, "a new leader", producer, job)
-        print(f"broker {victim} killed; partition 0 led by broker {cluster.leader(s.events_topic, 0)} "
+        _wait(lambda: cluster.leader(s.streaming.events_topic, 0) not in (victim, -1), 60, "a new leader", producer, job)
+        print(f"broker {victim} killed; partition 0 led by broker {cluster.leader(s.streaming.events_topic, 0)} "
               f"after {time.monotonic() - killed:.1f} s")
 
         produced, _ = producer.communicate(timeout=300)
         assert producer.returncode == 0, produced
         expected = generate_events(RATE * SECONDS, seed=SEED, malformed_ratio=0)  # what simulate sent
-        assert records_in(cluster.bootstrap_servers, s.events_topic) == len(expected)  # the producer wrote each record once
+        assert records_in(cluster.bootstrap_servers, s.streaming.events_topic) == len(expected)  # the producer wrote each record once
 
         def raw_events():
             raw = table(s, "device_events_raw")
-            return raw[raw.topic == s.events_topic] if len(raw.columns) else raw  # no table yet: no columns
+            return raw[raw.topic == s.streaming.events_topic] if len(raw.columns) else raw  # no table yet: no columns
 
         _wait(lambda: len(raw_events()) >= len(expected), 300, "the job to catch up", job)
         job.send_signal(signal.SIGTERM)  # a graceful stop after the batch
@@ -81,7 +81,7 @@ def test_a_partition_leader_killed_mid_stream_loses_and_duplicates_nothing_and_r
         assert len(table(s, "device_events")) == len(expected)
 
         cluster.restart(victim)  # it comes back as a follower and catches up
-        _wait(lambda: all(victim in isr for isr in cluster.in_sync(s.events_topic).values()), 120,
+        _wait(lambda: all(victim in isr for isr in cluster.in_sync(s.streaming.events_topic).values()), 120,
               f"broker {victim} to rejoin every partition's in-sync replicas")
     finally:
         cluster.stop()

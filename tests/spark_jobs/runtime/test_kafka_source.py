@@ -19,7 +19,7 @@ def test_production_settings_yield_spark_kafka_options():
         "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092", "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": "50000",
         "SIGFLOW_DELTA_ROOT": "s3a://sigflow/delta", "SIGFLOW_STARTING_OFFSETS": "latest",
     })
-    assert kafka_options(s, s.kafka_bootstrap_servers, [s.events_topic]) == {
+    assert kafka_options(s, s.kafka.bootstrap_servers, [s.streaming.events_topic]) == {
         "kafka.bootstrap.servers": "kafka:9092",
         "kafka.security.protocol": "PLAINTEXT",
         "subscribe": "device-events",

@@ -56,11 +56,11 @@ def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkp
     committed = checkpoint.committed_batches()
     lines = progress_lines.of("dedup", len(committed))
     assert [line["batch_id"] for line in lines] == committed and len(committed) >= 3
-    ends = {b: checkpoint.offsets(b).sources[0][s.events_topic] for b in committed}
+    ends = {b: checkpoint.offsets(b).sources[0][s.streaming.events_topic] for b in committed}
     for line in lines:
         batch = line["batch_id"]
         start = ends.get(batch - 1) or {p: 0 for p in ends[batch]}
-        assert line["sources"][0]["end_offsets"] == {s.events_topic: ends[batch]}
+        assert line["sources"][0]["end_offsets"] == {s.streaming.events_topic: ends[batch]}
         assert line["input_rows"] == sum(ends[batch][p] - start[p] for p in ends[batch])
     assert sum(line["input_rows"] for line in lines) == 250
     assert all(line["state_operators"] for line in lines) and lines[-1]["watermark"] is not None
@@ -76,7 +76,7 @@ def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_tw
     events = generate_events(120, seed=12, malformed_ratio=0.0)
     produce(settings, events)
     alerts = generate_alerts(events, every=10, seed=12)
-    produce(settings, alerts, settings.alerts_topic)
+    produce(settings, alerts, settings.streaming.alerts_topic)
     records = len(events) + (len(alerts) if job == "alert-join" else 0)
 
     summary = run_job(spark, settings, job)

@@ -38,17 +38,17 @@ def private_broker(tmp_path):
 def _fresh_topic(broker_settings, settings):
     info = embedded.start(broker_settings)
     s = settings.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
     return s
 
 
 def _recreate_topic(settings, topic):
     """Delete the topic and create it anew, empty: its old offsets are gone for good."""
-    admin = kafka_client.admin(settings.kafka_bootstrap_servers)
+    admin = kafka_client.admin(settings.kafka.bootstrap_servers)
     admin.delete_topics([topic])[topic].result(timeout=30)
     deadline = time.monotonic() + 60
     while topic in admin.list_topics(timeout=10).topics or "exists" in kafka_client.create_topics(
-        settings.kafka_bootstrap_servers, [topic], 3, 60000)[topic]:
+        settings.kafka.bootstrap_servers, [topic], 3, 60000)[topic]:
         assert time.monotonic() < deadline, f"{topic} was not deleted within 60 s"
         time.sleep(0.5)  # the deletion completes asynchronously
 
@@ -58,7 +58,7 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     produce(s, generate_events(60, malformed_ratio=0))
     assert run_job(spark, s).rows_in == 60
 
-    _recreate_topic(s, s.events_topic)  # offsets 0..59 are gone; the new topic starts at 0
+    _recreate_topic(s, s.streaming.events_topic)  # offsets 0..59 are gone; the new topic starts at 0
     produce(s, generate_events(9, seed=3, malformed_ratio=0))
     with pytest.raises(DataLossError, match="no longer has offsets") as err:
         run_job(spark, s)
@@ -68,7 +68,7 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     with caplog.at_level(logging.WARNING, logger="sigflow.runner"):
         lenient = run_job(spark, s.replace(fail_on_data_loss=False))
     skipped = [r.getMessage() for r in caplog.records if "data loss skipped (failOnDataLoss=false)" in r.getMessage()]
-    assert skipped and all(f"{s.events_topic}[" in line and "resuming at" in line for line in skipped)
+    assert skipped and all(f"{s.streaming.events_topic}[" in line and "resuming at" in line for line in skipped)
     # Spark's source resumes at the recreated partitions' ends: the 9 records already there
     # are skipped with the lost range (docs/runbooks/checkpoint-lost-or-corrupt.md)...
     assert lenient.rows_in == 0
@@ -148,7 +148,7 @@ def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=240):
 def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, private_broker):
     info = embedded.start(private_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka_bootstrap_servers, [s.events_topic, s.alerts_topic], 3, s.topic_retention_ms)
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
     before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
     produce(s, before)
     # A read fails after kafka_read_timeout_s (30 s by default): 5 s here finds the outage

@@ -41,7 +41,7 @@ def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(
     rng = random.Random(SEED)
     events = generate_events(400, devices=6, seed=SEED, malformed_ratio=0.05, duplicate_ratio=0.05)
     produce(settings, events)
-    produce(settings, generate_alerts(events, every=20, seed=SEED), settings.alerts_topic)
+    produce(settings, generate_alerts(events, every=20, seed=SEED), settings.streaming.alerts_topic)
     s = settings.replace(max_offsets_per_trigger=250)  # two batches with data per job
 
     uninterrupted = s.replace(data_dir=str(tmp_path / "uninterrupted"))

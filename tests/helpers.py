@@ -21,6 +21,7 @@ from spark_jobs.runtime.delta.delta_rs import read_pandas
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.runner import JobRun
+from spark_jobs.runtime.waiting import wait_until
 
 # The files that start several heavy processes of their own (a Spark cluster, Airflow's
 # components beside PostgreSQL, drivers at once on S3, a JVM per kill) carry this mark:
@@ -96,6 +97,20 @@ def contents(settings: Settings, name: str, ignore: frozenset[str] = frozenset({
     frame = table(settings, name)
     columns = sorted(set(frame.columns) - ignore)
     return Counter(tuple(map(repr, row)) for row in frame[columns].itertuples(index=False))
+
+
+def wait_for(ready, *, timeout_s: float, what: str, every_s: float = 0.5, watched: tuple = (),
+             not_yet: tuple[type[BaseException], ...] = ()):
+    """A test's wait: ``ready``'s first true answer, else a failed assertion saying what was
+    awaited and, when a watched process ended first, what it printed."""
+    answer = wait_until(ready, timeout_s=timeout_s, every_s=every_s, not_yet=not_yet,
+                        give_up=lambda: any(p.poll() is not None for p in watched))
+    ended = [p for p in watched if p.poll() is not None]
+    if not answer and ended:
+        printed = ended[0].communicate()[0] if ended[0].stdout else ""
+        raise AssertionError(f"waiting for {what}, a process ended (code {ended[0].returncode}):\n{printed}")
+    assert answer, f"no {what} within {timeout_s:g} s"
+    return answer
 
 
 def processes_with_env(variable: str, value) -> list[int]:

@@ -8,13 +8,13 @@ directory, so a killed node restarts with its log and catches up as a follower.
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
 from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import QUICK_JIT
 
 
@@ -119,15 +119,12 @@ def start(base: Path, nodes: int = 3, heap: str = "384m", timeout_s: float = 120
     cluster = KafkaCluster(members, broker._cluster_id())
     for node in members:
         cluster.launch(node)
-    deadline = time.monotonic() + timeout_s
-    while True:  # every node answers, and the cluster's metadata lists them all
-        try:
-            registered = kafka_client.admin(cluster.bootstrap_servers).list_topics(timeout=5).brokers
-            if len(registered) == nodes and all(kafka_client.is_reachable(n.address, 2) for n in members):
-                return cluster
-        except Exception:
-            pass
-        if time.monotonic() > deadline or any(n.process.poll() is not None for n in members):
-            cluster.stop()
-            raise RuntimeError(f"the {nodes}-node Kafka cluster did not form; see {base}/node-*/broker/kafka.log")
-        time.sleep(0.5)
+    def formed() -> bool:  # every node answers, and the cluster's metadata lists them all
+        registered = kafka_client.admin(cluster.bootstrap_servers).list_topics(timeout=5).brokers
+        return len(registered) == nodes and all(kafka_client.is_reachable(n.address, 2) for n in members)
+
+    if not wait_until(formed, timeout_s=timeout_s, every_s=0.5, not_yet=(Exception,),
+                      give_up=lambda: any(n.process.poll() is not None for n in members)):
+        cluster.stop()
+        raise RuntimeError(f"the {nodes}-node Kafka cluster did not form; see {base}/node-*/broker/kafka.log")
+    return cluster

@@ -3,15 +3,19 @@ process SIGKILL itself when batch 2 of any job reaches that point, and
 ``sessions/after_delta_commit:2`` only when the job is ``sessions`` (a ``sigflow pipeline``
 runs several jobs in one process). A point ending in ``@jvm`` halts the driver's JVM
 instead and leaves the Python process running, as a JVM that ran out of memory does
-(``-XX:+ExitOnOutOfMemoryError``). Unset in normal operation, where ``hit`` is a
-dictionary lookup."""
+(``-XX:+ExitOnOutOfMemoryError``); one ending in ``@pause`` holds the batch there for
+``PAUSE_S`` seconds after saying so on stderr, so a test can signal a run at that exact
+point. Unset in normal operation, where ``hit`` is a dictionary lookup."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 
 POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")
+PAUSE_S = 15.0
 
 
 def _armed() -> dict[tuple[str, str], tuple[int, str]]:
@@ -30,6 +34,10 @@ _ARMED = _armed()
 def hit(point: str, batch_id: int, job: str, spark=None) -> None:
     for armed in (_ARMED.get(("", point)), _ARMED.get((job, point))):
         if armed is None or armed[0] != batch_id:
+            continue
+        if armed[1] == "pause":
+            print(f"failpoint {point}: {job} batch {batch_id} paused", file=sys.stderr, flush=True)
+            time.sleep(PAUSE_S)
             continue
         if armed[1] == "jvm" and spark is not None:
             spark.sparkContext._jvm.java.lang.Runtime.getRuntime().halt(137)  # noqa: SLF001

@@ -3,7 +3,6 @@
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -12,7 +11,7 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.dags.conftest import clear_tasks, continue_run, last_run_id, run_dag
-from tests.helpers import REPO, at, cli_env, produce, run_job, table
+from tests.helpers import REPO, at, cli_env, produce, run_job, table, wait_for
 from tests.oracle import Event
 from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks
 
@@ -133,10 +132,9 @@ def test_resume_by_dag_stops_the_running_job_and_loses_nothing(settings, dag_env
         env=cli_env(s), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 240  # the wait ends at the first commit (up to 100 s seen under load)
-        while Checkpoint(s.checkpoint_uri("ingest")).last_committed() is None:
-            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read() if job.poll() else "slow"
-            time.sleep(1)
+        # the wait ends at the first commit (up to 100 s seen under load)
+        wait_for(lambda: Checkpoint(s.checkpoint_uri("ingest")).last_committed() is not None, timeout_s=240, every_s=1,
+                 watched=(job,), what="the running job's first commit")
         assert status.running_pid(s, "ingest") == job.pid
         produce(s, records[200:])
         state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "resume"},

@@ -27,6 +27,7 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     late_events and pipeline_metrics get rows, and the raw table holds every record."""
     from spark_jobs.jobs.registry import JOBS
     from spark_jobs.local.simulate import (
+        MALFORMED_KINDS,
         event_payload,
         generate_alerts,
         generate_events,
@@ -49,3 +50,19 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     every_table = {spec.name for job in JOBS.values() for spec in job.tables} | {"late_events", "pipeline_metrics"}
     empty = sorted(name for name in every_table if len(table(s, name)) == 0)
     assert empty == []
+
+    # what each table holds, from what was sent: every valid event typed once (re-sent ones
+    # too), the malformed records quarantined, every valid alert typed
+    valid = [quiet[1]] + [r.value for r in records if r.kind not in MALFORMED_KINDS]
+    ids = Counter(json.loads(value)["event_id"] for value in valid)
+    assert Counter(table(s, "device_events")["event_id"]) == ids
+    bad_alerts = [r for r in alerts if r.kind == "bad_severity"]
+    assert len(table(s, "quarantined_events")) == len(records) + 1 - len(valid) + len(bad_alerts)
+    good_alerts = Counter(json.loads(r.value)["alert_id"] for r in alerts if r.kind != "bad_severity")
+    assert Counter(table(s, "device_alerts")["alert_id"]) == good_alerts
+    # dedup keeps each event id once; an id it lists as dropped late may still be there
+    # when an earlier copy came in time
+    late = table(s, "late_events")
+    deduplicated = table(s, "device_events_deduplicated")["event_id"]
+    assert deduplicated.is_unique
+    assert set(ids) - set(late[late.job == "dedup"]["event_id"]) <= set(deduplicated) <= set(ids)

@@ -10,11 +10,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
+from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import (
     REPO,
     cli_env,
@@ -23,6 +23,7 @@ from tests.helpers import (
     records_in,
     run_job,
     table,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow  # signals to CLI processes, a JVM each
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.slow  # signals to CLI processes, a JVM each
 SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 
 
-def _start(settings, *args: str) -> subprocess.Popen:
+def _start(settings, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     # SIGINT ignored, as in a shell's background job: the command must not rely on Python's default
     return subprocess.Popen(
-        [sys.executable, "-m", "spark_jobs.cli", *args], env=cli_env(settings), cwd=REPO,
+        [sys.executable, "-m", "spark_jobs.cli", *args], env={**cli_env(settings), **(extra_env or {})}, cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
@@ -43,9 +44,8 @@ def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
     command.send_signal(signum)
     output, _ = command.communicate(timeout=90)
     assert command.returncode == 130, output
-    deadline = time.monotonic() + 20  # a JVM's shutdown hooks may still be running
-    while processes_with_env("SIGFLOW_DATA_DIR", settings.data_dir) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    # a JVM's shutdown hooks may still be running
+    wait_until(lambda: not processes_with_env("SIGFLOW_DATA_DIR", settings.data_dir), timeout_s=20, every_s=0.5)
     assert processes_with_env("SIGFLOW_DATA_DIR", settings.data_dir) == [], output
     return output.splitlines()
 
@@ -53,10 +53,8 @@ def _stop(command: subprocess.Popen, signum: int, settings) -> list[str]:
 @SIGNALS
 def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings, signum):
     command = _start(settings, "simulate", "--rate", "50", "--duration", "600")
-    deadline = time.monotonic() + 60
-    while records_in(settings.kafka.bootstrap_servers, settings.streaming.events_topic) < 20:
-        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
-        time.sleep(0.5)
+    wait_for(lambda: records_in(settings.kafka.bootstrap_servers, settings.streaming.events_topic) >= 20,
+             timeout_s=60, watched=(command,), what="20 records in Kafka")
 
     lines = _stop(command, signum, settings)
 
@@ -66,18 +64,19 @@ def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings,
 
 
 def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(spark, settings):
-    s = settings.replace(max_offsets_per_trigger=300)  # four ingest batches: the signal lands mid-run
+    s = settings.replace(max_offsets_per_trigger=300)  # four ingest batches
     records = generate_events(1200, seed=5, late_ratio=0.0, malformed_ratio=0.02)
     produce(s, records)
-    command = _start(s, "pipeline", "ingest", "dedup")
-    progress = s.progress_file("ingest")
-    deadline = time.monotonic() + 600  # CI, loaded, took 167 s for all six batches of five
-    while not progress.exists() or not progress.read_text().strip():
-        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
-        time.sleep(0.2)
+    # the signal lands while ingest's batch 1 is held between its Delta commits and Spark's
+    # commit log: the rerun must find that batch written and not write it again
+    command = _start(s, "pipeline", "ingest", "dedup", extra_env={"SIGFLOW_FAILPOINTS": "ingest/after_delta_commit:1@pause"})
+    seen = []
+    while not seen or "failpoint after_delta_commit: ingest batch 1 paused" not in seen[-1]:
+        seen.append(command.stdout.readline())  # blocks until a line; "" once the command ended
+        assert seen[-1], "".join(seen)  # the command ended without reaching the pause
 
     lines = _stop(command, signal.SIGINT, s)
-    assert lines[-1] == "sigflow: interrupted", lines
+    assert lines[-1] == "sigflow: interrupted", seen + lines
     valid = [r for r in records if r.kind not in MALFORMED_KINDS]
     assert len(table(s, "device_events")) < len(valid)  # stopped mid-run, not after it
 

@@ -25,7 +25,14 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.dags.chromium import screenshot
 from tests.dags.conftest import settings_env
-from tests.helpers import REPO, assert_private, cli_env, processes_with_env, produce
+from tests.helpers import (
+    REPO,
+    assert_private,
+    cli_env,
+    processes_with_env,
+    produce,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # Airflow's components, and a spark-submit
 
@@ -181,10 +188,8 @@ def test_a_signal_while_airflow_is_starting_stops_every_component(settings, monk
         env=cli_env(settings), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    deadline = time.monotonic() + 60
-    while not processes_with_env("AIRFLOW_HOME", home) or not (home / "api-server.log").exists():
-        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
-        time.sleep(0.5)
+    wait_for(lambda: processes_with_env("AIRFLOW_HOME", home) and (home / "api-server.log").exists(),
+             timeout_s=60, watched=(command,), what="Airflow's processes and the api-server's log")
     time.sleep(5)  # well inside the wait for the api-server (it takes 30 s or more here)
 
     command.send_signal(signum)

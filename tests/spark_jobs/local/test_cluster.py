@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
 from spark_jobs.local import cluster
 from spark_jobs.local.simulate import generate_events
-from tests.helpers import MULTI_PROCESS, REPO, cli_env, contents, produce, run_job
+from tests.helpers import (
+    MULTI_PROCESS,
+    REPO,
+    cli_env,
+    contents,
+    produce,
+    run_job,
+    wait_for,
+)
 
 pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
@@ -51,10 +58,8 @@ def test_jobs_on_the_cluster_losing_a_worker_mid_run_write_the_tables_a_local_ru
                                env=cli_env(on_cluster, env), cwd=REPO, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     progress = on_cluster.progress_file("ingest")
-    deadline = time.monotonic() + 600
-    while not progress.exists() or not progress.read_text().strip():  # batch 0 written: batch 1 runs
-        assert time.monotonic() < deadline and command.poll() is None, command.communicate()[0]
-        time.sleep(0.1)
+    wait_for(lambda: progress.exists() and progress.read_text().strip(), timeout_s=600, every_s=0.1,
+             watched=(command,), what="ingest's batch 0 (batch 1 then runs)")
 
     cluster.kill_worker(spark_cluster, 0)
     output, _ = command.communicate(timeout=900)

@@ -32,6 +32,7 @@ from tests.helpers import (
     run_job,
     sigflow,
     table,
+    wait_for,
 )
 
 pytestmark = [MULTI_PROCESS, pytest.mark.slow]
@@ -52,16 +53,10 @@ def s3(tmp_path_factory):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "sigflow-test",
            "AWS_SECRET_ACCESS_KEY": "sigflow-test-key", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                         region_name="us-east-1").create_bucket(Bucket=BUCKET)
-            break
-        except Exception:
-            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
-            time.sleep(0.3)
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    wait_for(lambda: s3.create_bucket(Bucket=BUCKET), timeout_s=30, every_s=0.3, watched=(server,),
+             not_yet=(Exception,), what="moto's server")  # refused until it listens
     yield env
     server.terminate()
     server.wait(timeout=30)

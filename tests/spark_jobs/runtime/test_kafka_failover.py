@@ -16,7 +16,7 @@ import pytest
 from spark_jobs.local.simulate import generate_events
 from tests import kafka_cluster
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, records_in, sigflow, table
+from tests.helpers import REPO, cli_env, records_in, sigflow, table, wait_for
 
 pytestmark = pytest.mark.slow  # a three-broker cluster
 
@@ -24,12 +24,7 @@ RATE, SECONDS, SEED = 60, 24, 21  # long enough to kill a leader with records st
 
 
 def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        for process in watched:
-            assert process.poll() is None, f"{what}: a process ended early:\n{process.communicate()[0]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+    wait_for(condition, timeout_s=timeout_s, what=what, watched=watched)
 
 
 @pytest.mark.timeout(600)  # 120 s in a clean-clone make test

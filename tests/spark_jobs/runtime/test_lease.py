@@ -15,7 +15,7 @@ from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
-from tests.helpers import produce, run_job, table
+from tests.helpers import produce, run_job, table, wait_for
 
 
 def _lease(tmp_path, ttl_s=60.0):
@@ -188,10 +188,8 @@ def test_a_stopped_driver_past_its_lease_is_fenced_and_its_successor_writes_each
     )
     driver = [psutil.Process(first.pid)]
     try:
-        deadline = time.monotonic() + 240
-        while (Checkpoint(s.checkpoint_uri("ingest")).last_committed() or -1) < 1:
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not commit"
-            time.sleep(0.5)
+        wait_for(lambda: (Checkpoint(s.checkpoint_uri("ingest")).last_committed() or -1) >= 1, timeout_s=240,
+                 watched=(first,), what="the first run's batch 1 committed")
         produce(s, records[300:])
         time.sleep(1.5)  # into the next batches
         driver += driver[0].children(recursive=True)

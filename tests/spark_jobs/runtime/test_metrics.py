@@ -2,12 +2,12 @@
 
 import json
 import logging
-import time
 
 import pytest
 
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime.metrics.progress import progress_line, progress_sentence
+from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import produce, run_job, table
 
 
@@ -24,9 +24,7 @@ class ProgressLines(logging.Handler):
 
     def of(self, job: str, batches: int, timeout: float = 20.0) -> list[dict]:
         """A job's lines in batch order; the listener bus is asynchronous, so wait for them."""
-        deadline = time.monotonic() + timeout
-        while sum(j == job for j, _ in self.lines) < batches and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: sum(j == job for j, _ in self.lines) >= batches, timeout_s=timeout, every_s=0.2)
         return [line for (j, _), line in sorted(self.lines.items()) if j == job]
 
 

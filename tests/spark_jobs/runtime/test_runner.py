@@ -21,8 +21,9 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.runner import JobRun
+from spark_jobs.runtime.waiting import wait_until
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job, table
+from tests.helpers import REPO, cli_env, produce, run_job, table, wait_for
 
 pytestmark = pytest.mark.slow  # brokers of its own killed, jobs in JVMs of their own
 
@@ -46,11 +47,9 @@ def _recreate_topic(settings, topic):
     """Delete the topic and create it anew, empty: its old offsets are gone for good."""
     admin = kafka_client.admin(settings.kafka.bootstrap_servers)
     admin.delete_topics([topic])[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while topic in admin.list_topics(timeout=10).topics or "exists" in kafka_client.create_topics(
-        settings.kafka.bootstrap_servers, [topic], 3, 60000)[topic]:
-        assert time.monotonic() < deadline, f"{topic} was not deleted within 60 s"
-        time.sleep(0.5)  # the deletion completes asynchronously
+    # the deletion completes asynchronously
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics and "exists" not in kafka_client.create_topics(
+        settings.kafka.bootstrap_servers, [topic], 3, 60000)[topic], timeout_s=60, what=f"{topic} deleted and created anew")
 
 
 def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark, tmp_path, private_broker, caplog):
@@ -93,14 +92,11 @@ class _Lines:
         assert self.process.poll() is None, f"the job exited early: {self.lines[-20:]}"
 
     def wait_for(self, text: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = next((line for line in self.lines if text in line), None)
-            if found:
-                return found
-            self.check_alive()
-            time.sleep(0.2)
-        raise AssertionError(f"no line with {text!r} in {timeout_s:g} s; stderr tail: {self.lines[-20:]}")
+        found = wait_until(lambda: next((line for line in self.lines if text in line), None), timeout_s=timeout_s,
+                           every_s=0.2, give_up=lambda: self.process.poll() is not None)
+        self.check_alive()
+        assert found, f"no line with {text!r} in {timeout_s:g} s; stderr tail: {self.lines[-20:]}"
+        return found
 
 
 @contextmanager
@@ -129,15 +125,11 @@ def _stop_gracefully(output: _Lines) -> None:
 def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=240):
     # A wait ends when the rows are there. Beside the suite's heaviest files CI saw a JVM
     # take 100 s to finish an empty first batch.
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        output.check_alive()
-        try:
-            if len(table(settings, name)) >= rows:
-                return
-        except Exception:  # table not created yet
-            pass
-        time.sleep(1)
+    if wait_until(lambda: len(table(settings, name)) >= rows, timeout_s=timeout_s, every_s=1,
+                  not_yet=(Exception,),  # table not created yet
+                  give_up=lambda: output.process.poll() is not None):
+        return
+    output.check_alive()
     progress = settings.progress_file("ingest")
     batches = progress.read_text().splitlines()[-5:] if progress.exists() else []
     raise AssertionError(f"{name} did not reach {rows} rows in {timeout_s} s; stderr tail: {output.lines[-20:]}; "

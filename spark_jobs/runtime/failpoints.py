@@ -15,7 +15,7 @@ import sys
 import time
 
 POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")
-PAUSE_S = 15.0
+PAUSE_S = 5.0
 
 
 def _armed() -> dict[tuple[str, str], tuple[int, str]]:

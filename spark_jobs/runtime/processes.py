@@ -1,14 +1,40 @@
-"""A process recorded by pid (the embedded broker, the local cluster's daemons) is recognised
-again only if it is the same process: pids are reused, so a record keeps the process's start
-time, and the process must still run what was started."""
+"""A process recorded by pid (a run holding a lease, the embedded broker, the local
+cluster's daemons) is recognised again only if it is the same process: pids are reused, so
+a record keeps the process's start time, and the process must still run what was started.
+
+The start time is the kernel's: clock ticks from boot to the process's start
+(``/proc/<pid>/stat``), in seconds. psutil's ``create_time()`` adds the boot time to it,
+which the kernel derives from the wall clock, so a clock step moves it (a run's record then
+no longer matched its own live process, in the suite).
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import psutil
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# A start time above this is in the epoch form psutil gives, written by earlier versions.
+_EPOCH_FORM = 1e9
 
 
 def start_time(pid: int) -> float:
-    return psutil.Process(pid).create_time()
+    """Seconds from boot to the process's start; raises psutil.NoSuchProcess once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    # fields after the command name, which is in parentheses and may hold spaces: the
+    # start time is field 22, the 20th after it
+    return int(stat.rsplit(")", 1)[1].split()[19]) / _TICKS_PER_S
+
+
+def started_as_recorded(process: psutil.Process, recorded: float) -> bool:
+    if recorded > _EPOCH_FORM:
+        return abs(process.create_time() - recorded) < 1.0
+    return abs(start_time(process.pid) - recorded) < 0.5 / _TICKS_PER_S
 
 
 def is_recorded_process(pid: int, started: float | None, main_class: str) -> bool:
@@ -19,7 +45,7 @@ def is_recorded_process(pid: int, started: float | None, main_class: str) -> boo
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        if started is not None and abs(process.create_time() - started) >= 1.0:
+        if started is not None and not started_as_recorded(process, started):
             return False
         return main_class in process.cmdline()
     except psutil.Error:

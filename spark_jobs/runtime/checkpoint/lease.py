@@ -39,6 +39,7 @@ from pyarrow import fs as pafs
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.processes import start_time, started_as_recorded
 
 LEASE_FILE = "sigflow.lease"
 INTENT_FILE = "sigflow.applying.json"  # a restart being applied: what it changes
@@ -52,7 +53,7 @@ class Holder:
     job: str
     host: str
     pid: int
-    process_started: float  # the process's start time (psutil), which a reused pid lacks
+    process_started: float  # the process's start time (runtime/processes.py), which a reused pid lacks
     renewed: float  # epoch seconds
     ttl_s: float
     purpose: str = RUN  # or the restart being applied: "rewind", "recover", "resume"
@@ -67,7 +68,7 @@ class Holder:
             return None
         try:
             process = psutil.Process(self.pid)
-            return process if abs(process.create_time() - self.process_started) < 1.0 else None
+            return process if started_as_recorded(process, self.process_started) else None
         except psutil.Error:
             return None
 
@@ -121,7 +122,7 @@ class Lease:
     # ---- taking ----------------------------------------------------------------------------
     def _mine(self) -> Holder:
         return Holder(self.owner, self.job, socket.gethostname(), os.getpid(),
-                      psutil.Process().create_time(), time.time(), self.ttl_s, self.purpose)
+                      start_time(os.getpid()), time.time(), self.ttl_s, self.purpose)
 
     def _content(self) -> bytes:
         fields = asdict(self._mine())

@@ -3,10 +3,16 @@ at the recorded time: a pid reused by another process is never taken for the bro
 cluster daemon."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
+
+import psutil
 
 from spark_jobs.config import load_settings
+from spark_jobs.runtime.checkpoint.lease import Holder
 from spark_jobs.runtime.kafka import address
 from spark_jobs.runtime.processes import is_recorded_process, start_time
 
@@ -45,3 +51,28 @@ def test_a_broker_record_whose_pid_now_belongs_to_another_process_is_no_running_
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_wall_clock_step_does_not_unmake_a_recorded_process(monkeypatch):
+    """The kernel derives its boot time from the wall clock, so psutil's epoch start times
+    move when the clock is stepped; a record must still know its live process then."""
+    import psutil._pslinux
+
+    process = _stand_in()
+    try:
+        recorded = start_time(process.pid)
+        ours = Holder("run-1", "ingest", socket.gethostname(), os.getpid(), start_time(os.getpid()), time.time(), 60.0)
+        stepped = psutil._pslinux.boot_time() + 5
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+        assert is_recorded_process(process.pid, recorded, MARKER)
+        assert ours.process() is not None and ours.alive()  # a lease's holder is still itself
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_lease_written_with_an_epoch_start_time_still_names_its_process():
+    epoch_form = psutil.Process().create_time()  # how earlier versions wrote it
+    holder = Holder("run-1", "ingest", socket.gethostname(), os.getpid(), epoch_form, time.time(), 60.0)
+    assert holder.process() is not None
+    assert Holder("run-1", "ingest", socket.gethostname(), os.getpid(), epoch_form - 60, time.time(), 60.0).process() is None

@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import json
+import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
+log = logging.getLogger("sigflow.report")
 
 
 def _read(settings: Settings, name: str, columns: list[str] | None = None) -> pd.DataFrame:
@@ -110,6 +112,19 @@ def _counts(settings: Settings) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["table", "rows", "version"])
 
 
+def _progress(text: str | None) -> dict | None:
+    """A batch's progress JSON, or None when it has none or it does not parse: a row edited or
+    cut short by hand loses its lag and state figures, not the whole report."""
+    if not text:
+        return None
+    try:
+        progress = json.loads(text)
+    except ValueError:
+        log.warning("a pipeline_metrics row's progress_json is not JSON; its lag and state are not drawn")
+        return None
+    return progress if isinstance(progress, dict) else None
+
+
 def batches(metrics: pd.DataFrame) -> pd.DataFrame:
     """pipeline_metrics with what the plots read: seconds per batch and records behind in
     Kafka at the batch's end (from the progress JSON)."""
@@ -117,7 +132,7 @@ def batches(metrics: pd.DataFrame) -> pd.DataFrame:
 
     if metrics.empty:
         return metrics.assign(seconds=pd.Series(dtype=float), records_behind=pd.Series(dtype=float))
-    behind = [records_behind(json.loads(text)) if text else None for text in metrics.progress_json]
+    behind = [records_behind(progress) if (progress := _progress(text)) else None for text in metrics.progress_json]
     # Before its first watermark a query reports the epoch; plotted, it would flatten the rest.
     watermark = metrics.watermark.where(metrics.watermark > pd.Timestamp(0, tz=metrics.watermark.dt.tz))
     return metrics.assign(seconds=metrics.duration_ms / 1000, watermark=watermark,
@@ -131,8 +146,8 @@ def state_by_operator(metrics: pd.DataFrame) -> pd.DataFrame:
 
     rows = [
         (batch.batch_time, f"{batch.job} {figures['operator']} #{n}", figures["state_rows"])
-        for batch in metrics.itertuples() if batch.progress_json
-        for n, figures in enumerate(operator_figures(json.loads(batch.progress_json)))
+        for batch in metrics.itertuples() if (progress := _progress(batch.progress_json))
+        for n, figures in enumerate(operator_figures(progress))
     ]
     return pd.DataFrame(rows, columns=["batch_time", "operator", "state_rows"])
 

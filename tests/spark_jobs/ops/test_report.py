@@ -83,3 +83,28 @@ def test_a_device_id_with_dollar_signs_is_drawn_as_written(settings, tmp_path):
 
     page = report.write(settings, tmp_path / "report.html").read_text()
     assert "data:image/png;base64," in _sections(page)["Per-device signal averages"]
+
+
+def test_a_metrics_row_whose_progress_is_not_json_loses_its_figures_not_the_report(settings, tmp_path):
+    """Measured: one such row made `sigflow report` end in a JSONDecodeError traceback."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from spark_jobs.contracts.tables import PIPELINE_METRICS
+    from spark_jobs.runtime.delta.schema import arrow_schema, create_table
+
+    uri = settings.table_uri("pipeline_metrics")
+    create_table(uri, PIPELINE_METRICS)
+    schema = arrow_schema(PIPELINE_METRICS)
+    row = {field.name: None for field in schema}
+    row.update(job="dedup", batch_id=0, batch_time=datetime(2026, 11, 22, 10, tzinfo=timezone.utc), duration_ms=1500,
+               input_rows=10, progress_json='{"id": "cut short')
+    write_deltalake(uri, pa.Table.from_pylist([row], schema=schema), mode="append")
+
+    frame = report.batches(report.read_pandas(uri))
+    assert frame.seconds.tolist() == [1.5] and frame.records_behind.isna().all()
+    assert report.state_by_operator(frame).empty
+    page = report.write(settings, tmp_path / "report.html").read_text()
+    assert "data:image/png;base64," in _sections(page)["Batch durations"]

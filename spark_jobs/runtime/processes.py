@@ -32,21 +32,24 @@ def start_time(pid: int) -> float:
 
 
 def started_as_recorded(process: psutil.Process, recorded: float) -> bool:
-    if recorded > _EPOCH_FORM:
-        return abs(process.create_time() - recorded) < 1.0
-    return abs(start_time(process.pid) - recorded) < 0.5 / _TICKS_PER_S
+    return _started_at(process.pid, recorded)
 
 
 def is_recorded_process(pid: int, started: float | None, main_class: str) -> bool:
-    """Whether ``pid`` is still the JVM that was recorded: alive (not a zombie), started at
-    ``started`` (records written before start times were kept have None), and running
-    ``main_class``."""
+    """Whether ``pid`` is still the JVM that was recorded: started at ``started`` (records
+    written before start times were kept have None) and running ``main_class``. Read from
+    /proc directly: psutil's own check that a pid was not reused compares epoch start times,
+    which a clock step moves."""
     try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
+        if started is not None and not _started_at(pid, started):
             return False
-        if started is not None and not started_as_recorded(process, started):
-            return False
-        return main_class in process.cmdline()
-    except psutil.Error:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, psutil.Error):
         return False
+    return main_class.encode() in args  # a zombie's command line is empty
+
+
+def _started_at(pid: int, recorded: float) -> bool:
+    if recorded > _EPOCH_FORM:
+        return abs(psutil.Process(pid).create_time() - recorded) < 1.0
+    return abs(start_time(pid) - recorded) < 0.5 / _TICKS_PER_S

@@ -2,6 +2,7 @@
 at the recorded time: a pid reused by another process is never taken for the broker or a
 cluster daemon."""
 
+import itertools
 import json
 import os
 import socket
@@ -20,8 +21,12 @@ MARKER = address.MAIN_CLASS  # what the broker's JVM runs
 
 
 def _stand_in() -> subprocess.Popen:
-    """A process whose command line names the broker's main class, as a broker's does."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", MARKER])
+    """A process whose command line names the broker's main class, as a broker's does; back
+    once it runs (its first line printed)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", MARKER],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "up\n"
+    return process
 
 
 def test_a_process_is_known_by_pid_start_time_and_program():
@@ -62,8 +67,9 @@ def test_a_wall_clock_step_does_not_unmake_a_recorded_process(monkeypatch):
     try:
         recorded = start_time(process.pid)
         ours = Holder("run-1", "ingest", socket.gethostname(), os.getpid(), start_time(os.getpid()), time.time(), 60.0)
-        stepped = psutil._pslinux.boot_time() + 5
-        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+        # stepped by 5 s, and jittering by a second from one read to the next
+        readings = itertools.cycle([psutil._pslinux.boot_time() + 5, psutil._pslinux.boot_time() + 6])
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: next(readings))
         assert is_recorded_process(process.pid, recorded, MARKER)
         assert ours.process() is not None and ours.alive()  # a lease's holder is still itself
     finally:

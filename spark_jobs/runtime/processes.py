@@ -4,8 +4,8 @@ a record keeps the process's start time, and the process must still run what was
 
 The start time is the kernel's: clock ticks from boot to the process's start
 (``/proc/<pid>/stat``), in seconds. psutil's ``create_time()`` adds the boot time to it,
-which the kernel derives from the wall clock, so a clock step moves it (a run's record then
-no longer matched its own live process, in the suite).
+which the kernel derives from the wall clock, so a clock step moves it
+(docs/streaming-facts.md, "Recognising a process by pid").
 """
 
 from __future__ import annotations

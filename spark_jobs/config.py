@@ -381,8 +381,13 @@ class Settings(BaseSettings):
         for key, value in data.items():
             if key in GROUPED:
                 group, field = GROUPED[key]
-                section = out.get(group)
-                section = dict(section) if isinstance(section, dict) else {}
+                section = out.get(group) or {}
+                if isinstance(section, BaseModel):
+                    section = section.model_dump()
+                if not isinstance(section, dict):
+                    raise ValueError(f"{group} is a group of settings: set its fields by their own names, "
+                                     f"such as {key}")
+                section = dict(section)
                 section[field] = value
                 out[group] = section
         return out

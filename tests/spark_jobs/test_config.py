@@ -190,3 +190,8 @@ def test_a_job_is_given_only_the_streaming_settings():
     for job in JOBS.values():
         assert job.topics(s.streaming)  # the job's inputs come from its own group
         assert set(job.checkpoint_settings) <= set(type(s.streaming).model_fields)
+
+
+def test_a_group_set_as_one_value_is_refused_saying_how_to_set_it():
+    with pytest.raises(ConfigError, match="kafka is a group of settings: set its fields by their own names"):
+        load_settings(env={"SIGFLOW_KAFKA": "k:9092", "SIGFLOW_TOPIC_PARTITIONS": "2"})

@@ -31,17 +31,13 @@ def start_time(pid: int) -> float:
     return int(stat.rsplit(")", 1)[1].split()[19]) / _TICKS_PER_S
 
 
-def started_as_recorded(process: psutil.Process, recorded: float) -> bool:
-    return _started_at(process.pid, recorded)
-
-
 def is_recorded_process(pid: int, started: float | None, main_class: str) -> bool:
     """Whether ``pid`` is still the JVM that was recorded: started at ``started`` (records
     written before start times were kept have None) and running ``main_class``. Read from
     /proc directly: psutil's own check that a pid was not reused compares epoch start times,
     which a clock step moves."""
     try:
-        if started is not None and not _started_at(pid, started):
+        if started is not None and not started_as_recorded(pid, started):
             return False
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, psutil.Error):
@@ -49,7 +45,8 @@ def is_recorded_process(pid: int, started: float | None, main_class: str) -> boo
     return main_class.encode() in args  # a zombie's command line is empty
 
 
-def _started_at(pid: int, recorded: float) -> bool:
+def started_as_recorded(pid: int, recorded: float) -> bool:
+    """Whether ``pid`` started when ``recorded`` says (ticks since boot, or the epoch form)."""
     if recorded > _EPOCH_FORM:
         return abs(psutil.Process(pid).create_time() - recorded) < 1.0
     return abs(start_time(pid) - recorded) < 0.5 / _TICKS_PER_S

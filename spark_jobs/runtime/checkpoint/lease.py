@@ -68,7 +68,7 @@ class Holder:
             return None
         try:
             process = psutil.Process(self.pid)
-            return process if started_as_recorded(process, self.process_started) else None
+            return process if started_as_recorded(self.pid, self.process_started) else None
         except psutil.Error:
             return None
 

@@ -297,7 +297,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
         return 0
     from spark_jobs.ops import quality
 
-    print("\n".join(quality.check(_settings(args), args.tables or None)))
+    print("\n".join(quality.check(_settings(args), args.tables or None, full=args.full)))
     return 0
 
 
@@ -473,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["run", "assets"],
                    help="run the checks, or fetch the JS and CSS their Data Docs pages need offline (make install)")
     p.add_argument("tables", nargs="*", help="default: every table with a suite")
+    p.add_argument("--full", action="store_true",
+                   help="check every row, not only those added since the last passing run (in chunks)")
     p.set_defaults(func=cmd_quality)
 
     p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")

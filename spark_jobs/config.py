@@ -289,6 +289,8 @@ class OperationsSettings(_Group):
     signal_min: float = -1000.0
     signal_max: float = 1000.0
     quality_freshness: DurationSetting = "2 hours"
+    # How many rows a quality run holds at once: its memory follows this, not the tables.
+    quality_chunk_rows: AtLeastOne = 200_000
     # Maintenance (sigflow maintenance, daily DAG). Rewinds can reach back only as far as
     # vacuum_retention: older table versions lose their files. Maintenance refuses a
     # retention under vacuum_retention_floor: a batch or a reader in flight still reads

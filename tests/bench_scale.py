@@ -1,10 +1,12 @@
-"""How the on-call commands' cost grows with the tables: `sigflow quality run device_events`,
-`sigflow status` and `sigflow report`, each in a fresh process, on tables of N device events
-(with the other tables they read in proportion: a quarantined record and a late one per 100
-events, an average row per 10, a pipeline_metrics row per 1,000, as in a run of
-`make run`'s traffic). Prints wall time and the process's peak resident memory for each N.
+"""How the on-call commands' cost grows with the tables: `sigflow quality run device_events`
+(its first run, which reads every row, then one after --new more events, 100,000 by
+default, which reads those), `sigflow status` and `sigflow report`, each in a fresh process, on tables of N
+device events (with the other tables they read in proportion: a quarantined record and a
+late one per 100 events, an average row per 10, a pipeline_metrics row per 1,000, as in a
+run of `make run`'s traffic). Prints wall time and the process's peak resident memory for
+each N.
 
-    python -m tests.bench_scale [--rows 1000000 10000000] [--keep DIR]
+    python -m tests.bench_scale [--rows 1000000 10000000] [--new 100000] [--keep DIR]
 
 Rows are written with delta-rs in chunks of 1,000,000, no Spark or broker involved.
 """
@@ -30,7 +32,9 @@ CHUNK = 1_000_000
 # rows of each table per device event
 SHARE = {"device_events": 1, "quarantined_events": 0.01, "late_events": 0.01,
          "device_signal_averages": 0.1, "pipeline_metrics": 0.001}
-COMMANDS = {"quality device_events": ["quality", "run", "device_events"], "status": ["status"], "report": ["report"]}
+QUALITY = ["quality", "run", "device_events"]
+COMMANDS = {"quality device_events first": QUALITY, "quality device_events new": QUALITY,
+            "status": ["status"], "report": ["report"]}
 START_US = 1_795_000_000_000_000  # event times from here, one per 10 ms
 
 
@@ -59,13 +63,14 @@ def _column(field: pa.Field, start: int, rows: int, rng: np.random.Generator) ->
     return pa.array(np.array(values)[index % len(values)], type=kind)
 
 
-def write_tables(data_dir: Path, events: int) -> None:
-    rng = np.random.default_rng(7)
-    for name, share in SHARE.items():
+def write_tables(data_dir: Path, events: int, first: int = 0, tables: dict[str, float] = SHARE) -> None:
+    """Events first..first+events, and the other tables' rows in proportion."""
+    rng = np.random.default_rng(7 + first)
+    for name, share in tables.items():
         schema, total = arrow_schema(ALL_TABLES[name]), int(events * share)
         uri = str(data_dir / "delta" / name)
-        for start in range(0, total, CHUNK):
-            rows = min(CHUNK, total - start)
+        for start in range(int(first * share), int(first * share) + total, CHUNK):
+            rows = min(CHUNK, int(first * share) + total - start)
             chunk = pa.table([_column(f, start, rows, rng) for f in schema], schema=schema)
             write_deltalake(uri, chunk, mode="append")
 
@@ -86,6 +91,7 @@ def measure(data_dir: Path, command: list[str]) -> tuple[float, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--new", type=int, default=100_000, help="events added before quality's second run")
     parser.add_argument("--keep", help="write the tables under this directory and keep them")
     args = parser.parse_args(argv)
     root = Path(args.keep or tempfile.mkdtemp(prefix="sigflow-scale-"))
@@ -96,13 +102,15 @@ def main(argv=None) -> int:
         write_tables(data_dir, events)
         print(f"tables of {events:,} device events written in {time.perf_counter() - began:.0f} s", flush=True)
         for name, command in COMMANDS.items():
+            if name == "quality device_events new":
+                write_tables(data_dir, args.new, first=events, tables={"device_events": 1})
             figures[name][events] = measure(data_dir, command)
             seconds, mb = figures[name][events]
             print(f"  {name}: {seconds:.1f} s, peak {mb:,.0f} MB", flush=True)
     smallest, largest = min(args.rows), max(args.rows)
     for name, by_size in figures.items():
         (t0, m0), (t1, m1) = by_size[smallest], by_size[largest]
-        print(f"scale {name.replace(' ', '_')} rows={smallest}->{largest} seconds={t0:.1f}->{t1:.1f} "
+        print(f"scale {name.replace('device_events ', '').replace(' ', '_')} rows={smallest}->{largest} seconds={t0:.1f}->{t1:.1f} "
               f"peak_mb={m0:.0f}->{m1:.0f} memory_growth={m1 / m0:.2f}")
     if not args.keep:
         import shutil

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from spark_jobs.runtime.delta.delta_rs import count_rows
+from spark_jobs.runtime.delta.delta_rs import count_rows, read_pandas
 from tests import bench
 
 MEASURED = ("ingest", "windowed-averages")
@@ -43,12 +43,16 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
 def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_path, capsys):
     from tests import bench_scale
 
-    assert bench_scale.main(["--rows", "2000", "--keep", str(tmp_path)]) == 0
+    assert bench_scale.main(["--rows", "2000", "--new", "300", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = re.findall(r"^scale (\S+) rows=2000->2000 seconds=(\S+)->\S+ peak_mb=(\d+)->\d+", out, re.M)
-    assert [name for name, *_ in lines] == ["quality_device_events", "status", "report"]
+    assert [name for name, *_ in lines] == ["quality_first", "quality_new", "status", "report"]
     # a fresh Python process with pandas and delta-rs loaded holds well over 50 MB
     assert all(float(seconds) > 0 and int(peak) > 50 for _, seconds, peak in lines)
     # the tables measured hold what was said: 2,000 events and a quarantined record per 100
-    assert count_rows(str(tmp_path / "events-2000" / "delta" / "device_events")) == 2000
+    assert count_rows(str(tmp_path / "events-2000" / "delta" / "device_events")) == 2000 + 300
+    # quality's first run read every event, its second only the 300 added after it
+    results = read_pandas(str(tmp_path / "events-2000" / "delta" / "dq_results"))
+    schema_checks = results[results.expectation == "expect_table_columns_to_match_set"].sort_values("run_time")
+    assert schema_checks.rows_checked.tolist() == [2000, 300]
     assert count_rows(str(tmp_path / "events-2000" / "delta" / "quarantined_events")) == 20

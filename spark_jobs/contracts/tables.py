@@ -161,8 +161,9 @@ DQ_RESULTS = TableSpec(
     "dq_results",
     "run_id STRING, run_time TIMESTAMP, table_name STRING, rows_checked BIGINT, expectation STRING, "
     "column_name STRING, severity STRING, success BOOLEAN, unexpected_count BIGINT, "
-    "unexpected_sample STRING",
-    "One row per expectation per data-quality run (Great Expectations), appended by sigflow quality.",
+    "unexpected_sample STRING, table_version BIGINT",
+    "One row per expectation per data-quality run (Great Expectations), appended by sigflow quality; "
+    "table_version is the version of the table checked, whose rows a later run need not read again.",
 )
 
 ALL_TABLES = {

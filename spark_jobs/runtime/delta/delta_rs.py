@@ -37,15 +37,15 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
         import pyarrow as pa
 
         return pa.table({})
-    with _collecting_after_the_scan():
-        return _dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
+    with collecting_after_the_scan():
+        return dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
 
 
-def _dataset(uri: str) -> ds.Dataset:
-    """The table's current files as an Arrow dataset. A local table is read through Arrow's
-    own file system: with delta-rs's default (a Python file system handler), Arrow's
-    read-ahead threads call back into Python, the setting in which the abort at exit is
-    reported (delta-rs's issue 2184, polars' 24169: reading the files with a native file
+def dataset(uri: str, version: int | None = None) -> ds.Dataset:
+    """The table's files (at ``version``, else the current ones) as an Arrow dataset. A
+    local table is read through Arrow's own file system: with delta-rs's default (a Python
+    file system handler), Arrow's read-ahead threads call back into Python, the setting in
+    which the abort at exit is reported (delta-rs's issue 2184, polars' 24169: reading the files with a native file
     system ended cleanly). Object stores keep delta-rs's handler (credentials, endpoints)."""
     from urllib.parse import urlparse
 
@@ -55,12 +55,13 @@ def _dataset(uri: str) -> ds.Dataset:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         root = os.path.abspath(parsed.path if parsed.scheme else uri)
-        return DeltaTable(uri).to_pyarrow_dataset(filesystem=pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem()))
-    return DeltaTable(uri).to_pyarrow_dataset()
+        local = pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem())
+        return DeltaTable(uri, version=version).to_pyarrow_dataset(filesystem=local)
+    return DeltaTable(uri, version=version).to_pyarrow_dataset()
 
 
 @contextmanager
-def _collecting_after_the_scan() -> Iterator[None]:
+def collecting_after_the_scan() -> Iterator[None]:
     """A garbage collection as soon as the scan inside is done. A fresh process
     still aborted once at exit ("terminate called without an active exception") in a
     clean-clone run of 2026-11-25, single-threaded scan and all. The cause reported for
@@ -86,8 +87,8 @@ def count_matching(uri: str, where: ds.Expression | None = None) -> int:
 
     if not DeltaTable.is_deltatable(uri):
         return 0
-    with _collecting_after_the_scan():
-        return _dataset(uri).count_rows(filter=where, use_threads=False)
+    with collecting_after_the_scan():
+        return dataset(uri).count_rows(filter=where, use_threads=False)
 
 
 def history(uri: str) -> list[dict]:
@@ -115,7 +116,7 @@ def has_its_files(uri: str, version: int) -> bool:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
-    with _collecting_after_the_scan():
+    with collecting_after_the_scan():
         try:  # the row count opens every file's footer, and nothing more
             DeltaTable(uri, version=version).to_pyarrow_dataset().count_rows(use_threads=False)
         except (FileNotFoundError, DeltaError):  # a file vacuumed, or the version's log entry expired

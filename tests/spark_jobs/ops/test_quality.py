@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_events
@@ -34,11 +34,12 @@ def good_tables(tmp_path_factory, embedded_broker, spark):
     return s
 
 
-def _copy(settings, tmp_path):
-    """The same tables in a directory of this test's own, to damage freely."""
+def _copy(settings, tmp_path, **changes):
+    """The same tables in a directory of this test's own, to damage freely; no quality run
+    has checked them yet."""
     target = tmp_path / "data"
-    shutil.copytree(Path(settings.data_dir) / "delta", target / "delta")
-    return settings.replace(data_dir=str(target))
+    shutil.copytree(Path(settings.data_dir) / "delta", target / "delta", ignore=shutil.ignore_patterns("dq_results"))
+    return settings.replace(data_dir=str(target), **changes)
 
 
 def _append(settings, name: str, rows: list[dict]) -> None:
@@ -135,3 +136,78 @@ def test_data_docs_keep_a_page_per_run_and_the_index_links_every_one(good_tables
     runs = {f"sigflow-{run}" for run in table(s, "dq_results").run_id}
     named = {page.relative_to(site).parts[3] for page in pages}
     assert len(named) == 3 and named <= runs  # each page under the name of its dq_results run
+
+
+def _checked(reports, name: str) -> int:
+    return next(r.rows for r in reports if r.table == name)
+
+
+def test_a_run_checks_the_rows_added_since_the_last_passing_one_and_failed_rows_until_repaired(good_tables, tmp_path):
+    s = _copy(good_tables, tmp_path)
+    name = "device_events_deduplicated"
+    rows = table(s, name)
+    assert _checked(quality.run(s, [name]), name) == len(rows)
+    assert _checked(quality.run(s, [name]), name) == 0  # nothing new
+    fresh = [{**rows.iloc[i].to_dict(), "event_id": f"e-new-{i}"} for i in range(3)]
+    _append(s, name, fresh)
+    assert _checked(quality.run(s, [name]), name) == 3
+
+    _append(s, name, [{**fresh[0], "event_id": "e-too-high", "signal": 5000.0}])
+    for _ in range(2):  # a failed run does not move the mark: the bad row is found again
+        with pytest.raises(quality.QualityFailed) as failed:
+            quality.run(s, [name])
+        report = failed.value.reports[0]
+        assert report.rows == 1 and [row["event_id"] for o in report.failed_critical for row in o.sample] == ["e-too-high"]
+    DeltaTable(s.table_uri(name)).delete("event_id = 'e-too-high'")
+    report = quality.run(s, [name])[0]
+    assert report.failed_critical == []
+    # what was checked, run by run, is in dq_results with the version it reached
+    results = table(s, "dq_results")
+    schema = results[results.expectation == "expect_table_columns_to_match_set"].sort_values("run_time")
+    assert schema.rows_checked.tolist()[:3] == [len(rows), 0, 3]
+    assert schema.table_version.tolist() == sorted(schema.table_version.tolist())
+
+
+def test_chunks_find_what_one_frame_finds_and_a_repeat_across_chunks_or_history(good_tables, tmp_path):
+    """Four rows a chunk: a repeated event_id in another chunk, and one repeating a row a
+    passing run checked before, fail as the whole table read at once would; row checks
+    count over every chunk."""
+    s = _copy(good_tables, tmp_path, quality_chunk_rows=4)
+    name = "device_events_deduplicated"
+    rows = table(s, name)
+    assert len(rows) > 8
+    report = quality.run(s, [name])[0]
+    assert report.rows == len(rows) and report.failed_critical == []
+    assert {o.rows for o in report.outcomes if o.expectation != "expect_column_max_to_be_between"} == {len(rows)}
+
+    repeats = [rows.iloc[0].to_dict(), rows.iloc[len(rows) - 1].to_dict()]  # first and last checked chunks
+    out_of_range = [{**rows.iloc[1].to_dict(), "event_id": f"e-high-{i}", "signal": 5000.0} for i in range(6)]
+    _append(s, name, out_of_range[:3] + repeats[:1] + out_of_range[3:] + repeats[1:])
+    with pytest.raises(quality.QualityFailed) as failed:
+        quality.run(s, [name])
+    report = failed.value.reports[0]
+    assert report.rows == 8
+    found = {o.expectation: o for o in report.failed_critical}
+    assert {(name, o.column) for name, o in found.items()} == {
+        ("expect_column_values_to_be_unique", "event_id"), ("expect_column_values_to_be_between", "signal")}
+    assert found["expect_column_values_to_be_between"].unexpected_count == 6
+    repeated = found["expect_column_values_to_be_unique"]
+    assert repeated.unexpected_count == 2  # each new row repeating an older one
+    assert sorted(row["event_id"] for row in repeated.sample) == sorted(r["event_id"] for r in repeats)
+
+    full = _copy(good_tables, tmp_path / "full")
+    _append(full, name, out_of_range + repeats)
+    with pytest.raises(quality.QualityFailed) as whole:
+        quality.run(full, [name], full=True)
+    at_once = {o.column: o.unexpected_count for o in whole.value.reports[0].failed_critical}
+    # every row of a repeated pair is new here: both count
+    assert at_once == {"signal": 6, "event_id": 4}
+
+
+def test_a_compaction_rereads_its_rows_without_taking_them_for_repeats(good_tables, tmp_path):
+    s = _copy(good_tables, tmp_path)
+    name = "device_events_deduplicated"
+    quality.run(s, [name])
+    DeltaTable(s.table_uri(name)).optimize.compact()
+    report = quality.run(s, [name])[0]
+    assert report.rows == len(table(s, name)) and report.failed_critical == []

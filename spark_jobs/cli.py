@@ -319,7 +319,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from spark_jobs.ops import report
 
-    out = report.write(_settings(args), args.out)
+    out = report.write(_settings(args), args.out, args.span)
     print(f"report written: {out.resolve()} (open it in a browser)")
     return 0
 
@@ -490,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="an HTML page: averages, late data, quarantine; batch time, watermark, lag, state per job")
     p.add_argument("--out", help="default: <data_dir>/report.html")
+    p.add_argument("--span", default="24 hours",
+                   help="each chart shows this much before its table's newest row (default: 24 hours)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("airflow", help="Airflow standalone with the sigflow DAGs on 127.0.0.1 (embedded mode)")

@@ -35,12 +35,16 @@ COUNTS = {
 
 class SigflowCollector(Collector):
     def __init__(self, settings: Settings):
+        from spark_jobs.ops.metrics_totals import MetricsTotals
+
         self.settings = settings
+        # kept across scrapes: each reads only the pipeline_metrics files added since the last
+        self.totals = MetricsTotals(settings, ("rows_dropped_by_watermark", *COUNTS))
 
     def collect(self) -> Iterator[Metric]:
         from spark_jobs.ops import status
 
-        metrics = status.read_metrics(self.settings, (*status.STATUS_COLUMNS, *COUNTS))  # one read a scrape
+        metrics = self.totals.refresh()
         jobs = status.all_status(self.settings, metrics=metrics)
         up = GaugeMetricFamily("sigflow_job_up", "1 while a run of the job holds its checkpoint lease",
                                labels=[JOB_LABEL])
@@ -72,17 +76,14 @@ class SigflowCollector(Collector):
         yield self._quarantined()
 
     def _counts(self, metrics) -> Iterator[Metric]:
-        from spark_jobs.ops.status import metrics_totals
-
-        totals = metrics_totals(metrics, tuple(COUNTS))
         batches = CounterMetricFamily("sigflow_batches", "Committed batches recorded in pipeline_metrics",
                                       labels=[JOB_LABEL])
         families = {column: CounterMetricFamily(name.removesuffix("_total"), text, labels=[JOB_LABEL])
                     for column, (name, text) in COUNTS.items()}
-        for job, row in totals.items():
-            batches.add_metric([job], float(row["batches"]))
+        for job, figures in metrics.items():
+            batches.add_metric([job], float(figures.batches))
             for column, family in families.items():
-                family.add_metric([job], float(row[column]))
+                family.add_metric([job], float(figures.sums[column]))
         yield batches
         yield from families.values()
 

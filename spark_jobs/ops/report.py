@@ -11,26 +11,36 @@ import html
 import io
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from spark_jobs.config import Settings
+from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
+from spark_jobs.runtime.delta.delta_rs import read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
 log = logging.getLogger("sigflow.report")
 
 
-def _read(settings: Settings, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+def recent(settings: Settings, name: str, columns: list[str], time_column: str, span_s: float) -> pd.DataFrame:
+    """The table's rows of the last ``span_s`` seconds before its newest ``time_column`` (by
+    Delta's file statistics): a slice that follows the traffic, not the table's age, and
+    still shows a stopped pipeline's last hours."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
+
+    from spark_jobs.runtime.delta.increments import file_statistics
 
     uri = settings.table_uri(name)
     if not DeltaTable.is_deltatable(uri):
-        return pd.DataFrame(columns=columns or [])
-    return read_pandas(uri, columns)
+        return pd.DataFrame(columns=columns)
+    newest = pc.max(file_statistics(uri, [time_column]).column(time_column)).as_py()
+    if newest is None:
+        return read_pandas(uri, columns)  # the writer kept no statistics: small by then, read it
+    return read_pandas(uri, columns, where=ds.field(time_column) >= newest - timedelta(seconds=span_s))
 
 
 def _figure(draw, title: str) -> str:
@@ -101,14 +111,17 @@ def _stacked(frame: pd.DataFrame, time_column: str, by: str, xlabel: str, ylabel
 
 
 def _counts(settings: Settings) -> pd.DataFrame:
+    """Each table's rows and version, from its files' statistics: no row is read."""
     from deltalake import DeltaTable
+
+    from spark_jobs.runtime.delta.increments import added_since
 
     rows = []
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
         if DeltaTable.is_deltatable(uri):
-            table = DeltaTable(uri)
-            rows.append((name, count_matching(uri), table.version()))
+            whole = added_since(uri, None)
+            rows.append((name, whole.rows, whole.version))
     return pd.DataFrame(rows, columns=["table", "rows", "version"])
 
 
@@ -152,15 +165,19 @@ def state_by_operator(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["batch_time", "operator", "state_rows"])
 
 
-def build(settings: Settings) -> str:
-    averages = _read(settings, "device_signal_averages")
+def build(settings: Settings, span: str = "24 hours") -> str:
+    """The page: every table's size, and each chart over the last ``span`` of its table."""
+    span_s = duration_seconds(span, "span")
+    averages = recent(settings, "device_signal_averages",
+                     ["device_id", "window_start", "window_kind", "avg_signal", "event_count"], "window_start", span_s)
     if not averages.empty:
         averages = averages[averages.window_kind == averages.window_kind.min()]
         busiest = averages.groupby("device_id").event_count.sum().nlargest(DEVICES_PLOTTED).index
         averages = averages[averages.device_id.isin(busiest)]
-    late = _read(settings, "late_events", ["job", "event_time"])
-    quarantined = _read(settings, "quarantined_events", ["reason_code", "kafka_timestamp"])
-    metrics = batches(_read(settings, "pipeline_metrics"))
+    late = recent(settings, "late_events", ["job", "event_time"], "event_time", span_s)
+    quarantined = recent(settings, "quarantined_events", ["reason_code", "kafka_timestamp"], "kafka_timestamp", span_s)
+    metrics = batches(recent(settings, "pipeline_metrics",
+                            ["job", "batch_time", "duration_ms", "watermark", "progress_json"], "batch_time", span_s))
     counts = _counts(settings)
 
     sections = [
@@ -195,7 +212,8 @@ def build(settings: Settings) -> str:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
 td:first-child,th:first-child{{text-align:left}}.empty{{color:#888}}</style></head>
 <body><h1>sigflow report</h1>
-<p>Tables under <code>{html.escape(settings.delta_root_uri)}</code>, generated {generated}.</p>
+<p>Tables under <code>{html.escape(settings.delta_root_uri)}</code>, generated {generated}; each chart
+shows the last {html.escape(span)} of its table.</p>
 <h2>Tables</h2>
 {counts.to_html(index=False, border=0)}
 {body}
@@ -203,8 +221,8 @@ td:first-child,th:first-child{{text-align:left}}.empty{{color:#888}}</style></he
 """
 
 
-def write(settings: Settings, out: Path | None = None) -> Path:
+def write(settings: Settings, out: Path | None = None, span: str = "24 hours") -> Path:
     out = Path(out or Path(settings.data_dir) / "report.html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(build(settings))
+    out.write_text(build(settings, span))
     return out

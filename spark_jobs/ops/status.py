@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.registry import JOBS, get_job
+from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
-from spark_jobs.runtime.delta.delta_rs import read_pandas
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 
@@ -149,27 +149,9 @@ class JobStatus:
         return out
 
 
-STATUS_COLUMNS = ("job", "batch_id", "watermark", "input_rows_per_second", "processed_rows_per_second",
-                  "state_rows", "rows_dropped_by_watermark")
-
-
-def read_metrics(settings: Settings, columns: tuple[str, ...] = STATUS_COLUMNS):
-    """These pipeline_metrics columns, or None before the table exists."""
-    from deltalake import DeltaTable
-
-    uri = settings.table_uri("pipeline_metrics")
-    if not DeltaTable.is_deltatable(uri):
-        return None
-    return read_pandas(uri, columns=list(dict.fromkeys(columns)))
-
-
-def metrics_totals(metrics, columns: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    """Per job: the sum of these pipeline_metrics columns and its number of batches."""
-    if metrics is None:
-        return {}
-    sums = metrics.groupby("job")[list(columns)].sum()
-    sums["batches"] = metrics.groupby("job").size()
-    return {job: {name: int(value) for name, value in row.items()} for job, row in sums.iterrows()}
+def read_metrics(settings: Settings, summed: tuple[str, ...] = ("rows_dropped_by_watermark",)) -> dict[str, JobFigures]:
+    """Each job's figures from pipeline_metrics, read in chunks ({} before the table exists)."""
+    return MetricsTotals(settings, summed).refresh()
 
 
 def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -185,7 +167,8 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
     return lag
 
 
-def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True) -> JobStatus:
+def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | None = None,
+               with_lag: bool = True) -> JobStatus:
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     running = lease is not None and lease.alive()
@@ -202,14 +185,12 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
         status.watermark = format_watermark(offsets.watermark_ms)
         status.watermark_ms = offsets.watermark_ms or None  # Spark's 0 means none yet
         committed = {topic: parts for source in offsets.sources if source for topic, parts in source.items()}
-    if metrics is not None:
-        mine = metrics[metrics.job == job].sort_values("batch_id")
-        if len(mine):
-            row = mine.iloc[-1]
-            status.input_rows_per_second = float(row.input_rows_per_second)
-            status.processed_rows_per_second = float(row.processed_rows_per_second)
-            status.state_rows = int(row.state_rows)
-            status.rows_dropped_by_watermark = int(mine.rows_dropped_by_watermark.sum())
+    figures = (metrics or {}).get(job)
+    if figures is not None and figures.batches:
+        status.input_rows_per_second = float(figures.latest["input_rows_per_second"])
+        status.processed_rows_per_second = float(figures.latest["processed_rows_per_second"])
+        status.state_rows = int(figures.latest["state_rows"])
+        status.rows_dropped_by_watermark = figures.sums["rows_dropped_by_watermark"]
     if with_lag:
         try:
             status.lag = _lag(settings, job, committed)
@@ -223,7 +204,8 @@ def job_status(settings: Settings, job: str, metrics=None, with_lag: bool = True
     return status
 
 
-def all_status(settings: Settings, with_lag: bool = True, metrics=None) -> list[JobStatus]:
+def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, JobFigures] | None = None
+               ) -> list[JobStatus]:
     """Every job's status; ``metrics``: pipeline_metrics already read (``read_metrics``)."""
     metrics = read_metrics(settings) if metrics is None else metrics
     try:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sigflow.delta")
 ROWS_IN_FILE = "rows_in_file"  # a file's row count, in file_statistics
+CHUNK_ROWS = 200_000  # rows held at once by a reader that sums or counts
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Increment:
     since: int | None
     files: frozenset[str]
     rows: int
+    removed: bool = False  # some file of ``since`` is gone: rows were deleted or rewritten
 
 
 def added_since(uri: str, since: int | None) -> Increment:
@@ -56,7 +58,8 @@ def added_since(uri: str, since: int | None) -> Increment:
             log.info("%s: version %d cannot be loaded (%s), so read whole", uri, since, error)
             since = None
     files = {path: rows for path, rows in current.items() if path not in older}
-    return Increment(uri, table.version(), since, frozenset(files), sum(rows or 0 for rows in files.values()))
+    return Increment(uri, table.version(), since, frozenset(files), sum(rows or 0 for rows in files.values()),
+                     removed=bool(older - current.keys()))
 
 
 def chunks(increment: Increment, rows: int, columns: list[str] | None = None,

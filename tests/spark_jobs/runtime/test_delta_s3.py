@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -258,3 +259,60 @@ def test_a_checkpoint_on_s3_is_moved_aside_whole(s3, monkeypatch):
     with checkpoint.fs.open_input_stream(f"{aside}/state/0/0/1.delta") as moved:
         assert moved.read() == b"\0\1"
     assert not checkpoint.exists()
+
+
+@pytest.mark.timeout(600)
+def test_on_call_commands_on_s3_and_a_recover_cut_short_there_end_as_on_local_disk(
+        s3, s3_jars, settings, tmp_path, monkeypatch):
+    """ingest with its tables and checkpoint on s3a://, then what on-call does there: status,
+    the report, quality twice (the second finds nothing new), and a recover from earliest
+    that dies after moving the checkpoint aside and emptying a table. The job then refuses
+    to start; the recover applied again finishes, and the rerun leaves every table as the
+    first run left it."""
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.ops import quality, report, status
+    from spark_jobs.runtime.runner import JobRun
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    produced = sigflow(settings, "simulate", "--events", "300", "--devices", "4", "--seed", "5")
+    assert produced.returncode == 0, produced.stderr
+    root = f"s3a://{BUCKET}/on-call-{time.time_ns()}"
+    on_s3 = settings.replace(data_dir=str(tmp_path / "s3-run"), delta_root=f"{root}/delta",
+                             checkpoint_root=f"{root}/checkpoints")
+    env = {**s3, "SIGFLOW_JARS_DIR": str(s3_jars), "SIGFLOW_SPARK_MASTER": "local[1]",
+           "SIGFLOW_SPARK_DRIVER_MEMORY": "768m", "SIGFLOW_DELTA_ROOT": on_s3.delta_root,
+           "SIGFLOW_CHECKPOINT_ROOT": on_s3.checkpoint_root}
+
+    def run_ingest() -> None:
+        ran = sigflow(on_s3, "run", "ingest", extra_env=env)
+        assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-4000:]
+
+    run_ingest()
+    written = sorted(spec.name for spec in get_job("ingest").tables)
+    first = {name: contents(on_s3, name) for name in written}
+    events = table(on_s3, "device_events")
+    assert len(events) > 0
+
+    ingest = next(job for job in status.all_status(on_s3) if job.job == "ingest")
+    assert ingest.last_batch is not None and ingest.verdict.word not in ("FAILED", "NEVER RUN")
+    assert re.search(rf"<td>device_events</td>\s*<td>{len(events)}</td>", report.build(on_s3))
+    assert [r.rows for r in quality.run(on_s3, ["device_events"])] == [len(events)]
+    assert [r.rows for r in quality.run(on_s3, ["device_events"])] == [0]  # nothing new
+
+    plan = restart.plan_recover(on_s3, "ingest", source="earliest", force=True)
+    assert plan.steps[0].startswith("move the old checkpoint aside")
+
+    def dies() -> None:
+        raise RuntimeError("the apply's process died here")
+
+    plan.changes.insert(2, dies)  # after the move and the first table emptied
+    with pytest.raises(RuntimeError):
+        plan.apply()
+    with pytest.raises(SigflowError, match="a recover of its checkpoint did not finish"):
+        JobRun(get_job("ingest"), on_s3)
+    again = restart.plan_recover(on_s3, "ingest", source="earliest")
+    assert not again.refusals and not again.steps[0].startswith("move")  # moved already
+    again.apply()
+    run_ingest()
+    assert {name: contents(on_s3, name) for name in written} == first

@@ -75,6 +75,7 @@ test-fast: install
 bench: install
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench_scale
+	$(BIN)/python -m tests.bench_long
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)

@@ -175,9 +175,10 @@ class TableReport:
 
     def lines(self) -> list[str]:
         passed = sum(o.success for o in self.outcomes)
-        scope = "rows"
-        if self.increment is not None and self.increment.since is not None:
-            scope = f"new rows (versions {self.increment.since + 1}-{self.increment.version})"
+        scope, since = "rows", self.increment.since if self.increment else None
+        if since is not None:
+            scope = (f"new rows (none since version {since})" if since == self.increment.version
+                     else f"new rows (versions {since + 1}-{self.increment.version})")
         out = [f"{self.table}: {passed}/{len(self.outcomes)} expectations met on {self.rows:,} {scope}"]
         out += [o.line() for o in self.outcomes if not o.success]
         for outcome in self.failed_critical:
@@ -269,7 +270,7 @@ def _check_table(context, settings: Settings, increment: Increment, table: str, 
                  run_id: str, run_time: datetime) -> TableReport:
     """Every check of one table: its row checks chunk by chunk over the increment, its table
     checks once over the file statistics; one Data Docs page for each of the two."""
-    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from spark_jobs.ops.unique_keys import SeenKeys
     from spark_jobs.runtime.delta import increments
@@ -306,7 +307,7 @@ def _check_table(context, settings: Settings, increment: Increment, table: str, 
     statistics = increments.file_statistics(increment.uri, columns, increment.version)
     table_outcomes, table_result = _validate(context, f"sigflow_metadata.{table}", f"{table}.files",
                                              statistics.to_pandas(), table_checks, run_id, run_time)
-    total = pa.compute.sum(statistics.column(ROWS_IN_FILE)).as_py() or 0
+    total = pc.sum(statistics.column(ROWS_IN_FILE)).as_py() or 0
     for outcome in table_outcomes:
         outcome.rows = total
     pages = []

@@ -23,7 +23,7 @@ from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job, table, wait_for
+from tests.helpers import REPO, cli_env, produce, run_job, sigflow, table, wait_for
 
 pytestmark = pytest.mark.slow  # brokers of its own killed, jobs in JVMs of their own
 
@@ -176,10 +176,19 @@ def _get(url: str) -> str:
 
 
 def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):
+    """A run with a 1-second trigger takes records as they come; `sigflow maintenance`
+    compacting its tables meanwhile loses and repeats no row; SIGTERM ends it cleanly."""
+    from deltalake import DeltaTable
+
     ui_port = free_port()
     with _continuous_ingest(settings, {"SIGFLOW_SPARK_UI": "true", "SIGFLOW_SPARK_UI_PORT": str(ui_port)}) as output:
-        produce(settings, generate_events(100, malformed_ratio=0))
-        _wait_for_rows(settings, "device_events_raw", 100, output)  # picks up data as it comes
+        records = generate_events(100, malformed_ratio=0)
+        produce(settings, records[:60])
+        _wait_for_rows(settings, "device_events_raw", 60, output)  # picks up data as it comes
+        produce(settings, records[60:])
+        _wait_for_rows(settings, "device_events_raw", 100, output)  # a second batch: files to compact
+        upkeep = sigflow(settings, "maintenance")
+        assert upkeep.returncode == 0, upkeep.stderr
         produce(settings, generate_events(50, seed=9, malformed_ratio=0))
         _wait_for_rows(settings, "device_events_raw", 150, output)
 
@@ -199,6 +208,10 @@ def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settin
     assert "ingest:" in summary and "150 rows in" in summary
     assert any(" ingest batch " in line and "records in" in line for line in output.lines)  # one per batch
     assert len(table(settings, "device_events_raw")) == 150
+    events = table(settings, "device_events")
+    assert len(events) == 150 and not events.duplicated(["topic", "partition", "offset"]).any()
+    operations = [c["operation"] for c in reversed(DeltaTable(settings.table_uri("device_events")).history())]
+    assert "WRITE" in operations[operations.index("OPTIMIZE"):], operations  # appended after the compaction
 
 
 @pytest.fixture

@@ -470,12 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("quality", help="Great Expectations checks of the Delta tables")
-    p.add_argument("action", choices=["run", "assets"],
-                   help="run the checks, or fetch the JS and CSS their Data Docs pages need offline (make install)")
-    p.add_argument("tables", nargs="*", help="default: every table with a suite")
-    p.add_argument("--full", action="store_true",
-                   help="check every row, not only those added since the last passing run (in chunks)")
     p.set_defaults(func=cmd_quality)
+    # subcommands, so `run --full TABLE` parses: beside a positional `action`, the tables
+    # after an option are refused
+    actions = p.add_subparsers(dest="action", required=True)
+    run = actions.add_parser("run", help="run the checks")
+    run.add_argument("tables", nargs="*", help="default: every table with a suite")
+    run.add_argument("--full", action="store_true",
+                     help="check every row, not only those added since the last passing run (in chunks)")
+    actions.add_parser("assets", help="fetch the JS and CSS their Data Docs pages need offline (make install)")
 
     p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")
     p.add_argument("--dry-run", action="store_true", help="say what would be done")

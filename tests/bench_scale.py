@@ -1,10 +1,11 @@
-"""How the on-call commands' cost grows with the tables: `sigflow quality run device_events`
-(its first run, which reads every row, then one after --new more events, 100,000 by
-default, which reads those), `sigflow status` and `sigflow report`, each in a fresh process, on tables of N
-device events (with the other tables they read in proportion: a quarantined record and a
-late one per 100 events, an average row per 10, a pipeline_metrics row per 1,000, as in a
-run of `make run`'s traffic). Prints wall time and the process's peak resident memory for
-each N.
+"""How the on-call commands' cost grows with the tables: `sigflow quality run` of
+device_events and of device_events_deduplicated (whose event_id must be unique: new ids are
+checked against the older rows), each first over every row and then after --new more
+events (100,000 by default), which it reads alone; then `sigflow status` and `sigflow
+report`. Each runs in a fresh process, on tables of N device events (with the other tables
+they read in proportion: a quarantined record and a late one per 100 events, an average
+row per 10, a pipeline_metrics row per 1,000, as in a run of `make run`'s traffic). Prints
+wall time and the process's peak resident memory for each N.
 
     python -m tests.bench_scale [--rows 1000000 10000000] [--new 100000] [--keep DIR]
 
@@ -30,11 +31,14 @@ from spark_jobs.runtime.delta.schema import arrow_schema
 
 CHUNK = 1_000_000
 # rows of each table per device event
-SHARE = {"device_events": 1, "quarantined_events": 0.01, "late_events": 0.01,
+SHARE = {"device_events": 1, "device_events_deduplicated": 1, "quarantined_events": 0.01, "late_events": 0.01,
          "device_signal_averages": 0.1, "pipeline_metrics": 0.001}
-QUALITY = ["quality", "run", "device_events"]
-COMMANDS = {"quality device_events first": QUALITY, "quality device_events new": QUALITY,
-            "status": ["status"], "report": ["report"]}
+CHECKED = ("device_events", "device_events_deduplicated")  # the tables quality runs on
+COMMANDS = {
+    **{f"quality {table} first": ["quality", "run", table] for table in CHECKED},
+    **{f"quality {table} new": ["quality", "run", table] for table in CHECKED},
+    "status": ["status"], "report": ["report"],
+}
 START_US = 1_795_000_000_000_000  # event times from here, one per 10 ms
 
 
@@ -110,15 +114,16 @@ def main(argv=None) -> int:
         write_tables(data_dir, events)
         print(f"tables of {events:,} device events written in {time.perf_counter() - began:.0f} s", flush=True)
         for name, command in COMMANDS.items():
-            if name == "quality device_events new":
-                write_tables(data_dir, args.new, first=events, tables={"device_events": 1})
+            if name == f"quality {CHECKED[0]} new":
+                write_tables(data_dir, args.new, first=events, tables=dict.fromkeys(CHECKED, 1))
             figures[name][events] = measure(data_dir, command)
             seconds, mb = figures[name][events]
             print(f"  {name}: {seconds:.1f} s, peak {mb:,.0f} MB", flush=True)
     smallest, largest = min(args.rows), max(args.rows)
     for name, by_size in figures.items():
         (t0, m0), (t1, m1) = by_size[smallest], by_size[largest]
-        print(f"scale {name.replace('device_events ', '').replace(' ', '_')} rows={smallest}->{largest} seconds={t0:.1f}->{t1:.1f} "
+        label = name.replace("quality device_events_deduplicated", "quality_dedup").replace("device_events ", "")
+        print(f"scale {label.replace(' ', '_')} rows={smallest}->{largest} seconds={t0:.1f}->{t1:.1f} "
               f"peak_mb={m0:.0f}->{m1:.0f} memory_growth={m1 / m0:.2f}")
     if not args.keep:
         import shutil

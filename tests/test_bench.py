@@ -46,7 +46,8 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
     assert bench_scale.main(["--rows", "2000", "--new", "300", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = re.findall(r"^scale (\S+) rows=2000->2000 seconds=(\S+)->\S+ peak_mb=(\d+)->\d+", out, re.M)
-    assert [name for name, *_ in lines] == ["quality_first", "quality_new", "status", "report"]
+    assert [name for name, *_ in lines] == ["quality_first", "quality_dedup_first", "quality_new",
+                                            "quality_dedup_new", "status", "report"]
     # a fresh Python process with pandas and delta-rs loaded holds well over 50 MB
     assert all(float(seconds) > 0 and int(peak) > 50 for _, seconds, peak in lines)
     # the tables measured hold what was said: 2,000 events and a quarantined record per 100
@@ -54,5 +55,6 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
     # quality's first run read every event, its second only the 300 added after it
     results = read_pandas(str(tmp_path / "events-2000" / "delta" / "dq_results"))
     schema_checks = results[results.expectation == "expect_table_columns_to_match_set"].sort_values("run_time")
-    assert schema_checks.rows_checked.tolist() == [2000, 300]
+    assert schema_checks.groupby("table_name").rows_checked.apply(list).to_dict() == {
+        "device_events": [2000, 300], "device_events_deduplicated": [2000, 300]}
     assert count_rows(str(tmp_path / "events-2000" / "delta" / "quarantined_events")) == 20

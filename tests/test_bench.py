@@ -1,5 +1,5 @@
 """`make bench` runs end to end at a toy size and prints its figures, for a stateless and a
-stateful job beside their plain jobs, without its warm-up and state sections: every other
+stateful job beside their hand-written jobs, without its warm-up and state sections: every other
 section of the bench runs, with the code path every job takes (the jobs themselves are
 proven by their own tests). Its speed is not asserted: the figures are for people (docs/benchmarks.md).
 In this process, on the session's SparkSession: a JVM of its own would only add its start-up
@@ -24,7 +24,7 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
                        "--latency-rate", "200", "--latency-seconds", "3", "--no-write",
                        "--jobs", *MEASURED, "--skip", "warm-up", "state"]) == 0
     out = capsys.readouterr().out
-    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) vs_plain=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
+    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) vs_handwritten=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
                        r"vs_kafka_jvm_consumer=(\d+\.\d\d) vs_spark_kafka_source=(\d+\.\d\d) no_data_batch_ms=(\S+)$",
                        out, re.M)
     assert [line[0] for line in lines] == list(MEASURED)
@@ -33,8 +33,8 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
     # moves in its last batch, so a no-data batch follows it
     idle = [line[-1] for line in lines]
     assert idle[0] == "none" and idle[1].isdigit(), out
-    plain = re.findall(r"plain job (\S+): ([\d,]+) events/s", out)
-    assert [kind for kind, _ in plain] == list(MEASURED)
+    handwritten = re.findall(r"hand-written (\S+): ([\d,]+) events/s", out)
+    assert [kind for kind, _ in handwritten] == list(MEASURED)
     storm = re.search(r"storm \(10% malformed\): .* ([\d,]+) quarantined of ([\d,]+) malformed", out)
     assert storm and storm[1] == storm[2] != "0", out
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from datetime import datetime, timezone
 from typing import Callable
 
 from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import PIPELINE_METRICS
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
@@ -21,7 +23,14 @@ from spark_jobs.ops.restart.plan import (
     shared_tables,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.delta.delta_rs import count_rows, delete_rows, history, restore
+from spark_jobs.runtime.delta.delta_rs import (
+    count_rows,
+    delete_rows,
+    history,
+    read_arrow,
+    restore,
+    table_version,
+)
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {
@@ -104,30 +113,74 @@ def _applied_at() -> Callable[[], str]:
 
 
 def _plan_start_from_delta(settings: Settings, job: StreamingJob, plan: Plan) -> dict | None:
-    """Kafka offsets after the last batch every table of the job committed."""
-    newest = {}
-    for spec in job.tables:
-        uri = settings.table_uri(spec.name)
-        commits = [e for e in history(uri) if e.get("job") == job.name and e.get("kafka_end_offsets")]
-        if commits:
-            newest[spec.name] = (uri, commits)
-    if len(newest) < len(job.tables):
-        missing = sorted({s.name for s in job.tables} - set(newest))
-        plan.refuse(f"no sigflow commit metadata in {', '.join(missing)}: nothing to start from; "
-                    "use --from earliest")
+    """Kafka offsets after the last batch every table of the job holds, in the lost checkpoint.
+
+    A batch commits to the tables it has rows for, with its end offsets in each commit's
+    metadata, and pipeline_metrics gets a row once the batch has finished: every table
+    written, rows or none. So a table is at its newest commit or at the job's newest
+    pipeline_metrics row, whichever came later. The lost checkpoint is the one of the
+    newest of those; a table ahead of the others (a crash between two tables of a batch) is
+    restored to the version before its commits beyond them."""
+    finished = _newest_finished_batch(settings, job)
+    commits = {spec.name: (settings.table_uri(spec.name), [
+        e for e in history(settings.table_uri(spec.name)) if e.get("job") == job.name and e.get("kafka_end_offsets")])
+        for spec in job.tables}
+    candidates = [entries[0] for _, entries in commits.values() if entries] + ([finished] if finished else [])
+    if not candidates:
+        plan.refuse(f"no sigflow commit metadata in {', '.join(commits)} and no batch of {job.name} in "
+                    "pipeline_metrics: nothing to start from; use --from earliest")
         return None
-
-    def position(entry: dict) -> int:
-        return sum(int(o) for parts in entry["kafka_end_offsets"].values() for o in parts.values())
-
-    common = min((commits[0] for _, commits in newest.values()), key=position)
-    for name, (uri, commits) in newest.items():
-        if commits[0]["kafka_end_offsets"] == common["kafka_end_offsets"]:
-            continue
-        match = next((e for e in commits if e["kafka_end_offsets"] == common["kafka_end_offsets"]), None)
-        if match is None:
-            plan.refuse(f"{name} never committed the batch its sibling tables stopped at")
-        else:  # a crash between two tables of one batch: bring the one ahead back in line
-            plan.step(f"restore {name} to version {match['version']}, the batch all tables hold",
-                      lambda uri=uri, v=match["version"]: restore(uri, v))
+    lost = max(candidates, key=_time)["checkpoint_id"]
+    newest = {}
+    for name, (_, entries) in commits.items():
+        ours = [e for e in entries if e.get("checkpoint_id") == lost][:1]
+        ours += [finished] if finished and finished["checkpoint_id"] == lost else []
+        if ours:
+            newest[name] = max(ours, key=_time)
+    if len(newest) < len(commits):
+        missing = sorted(set(commits) - set(newest))
+        plan.refuse(f"{', '.join(missing)} holds no batch of the lost checkpoint and pipeline_metrics no "
+                    "finished one: where it stood is unknown; use --from earliest")
+        return None
+    common = min(newest.values(), key=_position)
+    for name, (uri, entries) in commits.items():
+        ahead = list(itertools.takewhile(lambda e: _position(e) > _position(common), entries))
+        if ahead:  # a crash between two tables of one batch: bring the one ahead back in line
+            target = int(ahead[-1]["version"]) - 1
+            plan.step(f"restore {name} to version {target}, the batch all tables hold",
+                      lambda uri=uri, v=target: restore(uri, v))
     return common["kafka_end_offsets"]
+
+
+def _position(entry: dict) -> int:
+    return sum(int(o) for parts in entry["kafka_end_offsets"].values() for o in parts.values())
+
+
+def _time(entry: dict) -> int:
+    return int(entry.get("timestamp") or 0)
+
+
+def _newest_finished_batch(settings: Settings, job: StreamingJob) -> dict | None:
+    """The job's newest batch in pipeline_metrics (a row is written once a batch finished):
+    its end offsets, checkpoint id and start time in ms, as commit metadata has them."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    uri = settings.table_uri(PIPELINE_METRICS.name)
+    if table_version(uri) is None:
+        return None
+    ours = ds.field("job") == job.name
+    times = read_arrow(uri, ["batch_time"], where=ours).column("batch_time")
+    if len(times) == 0:
+        return None
+    newest = pc.max(times)
+    row = read_arrow(uri, ["checkpoint_id", "progress_json"], where=ours & (ds.field("batch_time") == newest))
+    progress = json.loads(row.column("progress_json")[0].as_py())
+    ends = {}
+    for source in progress.get("sources") or []:
+        end = source.get("endOffset")
+        ends.update(json.loads(end) if isinstance(end, str) else end or {})
+    if not ends:
+        return None
+    return {"kafka_end_offsets": ends, "checkpoint_id": row.column("checkpoint_id")[0].as_py(),
+            "timestamp": int(newest.as_py().timestamp() * 1000)}

@@ -83,9 +83,7 @@ def plan_rewind(
         uri = settings.table_uri(spec.name)
         target = version_left_by(uri, job.name, checkpoint_id, to_batch)
         current = table_version(uri)
-        if target is None:
-            plan.refuse(f"{spec.name} has no commit of batch {to_batch} or earlier from this checkpoint")
-        elif target != current:
+        if target is not None and target != current:  # None: this checkpoint never wrote to it
             plan.step(f"restore {spec.name} to version {target} (left by batch {to_batch}; now {current})",
                       lambda uri=uri, target=target: restore(uri, target))
     for spec in shared_tables(job):

@@ -82,12 +82,11 @@ class BatchWriter:
                 # batch only then, and Spark counts the batch's input from it
                 batch_df.count()
             job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
-            written = self._write_tables(outputs, set(), job_tables, batch_id, metadata, no_input, write_tasks)
+            written = self._write_tables(outputs, set(), job_tables, batch_id, metadata, write_tasks)
             if self.job.late_rule:
                 late = {} if no_input or not self._dropped_late() else {
                     LATE_EVENTS.name: self.late_events(context, previous)}
-                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, metadata, no_input,
-                                              write_tasks)
+                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, metadata, write_tasks)
             failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
             for frame in context.cached:
@@ -99,8 +98,8 @@ class BatchWriter:
                    else written[spec.name] for spec in self.tables}
         late = counted.get(LATE_EVENTS.name, 0)
         self.recorder.batch_written(batch_id, sum(counted.values()) - late, late)
-        if all(rows is None for rows in written.values()):
-            self.summary.batches_skipped += 1
+        if any(rows is None for rows in written.values()) and not any(written.values()):
+            self.summary.batches_skipped += 1  # a replay: what had rows was already committed
         for table, rows in written.items():
             self.summary.add(table, rows or 0)
         described = ", ".join(
@@ -133,20 +132,18 @@ class BatchWriter:
         return dropped is None or dropped > 0
 
     def _write_tables(self, outputs: dict[str, DataFrame], with_rows: set[str], tables, batch_id: int,
-                      metadata: dict, no_input: bool, write_tasks: int | None) -> dict[str, int | None]:
+                      metadata: dict, write_tasks: int | None) -> dict[str, int | None]:
         """Append the rows of each of ``tables`` at once (``concurrent_writes``), each in
         ``write_tasks`` tasks when known: rows written per table, None where the batch was
         already committed.
 
-        Only a table with rows gets a Spark append: ``with_rows`` are known to have some, the
+        Only a table with rows gets a commit: ``with_rows`` are known to have some, the
         others are asked (a one-row read of the batch's cached rows, measured
-        docs/streaming-facts.md), since a Spark append of no rows is a write job and a Delta
-        transaction that commit nothing. A batch that read records commits to every table,
-        rows or none, so each table holds a commit with the offsets of every such batch (what
-        ``recover`` looks for): a table without rows gets an empty commit by delta-rs. A
-        batch that read no records (Spark runs one when the watermark moves, and a query's
-        first batch always runs) commits only the tables it has rows for
-        (``_read_nothing``)."""
+        docs/streaming-facts.md). A table without rows gets none, neither a Spark append (a
+        write job and a transaction that commit nothing) nor a delta-rs empty commit (after
+        which the table's next Spark append rebuilds its state, 1 to 5 s). Where a batch
+        left a table without rows, ``recover`` reads from pipeline_metrics, whose row of a
+        batch says that it finished with every table written (``recover.py``)."""
         replay_possible = batch_id <= self.replayable_upto
 
         def write(spec: TableSpec) -> int | None:
@@ -157,8 +154,8 @@ class BatchWriter:
                 if write_tasks:
                     frame = frame.coalesce(write_tasks)
                 rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata, replay_possible)
-            if not has_rows or (rows is None and not replay_possible):  # no rows: no Spark commit
-                rows = 0 if no_input else self.sink.append_rows([], spec, self.app_id, batch_id, metadata)
+            if not has_rows or (rows is None and not replay_possible):
+                rows = 0
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing
             if self.first_commit.acquire(blocking=False):
@@ -220,9 +217,7 @@ class BatchWriter:
 def _read_nothing(offsets, previous) -> bool:
     """Whether a batch read no Kafka record: its end offsets are the batch before's, or, in a
     query's first batch, every partition ends at offset 0 (nothing was ever written to its
-    topics). Such a batch needs no commit on a table it has no rows for, and a delta-rs
-    commit there would make the table's next Spark append rebuild its state (the checksum
-    Spark derives each commit's from is missing after one, docs/streaming-facts.md)."""
+    topics). Such a batch cannot have dropped a record as late."""
     if previous is not None:
         return offsets.sources == previous.sources
     ends = [end for source in offsets.sources if source for parts in source.values() for end in parts.values()]

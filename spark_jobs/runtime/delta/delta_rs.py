@@ -98,16 +98,22 @@ def history(uri: str) -> list[dict]:
 
 
 def version_left_by(uri: str, job: str, checkpoint_id: str, batch_id: int) -> int | None:
-    """The newest table version written by this checkpoint's batch ``batch_id`` or earlier.
+    """The table version this checkpoint's batch ``batch_id`` left: that of the newest commit
+    of that batch or earlier, else the version before the checkpoint's first commit (a batch
+    without rows for a table commits nothing to it). None when the checkpoint never
+    committed to the table.
 
     Newest wins because a rewind re-writes batch ids: after rewinding to N the commits of
     batches above N that came before it are no longer part of the answer.
     """
+    first_after = None
     for entry in history(uri):
-        same = entry.get("job") == job and entry.get("checkpoint_id", checkpoint_id) == checkpoint_id
-        if same and int(entry.get("batch_id", -1)) <= batch_id:
+        if entry.get("job") != job or entry.get("checkpoint_id", checkpoint_id) != checkpoint_id:
+            continue
+        if int(entry.get("batch_id", -1)) <= batch_id:
             return int(entry["version"])
-    return None
+        first_after = int(entry["version"])
+    return None if first_after is None else first_after - 1
 
 
 def has_its_files(uri: str, version: int) -> bool:
@@ -197,5 +203,5 @@ def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
         parsed = json.loads(raw) if isinstance(raw, str) else raw
         meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
         if isinstance(meta, dict):
-            found.append({"version": entry.get("version"), **meta})
+            found.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"), **meta})
     return found

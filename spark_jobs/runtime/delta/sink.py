@@ -101,9 +101,8 @@ class DeltaSink:
     def append_rows(
         self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, metadata: dict[str, Any]
     ) -> int | None:
-        """Append rows the driver already holds (a run's pipeline_metrics rows, or none: the
-        commit of a batch with no rows for a table) with delta-rs, under the same
-        application transaction as ``append``. Returns the rows written, or
+        """Append rows the driver already holds (a run's pipeline_metrics rows) with delta-rs,
+        under the same application transaction as ``append``. Returns the rows written, or
         None when (app id, version) is already in the table.
 
         A Spark write of a few rows cost one to two seconds per batch, most of it Delta

@@ -25,6 +25,12 @@ class BatchContext:
     batch_timestamp_ms: int  # Spark's batch timestamp: stable when a batch is replayed
     kafka_end_offsets: dict = field(default_factory=dict)
     cached: list = field(default_factory=list, compare=False)
+    previous_watermark_ms: int = 0  # the watermark of the batch before (0: none)
+    # a table of the job as committed before this batch (the runner reads it from Delta)
+    read_table: Callable[[str], DataFrame] | None = field(default=None, compare=False)
+
+    def table(self, name: str) -> DataFrame:
+        return self.read_table(name)
 
     def cache(self, frame: DataFrame) -> DataFrame:
         """Persist a frame that several of the batch's tables read (ingest parses each record
@@ -56,6 +62,7 @@ class StreamingJob:
     # the layout of the job's state: raised when the code changes it, so a checkpoint built
     # with the old layout is refused with the runbook instead of failing in the JVM
     state_format: int = 1
-    # branches that each push every record through the same operators (windowed-averages:
-    # one dedup per window kind); job-level counts take one branch's share (metrics.Counting)
-    branches: int = 1
+    # branches that each push every record through the same operators (windowed-averages
+    # with windows not made of panes: one dedup per window kind); job-level counts take one
+    # branch's share (metrics.Counting)
+    branches: Callable[[StreamingSettings], int] = lambda settings: 1

@@ -41,8 +41,9 @@ def sliding(settings: StreamingSettings, time_col: str | Column = "event_time") 
     )
 
 
-def signal_stats(events: DataFrame, window: Column, kind: str) -> DataFrame:
-    """avg/min/max/count of signal per device and window; keeps the window struct."""
+def signal_stats(events: DataFrame, window: Column, kind: str, extra: list[Column] = ()) -> DataFrame:
+    """avg/min/max/count of signal (and ``extra`` aggregates) per device and window; keeps
+    the window struct."""
     return (
         events.groupBy(window.alias("window"), "device_id")
         .agg(
@@ -50,6 +51,7 @@ def signal_stats(events: DataFrame, window: Column, kind: str) -> DataFrame:
             F.min("signal").alias("min_signal"),
             F.max("signal").alias("max_signal"),
             F.count("*").alias("event_count"),
+            *extra,
         )
         .withColumn("window_kind", F.lit(kind))
     )

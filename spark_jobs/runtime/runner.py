@@ -120,7 +120,7 @@ class JobRun:
     def plan(self) -> DataFrame:
         records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings.streaming))
         plan = self.job.build(self.settings.streaming, records)
-        counting = Counting(scans=source_scans(plan), branches=self.job.branches)
+        counting = Counting(scans=source_scans(plan), branches=self.job.branches(self.settings.streaming))
         self.recorder.counting = counting
         self.progress_log.follow(self.job.name, counting, self.settings.progress_file(self.job.name))
         return plan

@@ -61,6 +61,8 @@ class BatchWriter:
             watermark_ms=offsets.watermark_ms if offsets else 0,
             batch_timestamp_ms=offsets.batch_timestamp_ms if offsets else int(time.time() * 1000),
             kafka_end_offsets=(offsets.sources[0] if offsets and offsets.sources else {}),
+            previous_watermark_ms=previous.watermark_ms if previous else 0,
+            read_table=lambda name: self.spark.read.format("delta").load(self.settings.table_uri(name)),
         )
         metadata = {
             "job": self.job.name,

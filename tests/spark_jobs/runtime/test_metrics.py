@@ -70,7 +70,8 @@ def test_every_batch_is_logged_as_json_with_the_offsets_and_counts_of_its_checkp
 def test_rows_in_counts_each_kafka_record_once_when_a_job_reads_its_topics_in_two_branches(
     spark, settings, progress_lines, job
 ):
-    """Spark's numInputRows counts every scan of the source; these jobs scan theirs twice."""
+    """Spark's numInputRows counts every scan of the source: alert-join scans its own twice,
+    windowed-averages once (its sliding windows merged from panes), and each counts once."""
     events = generate_events(120, seed=12, malformed_ratio=0.0)
     produce(settings, events)
     alerts = generate_alerts(events, every=10, seed=12)

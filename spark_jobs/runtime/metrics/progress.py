@@ -35,9 +35,10 @@ class Counting:
 
     ``scans``: how many times the plan reads its source. Spark's numInputRows counts the rows
     of every scan (measured, Spark 4.2): a job that reads its topics in two branches
-    (windowed-averages: tumbling and sliding; alert-join: events and alerts) reports every
-    Kafka record twice. ``branches``: how many branches push every record through the same
-    operators (windowed-averages: a dedup per window kind). Each of their dedup operators
+    (alert-join: events and alerts; windowed-averages with windows not made of panes:
+    tumbling and sliding) reports every Kafka record twice. ``branches``: how many branches
+    push every record through the same operators (that windowed-averages: a dedup per window
+    kind). Each of their dedup operators
     drops the same duplicates and late rows, so a job-level count takes one branch's share.
     """
 

@@ -127,7 +127,8 @@ def test_the_sentence_for_people_says_counts_rate_state_and_lag():
 @pytest.mark.parametrize("job", ["dedup", "windowed-averages", "fleet-rollup", "sessions"])
 def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, settings, job):
     """The simulator knows which records are re-sent duplicates: every job that deduplicates
-    counts each exactly once (windowed-averages has a dedup per window kind), and the rows
+    counts each exactly once (windowed-averages has one dedup, its sliding windows merged from
+    panes; with other window settings one per window kind), and the rows
     Spark reports dropped by the watermark are exactly the job's late_events rows."""
     records = generate_events(900, devices=5, seed=31, malformed_ratio=0.0, late_ratio=0.05, duplicate_ratio=0.05)
     produce(settings, records)

@@ -5,8 +5,8 @@ over the same topic: confluent-kafka, Kafka's own JVM consumer (ConsumerPerforma
 Spark's Kafka source alone (count only); the job a user would write by hand from Spark's and
 Delta's docs for the same tables (tests/bench_handwritten.py, which says what each does); then
 each job's end-to-end events per second from a fresh checkpoint, its ratio to its hand-written
-job (alert-join and sessions: to the plain ingest job) and to each ceiling, and its no-data batch (the batch a stateful job runs when only its watermark
-moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
+job (alert-join and sessions: to the plain ingest job) and to each ceiling, and its no-data
+batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
 records; ingest's batch latency (p50, p95, p99) at a fixed offered load; the state rows of the
 stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
 memory of the Spark driver and of the broker. The figures are appended to

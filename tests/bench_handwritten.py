@@ -38,9 +38,12 @@ def _typed(records: DataFrame, schema: str, time_field: str) -> DataFrame:
         "r.*", "value", "topic", "partition", "offset").withColumn(time_field, _time(time_field))
 
 
+def _parsed(id_field: str, time_field: str) -> F.Column:
+    return F.col(id_field).isNotNull() & F.col(time_field).isNotNull()
+
+
 def _events(records: DataFrame) -> DataFrame:
-    return _typed(records, EVENT_SCHEMA, "event_time").where(
-        F.col("event_id").isNotNull() & F.col("event_time").isNotNull()).drop("value")
+    return _typed(records, EVENT_SCHEMA, "event_time").where(_parsed("event_id", "event_time")).drop("value")
 
 
 def _stats(events: DataFrame, window: F.Column, kind: str) -> DataFrame:
@@ -57,8 +60,7 @@ def _ingest_batch(root: Path, events_topic: str, app_id: str):
         batch.persist()
         events = _typed(batch.where(F.col("topic") == events_topic), EVENT_SCHEMA, "event_time")
         alerts = _typed(batch.where(F.col("topic") != events_topic), ALERT_SCHEMA, "alert_time")
-        event_ok = F.col("event_id").isNotNull() & F.col("event_time").isNotNull()
-        alert_ok = F.col("alert_id").isNotNull() & F.col("alert_time").isNotNull()
+        event_ok, alert_ok = _parsed("event_id", "event_time"), _parsed("alert_id", "alert_time")
         tables = {
             "raw": batch.select("key", "value", "topic", "partition", "offset", "timestamp"),
             "events": events.where(event_ok).drop("value"),

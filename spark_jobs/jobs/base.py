@@ -29,9 +29,6 @@ class BatchContext:
     # a table of the job as committed before this batch (the runner reads it from Delta)
     read_table: Callable[[str], DataFrame] | None = field(default=None, compare=False)
 
-    def table(self, name: str) -> DataFrame:
-        return self.read_table(name)
-
     def cache(self, frame: DataFrame) -> DataFrame:
         """Persist a frame that several of the batch's tables read (ingest parses each record
         once for its valid and its quarantined rows); the runner unpersists it after the

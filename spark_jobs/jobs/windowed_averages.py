@@ -61,7 +61,7 @@ def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> 
     if batch.watermark_ms <= batch.previous_watermark_ms:  # no sliding window closed
         return {DEVICE_SIGNAL_AVERAGES.name: panes}
     return {DEVICE_SIGNAL_AVERAGES.name: panes.unionByName(
-        closed_sliding_windows(settings, rows, batch.table(DEVICE_SIGNAL_AVERAGES.name), batch))}
+        closed_sliding_windows(settings, rows, batch.read_table(DEVICE_SIGNAL_AVERAGES.name), batch))}
 
 
 def closed_sliding_windows(

@@ -31,6 +31,7 @@ from spark_jobs.runtime.delta.delta_rs import (
     restore,
     table_version,
 )
+from spark_jobs.runtime.metrics.progress import end_offsets
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {
@@ -122,9 +123,9 @@ def _plan_start_from_delta(settings: Settings, job: StreamingJob, plan: Plan) ->
     newest of those; a table ahead of the others (a crash between two tables of a batch) is
     restored to the version before its commits beyond them."""
     finished = _newest_finished_batch(settings, job)
-    commits = {spec.name: (settings.table_uri(spec.name), [
-        e for e in history(settings.table_uri(spec.name)) if e.get("job") == job.name and e.get("kafka_end_offsets")])
-        for spec in job.tables}
+    uris = {spec.name: settings.table_uri(spec.name) for spec in job.tables}
+    commits = {name: (uri, [e for e in history(uri) if e.get("job") == job.name and e.get("kafka_end_offsets")])
+               for name, uri in uris.items()}
     candidates = [entries[0] for _, entries in commits.values() if entries] + ([finished] if finished else [])
     if not candidates:
         plan.refuse(f"no sigflow commit metadata in {', '.join(commits)} and no batch of {job.name} in "
@@ -175,11 +176,7 @@ def _newest_finished_batch(settings: Settings, job: StreamingJob) -> dict | None
         return None
     newest = pc.max(times)
     row = read_arrow(uri, ["checkpoint_id", "progress_json"], where=ours & (ds.field("batch_time") == newest))
-    progress = json.loads(row.column("progress_json")[0].as_py())
-    ends = {}
-    for source in progress.get("sources") or []:
-        end = source.get("endOffset")
-        ends.update(json.loads(end) if isinstance(end, str) else end or {})
+    ends = end_offsets(json.loads(row.column("progress_json")[0].as_py()))
     if not ends:
         return None
     return {"kafka_end_offsets": ends, "checkpoint_id": row.column("checkpoint_id")[0].as_py(),

@@ -138,6 +138,14 @@ def progress_line(job: str, progress: dict[str, Any], counting: Counting = Count
     return {"event": "batch_progress", **line}
 
 
+def end_offsets(progress: dict[str, Any]) -> dict:
+    """The batch's end offsets, every source's together: {topic: {partition: offset}}."""
+    ends = {}
+    for source in progress.get("sources") or []:
+        ends.update(_offsets(source.get("endOffset")) or {})
+    return ends
+
+
 def records_behind(progress: dict[str, Any]) -> int | None:
     """Records in Kafka past the batch's end, all sources together; None when no source
     reports its latest offsets."""

@@ -4,12 +4,15 @@ Trigger it by hand (the form asks how to run the jobs). Every step is idempotent
 deploying twice changes nothing.
 
 1. `validate_config`: load the settings (a bad value fails here, naming the setting).
-2. `ensure_topics`: create missing topics with the configured partitions and retention.
+2. `ensure_topics`: create missing topics (events, alerts, critical alerts) with the
+   configured partitions and retention.
 3. `ensure_tables`: create missing Delta tables with their schemas.
 4. `start_<job>`: spark-submit of `sigflow run <job>` through the Apache Spark provider
    (`spark_default`: a local master in the embedded mode, the cluster in production),
    either `long-running` (a processing-time trigger; the task lives as long as the job)
    or `available-now` (process what Kafka holds and stop; `sigflow_streaming` repeats it).
+   `alert-fastpath` runs in Spark's real-time mode either way (a checkpoint every
+   `real_time_checkpoint_interval`); it needs a task slot per partition of device-alerts.
 
 By hand: `sigflow topics create`, then `sigflow run <job> [--processing-time 10s]`.
 """
@@ -24,7 +27,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
-from spark_jobs.jobs import JOB_NAMES
+from spark_jobs.jobs import ALL_JOB_NAMES
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.jvm_options import java_options_conf
 
@@ -80,13 +83,13 @@ with DAG(
                       "available-now: process what is there and stop"),
         "trigger_interval": Param("10 seconds", type="string",
                                   description="long-running mode: the processing-time trigger"),
-        "jobs": Param(list(JOB_NAMES), type="array", items={"type": "string", "enum": list(JOB_NAMES)},
+        "jobs": Param(list(ALL_JOB_NAMES), type="array", items={"type": "string", "enum": list(ALL_JOB_NAMES)},
                       description="which jobs to start"),
     },
 ) as dag:
     chosen = choose_jobs()
     validate_config() >> ensure_topics() >> ensure_tables() >> chosen
-    for name in JOB_NAMES:
+    for name in ALL_JOB_NAMES:
         chosen >> SparkSubmitOperator(
             task_id=f"start_{name.replace('-', '_')}",
             application=spark_jobs.cli.__file__,

@@ -360,9 +360,9 @@ def cmd_contract(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from spark_jobs.jobs.registry import JOBS
+    from spark_jobs.jobs.registry import ALL_JOBS
 
-    for job in JOBS.values():
+    for job in ALL_JOBS.values():
         print(f"{job.name:20s} {job.summary}")
     return 0
 
@@ -431,7 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--available-now", action="store_true", help="process what is there, then exit (default)")
-    mode.add_argument("--processing-time", metavar="INTERVAL", help="run continuously, e.g. 10s")
+    mode.add_argument("--processing-time", metavar="INTERVAL",
+                      help="run continuously, e.g. 10s (a real-time job: continuously, committing every "
+                      "real_time_checkpoint_interval)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("pipeline", help="run every job (or those named) at once, as available-now queries in one session")

@@ -128,8 +128,20 @@ def _user_ids(value: str) -> str:
 
 
 _USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
+
+
+def _words(value: str) -> str:
+    words = [part.strip() for part in value.split(",") if part.strip()]
+    bad = [word for word in words if not _WORD.fullmatch(word)]
+    if bad:
+        raise ValueError(f"not plain words: {', '.join(map(repr, bad))}; write words separated by commas: critical,warning")
+    return ",".join(words)
+
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
 RestartApprovers = Annotated[str, AfterValidator(_user_ids)]
+Words = Annotated[str, AfterValidator(_words)]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]
@@ -230,6 +242,13 @@ class StreamingSettings(_Group):
     session_gap: DurationSetting = "30 minutes"
     alert_watermark_delay: DurationSetting = "10 minutes"
     alert_context: DurationSetting = "5 minutes"  # alert-join: events this long before an alert
+    # alert-fastpath: where critical alerts go, what makes one critical (a severity listed,
+    # or a kind listed whatever its severity), and how often its real-time query commits
+    # its offsets (a checkpoint interval, not a latency: records flow as they arrive)
+    critical_alerts_topic: str = "device-alerts-critical"
+    critical_severities: Words = "critical"
+    critical_kinds: Words = ""
+    real_time_checkpoint_interval: DurationSetting = "5 seconds"
 
 
 class SparkSettings(_Group):
@@ -274,6 +293,12 @@ class SparkSettings(_Group):
         """Whether the driver's executors all run here (embedded, or a loopback cluster), so
         it and its UI can bind to loopback (SPARK_LOCAL_IP, read as the driver's JVM starts)."""
         return self.master.startswith("local") or "//127.0.0.1:" in self.master
+
+    def master_with_slots(self, slots: int) -> str:
+        """The master, a ``local[N]`` one given at least ``slots`` threads (a real-time query
+        holds a task slot per Kafka partition for as long as it runs)."""
+        threads = re.fullmatch(r"local\[(\d+)\]", self.master)
+        return f"local[{slots}]" if threads and int(threads.group(1)) < slots else self.master
 
 
 class OperationsSettings(_Group):

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -79,6 +80,27 @@ def records_in(bootstrap: str, topic: str) -> int:
     """How many records a topic holds now (confirmed end minus earliest offset, all partitions)."""
     partitions = kafka_client.topic_partitions(bootstrap, topic)
     return sum(end - start for start, end in kafka_client.offset_bounds(bootstrap, topic, partitions).values())
+
+
+def topic_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
+    """Every (key, value) a topic holds now, all partitions, each in its partition's order."""
+    from confluent_kafka import TopicPartition
+
+    partitions = kafka_client.topic_partitions(bootstrap, topic)
+    bounds = kafka_client.offset_bounds(bootstrap, topic, partitions)
+    reader = kafka_client.consumer(bootstrap)
+    reader.assign([TopicPartition(topic, p, start) for p, (start, _) in bounds.items()])
+    wanted = sum(end - start for start, end in bounds.values())
+    out: list[tuple[bytes | None, bytes]] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(out) < wanted and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and not message.error():
+                out.append((message.key(), message.value()))
+    finally:
+        reader.close()
+    return out
 
 
 def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> RunSummary:

@@ -6,7 +6,7 @@ from pathlib import Path
 from spark_jobs.cli import build_parser
 from spark_jobs.config import FLAT_NAMES
 from spark_jobs.contracts import tables
-from spark_jobs.jobs.registry import JOBS
+from spark_jobs.jobs.registry import ALL_JOBS as JOBS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = (DOCS.parent / "README.md").read_text()

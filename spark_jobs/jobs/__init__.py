@@ -1,4 +1,5 @@
-"""The jobs (each reads Kafka, none reads another job's tables) and the Delta tables each one writes.
+"""The jobs (each reads Kafka, none reads another job's tables), the Delta tables each one
+writes, and the real-time jobs, which write a Kafka topic.
 
 Importing this package loads no Spark: DAG files read these names when Airflow parses
 them. The runnable jobs (their plans over DataFrames) are in ``spark_jobs.jobs.registry``.
@@ -29,3 +30,6 @@ JOB_TABLES: dict[str, tuple[TableSpec, ...]] = {
     "alert-join": (ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
 }
 JOB_NAMES: tuple[str, ...] = tuple(JOB_TABLES)
+# Jobs in Spark's real-time mode: Kafka to Kafka, no table, no micro-batch to wait for.
+REAL_TIME_JOB_NAMES: tuple[str, ...] = ("alert-fastpath",)
+ALL_JOB_NAMES: tuple[str, ...] = JOB_NAMES + REAL_TIME_JOB_NAMES

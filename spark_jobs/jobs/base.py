@@ -63,3 +63,21 @@ class StreamingJob:
     # with windows not made of panes: one dedup per window kind); job-level counts take one
     # branch's share (metrics.Counting)
     branches: Callable[[StreamingSettings], int] = lambda settings: 1
+
+
+@dataclass(frozen=True)
+class RealTimeJob:
+    """A stateless job run in Spark's real-time mode: records flow from Kafka to a Kafka
+    topic as they arrive, with no micro-batch to wait for and no table written."""
+
+    name: str
+    summary: str
+    topics: Callable[[StreamingSettings], list[str]]
+    # streaming Kafka records -> rows of ``key``, ``value`` (and optionally ``headers``) for
+    # the output topic
+    build: Callable[[StreamingSettings, DataFrame], DataFrame]
+    output_topic: Callable[[StreamingSettings], str]
+    tables: tuple[TableSpec, ...] = ()
+    stateful: bool = False
+    checkpoint_settings: tuple[str, ...] = ()
+    state_format: int = 1

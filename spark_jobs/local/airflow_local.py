@@ -72,7 +72,10 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__API__WORKERS": "1",
         # the deploy DAG's spark-submit: the local master of the embedded mode
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark.master}),
+        # a local master gets a thread per partition of a topic: the real-time job holds a
+        # task slot per partition of device-alerts for as long as it runs
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark.master_with_slots(
+            settings.kafka.topic_partitions)}),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "SIGFLOW_DATA_DIR": str(Path(settings.data_dir).resolve()),

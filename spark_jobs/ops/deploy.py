@@ -33,7 +33,8 @@ def ensure_topics(settings: Settings) -> list[str]:
     bootstrap = kafka_address.connection(settings)
     kafka_client.check_reachable(bootstrap)
     outcome = kafka_client.create_topics(
-        bootstrap, [settings.streaming.events_topic, settings.streaming.alerts_topic],
+        bootstrap, [settings.streaming.events_topic, settings.streaming.alerts_topic,
+                    settings.streaming.critical_alerts_topic],
         settings.kafka.topic_partitions, settings.kafka.topic_retention_ms,
         settings.kafka.topic_replication_factor, settings.kafka.topic_min_insync_replicas,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs.registry import JOBS, get_job
+from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
@@ -159,12 +159,19 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
     bootstrap = kafka_address.connection(settings)
     lag = {}
-    for topic in get_job(job).topics(settings.streaming):
+    for topic in get_any_job(job).topics(settings.streaming):
         partitions = kafka_client.topic_partitions(bootstrap, topic)
         done = committed.get(topic, {})
         for p, (earliest, end) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
             lag[f"{topic}[{p}]"] = max(end - max(int(done.get(str(p), earliest)), earliest), 0)
     return lag
+
+
+def _commit_interval_s(settings: Settings, job: str) -> float:
+    """How often the job commits a batch when it runs continuously."""
+    if job in REAL_TIME_JOBS:
+        return settings.streaming.real_time_checkpoint_interval.seconds
+    return settings.streaming.trigger_interval.seconds
 
 
 def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | None = None,
@@ -199,7 +206,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             pass
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=lease is not None and not running,
-        behind=status.behind, age_s=status.age_s, trigger_s=settings.streaming.trigger_interval.seconds,
+        behind=status.behind, age_s=status.age_s, trigger_s=_commit_interval_s(settings, job),
         batch_records=settings.kafka.max_offsets_per_trigger)
     return status
 
@@ -213,7 +220,7 @@ def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, Job
             kafka_client.check_reachable(kafka_address.connection(settings), timeout_s=3)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
-    return [job_status(settings, job, metrics, with_lag) for job in JOBS]
+    return [job_status(settings, job, metrics, with_lag) for job in ALL_JOBS]
 
 
 def inspect_checkpoint(settings: Settings, job: str) -> list[str]:

@@ -30,8 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
-from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.jobs.registry import get_job
+from spark_jobs.jobs.base import RealTimeJob, StreamingJob
+from spark_jobs.jobs.registry import get_any_job, get_job
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -321,7 +321,17 @@ def _explain(job: str, exc: Exception) -> Exception:
 
 
 def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSummary:
-    run_ = JobRun(get_job(job_name), settings)
+    """A job's run from its checkpoint: available-now, or continuous until a signal (a
+    real-time job's checkpoint interval is its own setting, not the trigger interval)."""
+    job = get_any_job(job_name)
+    if isinstance(job, RealTimeJob):
+        from spark_jobs.runtime.real_time import (
+            RealTimeRun,  # it builds on JobRun, below it
+        )
+
+        run_: JobRun = RealTimeRun(job, settings)
+    else:
+        run_ = JobRun(job, settings)
     return run_.run_available_now() if available_now else run_.run_continuous()
 
 

@@ -59,11 +59,13 @@ PROMETHEUS_CONF = {
 }
 
 
-def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
+def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
     A session already running (a test fixture, spark-submit) is reused; its master and
     cluster settings win, and only the SQL settings the jobs depend on are applied.
+    ``local_slots``: a new session on a ``local[N]`` master gets at least this many task
+    threads (a real-time query holds one per Kafka partition while it runs).
     """
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -89,7 +91,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow") -> SparkSession:
         .config("spark.scheduler.mode", "FAIR")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
-        builder = builder.master(settings.spark.master)
+        builder = builder.master(settings.spark.master_with_slots(local_slots))
         for key, value in jar_conf(settings).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()

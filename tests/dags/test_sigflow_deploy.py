@@ -10,12 +10,12 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.local.simulate import generate_events
+from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import run_dag
-from tests.helpers import produce, table
+from tests.helpers import produce, table, topic_records
 
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
@@ -37,12 +37,21 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     assert all(DeltaTable.is_deltatable(s.table_uri(name)) for name in ALL_TABLES)
 
     records = generate_events(120, seed=2)
+    alerts = generate_alerts(records, every=5, malformed_ratio=0.2)
     produce(s, records)
+    produce(s, alerts, topic=s.streaming.alerts_topic)
     capfd.readouterr()
-    state, tasks = run_dag("sigflow_deploy", conf)  # starts ingest: processes what arrived
+    conf["jobs"] = ["ingest", "alert-fastpath"]
+    state, tasks = run_dag("sigflow_deploy", conf)  # starts both: each processes what arrived
     assert state == "success" and tasks["start_ingest"] == "success" and tasks["start_dedup"] == "skipped"
+    assert tasks["start_alert_fastpath"] == "success"
     submitted = "".join(capfd.readouterr())  # spark-submit's output, as the task log has it
-    assert "120 rows in" in submitted, submitted[-3000:]  # the submitted job's summary line
+    assert f"{120 + len(alerts)} rows in" in submitted, submitted[-3000:]  # the submitted job's summary line
+    critical = [r for r in alerts if r.kind != "bad_severity" and json.loads(r.value)["severity"] == "critical"]
+    assert critical  # the seed gives some
+    forwarded = [json.loads(v)["alert_id"] for _, v in topic_records(
+        s.kafka.bootstrap_servers, s.streaming.critical_alerts_topic)]
+    assert Counter(forwarded) == Counter(json.loads(r.value)["alert_id"] for r in critical)
     # sigflow's log4j2 settings reached the submitted driver: no Spark start-up INFO chatter
     chatter = ("default log4j profile", "INFO SparkContext", "INFO SecurityManager")
     assert not [line for line in submitted.splitlines() if any(c in line for c in chatter)], submitted[-3000:]
@@ -52,7 +61,7 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     state, _ = run_dag("sigflow_deploy", conf)
     assert state == "success"
     assert {name: DeltaTable(s.table_uri(name)).version() for name in ALL_TABLES} == versions
-    assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records)
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records + alerts)
 
 
 def test_long_running_mode_submits_a_processing_time_trigger(airflow_home):

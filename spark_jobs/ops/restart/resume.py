@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs.registry import get_job
+from spark_jobs.jobs.registry import get_any_job, get_job
 from spark_jobs.ops import status
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
@@ -20,7 +20,7 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
     """SIGTERM the run holding the job's lease (it finishes its batch in flight); its pid, or
     None. Only that very process (pid and start time, psutil) is signalled, never one that
     reused its pid, and a run on another host is left to that host."""
-    get_job(job)  # a name that is no job never becomes a checkpoint path
+    get_any_job(job)  # a name that is no job never becomes a checkpoint path
     holder = status.running_holder(settings, job)
     if holder is None:
         return None

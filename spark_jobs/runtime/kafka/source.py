@@ -53,8 +53,14 @@ def source_options(settings: Settings, kafka: KafkaConnection | str, topics: lis
     }
 
 
-def read_stream(spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str]) -> DataFrame:
-    return spark.readStream.format("kafka").options(**source_options(settings, kafka, topics)).load()
+def read_stream(spark: SparkSession, settings: Settings, kafka: KafkaConnection | str, topics: list[str],
+                real_time: bool = False) -> DataFrame:
+    """``real_time``: for a real-time query, which reads records as they come and refuses a
+    per-batch bound (maxOffsetsPerTrigger)."""
+    options = source_options(settings, kafka, topics)
+    if real_time:
+        options.pop("maxOffsetsPerTrigger", None)
+    return spark.readStream.format("kafka").options(**options).load()
 
 
 def read_range(

@@ -19,8 +19,12 @@ class MetricsRecorder:
     loop from recording at once.
     """
 
-    def __init__(self, job: str, sink: DeltaSink, app_id: str, checkpoint_id: str, summary: RunSummary):
+    def __init__(self, job: str, sink: DeltaSink, app_id: str, checkpoint_id: str, summary: RunSummary,
+                 skip_empty: bool = False):
         self.job, self.sink, self.app_id, self.summary = job, sink, app_id, summary
+        # a real-time query commits a batch every interval, records or not: rows only for
+        # the batches that read some
+        self.skip_empty = skip_empty
         self.checkpoint_id = checkpoint_id
         self.counting = Counting()  # set once the plan is built (metrics.Counting)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
@@ -39,7 +43,7 @@ class MetricsRecorder:
         fresh = []
         for progress in progress_dicts(query):
             batch_id = int(progress["batchId"])
-            if batch_id in self.rows:
+            if batch_id in self.rows or (self.skip_empty and not progress.get("numInputRows")):
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
             row = progress_row(self.job, progress, output, late, self.counting)

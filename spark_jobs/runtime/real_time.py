@@ -1,0 +1,166 @@
+"""Wires a real-time job to its Kafka source, Spark's real-time trigger, a Kafka sink and a
+checkpoint, with the supervision of every other job (``runner.JobRun``): the lease, the
+checkpoint guards, Kafka outages waited out, failures explained.
+
+Real-time mode (Spark 4.1+) runs long batches whose tasks read and write each record as it
+arrives; the trigger's duration is how often offsets are committed, not a latency. Each
+task holds a slot for the whole batch, one per Kafka partition, so the session needs at
+least as many slots as the source has partitions: checked before the query starts, as is
+the output topic (a missing one fails the query only after 60 s). Its Kafka sink is
+at-least-once: a batch stopped before its commit is read and sent again by the next run.
+
+* ``available_now``: run until a committed batch reaches the offsets Kafka held at the
+  start, then stop.
+* ``continuous``: until SIGTERM/SIGINT; the batch in flight is stopped at once (what it
+  forwarded is forwarded; the next run sends it again).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import PIPELINE_METRICS
+from spark_jobs.errors import ConfigError, SigflowError
+from spark_jobs.jobs.base import RealTimeJob
+from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import source as kafka_source
+from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.metrics.progress import (
+    Counting,
+    listen,
+    progress_dicts,
+    query_name,
+)
+from spark_jobs.runtime.metrics.recorder import MetricsRecorder
+from spark_jobs.runtime.metrics.summary import RunSummary
+from spark_jobs.runtime.runner import JobRun, _stop_on_signals
+from spark_jobs.runtime.spark import configure_session, get_spark
+
+# How often an available-now run looks at the checkpoint for the batch that caught up.
+CAUGHT_UP_POLL_S = 0.5
+# Spark's spark.sql.streaming.realTimeMode.minBatchDuration: a shorter interval is refused.
+MIN_CHECKPOINT_INTERVAL_S = 5
+
+
+class RealTimeRun(JobRun):
+    """One real-time job's query from its checkpoint. pipeline_metrics gets a row per
+    committed batch (the figures of its progress), as for every other job."""
+
+    job: RealTimeJob
+
+    def _prepare(self, job: RealTimeJob, settings: Settings, spark: SparkSession | None) -> None:
+        interval = settings.streaming.real_time_checkpoint_interval
+        if interval.seconds < MIN_CHECKPOINT_INTERVAL_S:
+            raise ConfigError(f"real_time_checkpoint_interval {interval} is shorter than Spark's minimum of "
+                              f"{MIN_CHECKPOINT_INTERVAL_S} seconds for a real-time batch",
+                              "set it to 5 seconds or more: it is how often offsets are committed, not a latency")
+        checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
+        self.settings = settings
+        self.kafka = kafka_address.connection(settings)
+        kafka_client.check_reachable(self.kafka)
+        self.partitions = {topic: kafka_client.topic_partitions(self.kafka, topic)
+                           for topic in job.topics(settings.streaming)}
+        self.output_topic = job.output_topic(settings.streaming)
+        try:
+            kafka_client.topic_partitions(self.kafka, self.output_topic)
+        except SigflowError:
+            raise ConfigError(
+                f"{job.name}: its output topic {self.output_topic!r} does not exist at {self.kafka}",
+                "create it with `sigflow topics create` (or the sigflow_deploy DAG)") from None
+        slots_needed = sum(len(parts) for parts in self.partitions.values())
+        self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=slots_needed)
+        configure_session(self.spark, settings)
+        slots = self.spark.sparkContext.defaultParallelism
+        if slots < slots_needed:
+            raise ConfigError(
+                f"{job.name}: real-time mode holds a task slot per Kafka partition for the whole batch; "
+                f"its topics have {slots_needed} partitions and this session has {slots} slots",
+                "give the job at least that many cores (spark_master local[N], or the cluster's cores; "
+                "docs/jobs/alert-fastpath.md)")
+        self.progress_log = listen(self.spark)
+        kafka_source.require_classes(self.spark)
+        self.sink = DeltaSink(self.spark, settings)
+        self.sink.ensure_table(PIPELINE_METRICS)
+        self.app_id = self.checkpoint.app_id(job.name)
+        self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
+        self.summary = RunSummary(job.name, counts_late=False)
+        self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
+                                        skip_empty=True)
+        self.query = None
+
+    def plan(self) -> DataFrame:
+        records = kafka_source.read_stream(self.spark, self.settings, self.kafka,
+                                           self.job.topics(self.settings.streaming), real_time=True)
+        self.progress_log.follow(self.job.name, Counting(), self.settings.progress_file(self.job.name))
+        return self.job.build(self.settings.streaming, records)
+
+    def start(self, trigger_interval: str):
+        self.query = (
+            self.plan()
+            .writeStream.queryName(query_name(self.job.name))
+            .format("kafka")
+            .options(**KafkaConnection.of(self.kafka).spark_options())
+            .option("topic", self.output_topic)
+            .option("checkpointLocation", self.checkpoint.uri)
+            .outputMode("update")
+            .trigger(realTime=trigger_interval)
+            .start()
+        )
+        return self.query
+
+    def record_metrics(self, query) -> None:
+        for progress in progress_dicts(query):  # what the sink sent is the batch's output
+            forwarded = int((progress.get("sink") or {}).get("numOutputRows") or 0)
+            self.recorder.batch_written(int(progress["batchId"]), max(forwarded, 0), 0)
+        self.recorder.record(query)
+        self.summary.batches = len(self.recorder.rows)
+        self.summary.rows_written = {self.output_topic: sum(row["output_rows"] for row in self.recorder.rows.values())}
+
+    def _committed_through(self, ends: dict[str, dict[int, int]]) -> bool:
+        last = self.checkpoint.last_committed()
+        if last is None:
+            return not any(end for parts in ends.values() for end in parts.values())
+        committed = {topic: parts for source in self.checkpoint.offsets(last).sources if source
+                     for topic, parts in source.items()}
+        return all(int(committed.get(topic, {}).get(str(p), 0)) >= end
+                   for topic, parts in ends.items() for p, end in parts.items())
+
+    def run_available_now(self) -> RunSummary:
+        ends = {topic: {p: end for p, (_, end) in kafka_client.offset_bounds(self.kafka, topic, parts).items()}
+                for topic, parts in self.partitions.items()}
+
+        def drive(query) -> None:
+            while query.isActive and not self._committed_through(ends):
+                query.awaitTermination(CAUGHT_UP_POLL_S)
+                self.record_metrics(query)
+            if query.exception():
+                raise query.exception()
+
+        return self._run(self.real_time_interval, drive)
+
+    def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
+        stop = stop or _stop_on_signals()
+
+        def drive(query) -> None:
+            while query.isActive and not stop.is_set():
+                query.awaitTermination(CAUGHT_UP_POLL_S)
+                self.record_metrics(query)
+            if query.exception():
+                raise query.exception()
+
+        return self._run(self.real_time_interval, drive, stop)
+
+    @property
+    def real_time_interval(self) -> str:
+        return self.settings.streaming.real_time_checkpoint_interval.spark
+
+
+def run(job: RealTimeJob, settings: Settings, available_now: bool = True) -> RunSummary:
+    run_ = RealTimeRun(job, settings)
+    return run_.run_available_now() if available_now else run_.run_continuous()

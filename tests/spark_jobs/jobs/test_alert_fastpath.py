@@ -1,0 +1,112 @@
+"""Job alert-fastpath in Spark's real-time mode against the embedded Apache Kafka: what it
+forwards is what the alert contract and the critical rule imply, the same alerts ingest
+keeps, and a run stopped before its commit sends its alerts again (at-least-once)."""
+
+import json
+import threading
+from collections import Counter
+
+import pytest
+
+from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH
+from spark_jobs.ops import status
+from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.real_time import RealTimeRun
+from tests.helpers import DAY_MS, produce, run_job, table, topic_records, wait_for
+
+# The test session has 2 task slots: real-time mode holds one per partition.
+PARTITIONS = 2
+
+
+@pytest.fixture
+def fast_settings(settings):
+    s = settings.replace(
+        alerts_topic=settings.streaming.alerts_topic + "-rt", topic_partitions=PARTITIONS,
+        critical_alerts_topic=settings.streaming.alerts_topic + "-critical", critical_kinds="smoke",
+        real_time_checkpoint_interval="5 seconds",
+    )
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
+                               PARTITIONS, s.kafka.topic_retention_ms)
+    return s
+
+
+def alert(alert_id: str, device: str = "dev-1", severity: str = "critical", kind: str = "threshold",
+          alert_time=None) -> tuple[bytes, bytes]:
+    body = {"alert_id": alert_id, "device_id": device, "severity": severity, "kind": kind,
+            "alert_time": DAY_MS if alert_time is None else alert_time}
+    return device.encode(), json.dumps(body).encode()
+
+
+def forwarded(settings) -> list[dict]:
+    return [json.loads(value) | {"_key": key.decode()}
+            for key, value in topic_records(settings.kafka.bootstrap_servers, settings.streaming.critical_alerts_topic)]
+
+
+def test_forwards_exactly_the_valid_critical_alerts_ingest_keeps(spark, fast_settings):
+    s = fast_settings
+    critical = [alert(f"crit-{n}", device=f"dev-{n % 3}") for n in range(12)]
+    by_kind = [alert("smoke-1", severity="info", kind="smoke")]  # critical_kinds
+    ordinary = [alert(f"warn-{n}", severity="warning") for n in range(5)] + [alert("info-1", severity="info")]
+    malformed = [
+        (b"dev-1", b"not json {"),
+        (b"dev-1", json.dumps({"alert_id": "m-missing", "device_id": "dev-1", "severity": "critical",
+                               "alert_time": DAY_MS}).encode()),  # no kind
+        alert("m-severity", severity="catastrophic"),
+        (b"dev-1", json.dumps({"alert_id": 7, "device_id": "dev-1", "severity": "critical", "kind": "threshold",
+                               "alert_time": DAY_MS}).encode()),  # alert_id not a string
+        alert("m-time", alert_time="yesterday"),
+        alert("m-ahead", alert_time=4102444800000),  # 2100: far past its Kafka timestamp (max_clock_ahead)
+        (b"dev-1", b"[1, 2]"),
+    ]
+    produce(s, critical + by_kind + ordinary + malformed, topic=s.streaming.alerts_topic)
+
+    summary = RealTimeRun(ALERT_FASTPATH, s, spark).run_available_now()
+
+    sent = forwarded(s)
+    expected = {json.loads(v)["alert_id"] for _, v in critical + by_kind}
+    assert Counter(m["alert_id"] for m in sent) == Counter(expected)  # each once in a run that did not fail
+    assert all(m["_key"] == m["device_id"] for m in sent)  # one device's alerts stay in one partition
+    assert {m["alert_id"]: m["critical_because"] for m in sent if m["alert_id"] == "smoke-1"} == {
+        "smoke-1": "kind smoke"}
+    assert {m["critical_because"] for m in sent if m["alert_id"] != "smoke-1"} == {"severity critical"}
+    assert all(m["alert_time"] == "2026-11-22T00:00:00.000Z" for m in sent)
+    assert summary.rows_written == {s.streaming.critical_alerts_topic: len(expected)}
+
+    # the same contract as ingest: what it keeps as alerts, by the same rule, is what was forwarded
+    run_job(spark, s)
+    kept = table(s, "device_alerts")
+    rule = kept["severity"].eq("critical") | kept["kind"].eq("smoke")
+    assert set(kept[rule]["alert_id"]) == {m["alert_id"] for m in sent}
+    assert len(table(s, "quarantined_events")) == len(malformed)
+
+    # status and pipeline_metrics know the job like any other
+    metrics = table(s, "pipeline_metrics")
+    mine = metrics[metrics["job"] == "alert-fastpath"]
+    assert mine["output_rows"].sum() == len(expected) and mine["input_rows"].sum() == len(critical + by_kind
+                                                                                           + ordinary + malformed)
+    fast = status.job_status(s, "alert-fastpath", status.read_metrics(s))
+    assert fast.verdict.word == "OK" and fast.behind == 0 and fast.last_batch is not None
+
+
+def test_a_run_stopped_before_its_commit_sends_its_alerts_again(spark, fast_settings):
+    """Real-time mode's Kafka sink is at-least-once: consumers deduplicate by alert_id."""
+    s = fast_settings.replace(real_time_checkpoint_interval="5 minutes")  # no commit before the stop
+    first = [alert(f"first-{n}") for n in range(6)]
+    produce(s, first, topic=s.streaming.alerts_topic)
+    stop = threading.Event()
+    running = RealTimeRun(ALERT_FASTPATH, s, spark)
+    thread = threading.Thread(target=running.run_continuous, args=(stop,))
+    thread.start()
+    try:
+        wait_for(lambda: len(forwarded(s)) >= len(first), timeout_s=60, what="the first alerts forwarded")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert running.checkpoint.last_committed() is None
+
+    second = [alert(f"second-{n}") for n in range(4)]
+    produce(s, second, topic=s.streaming.alerts_topic)
+    RealTimeRun(ALERT_FASTPATH, s.replace(real_time_checkpoint_interval="5 seconds"), spark).run_available_now()
+
+    counts = Counter(m["alert_id"] for m in forwarded(s))
+    assert counts == Counter({**{f"first-{n}": 2 for n in range(6)}, **{f"second-{n}": 1 for n in range(4)}})

@@ -7,14 +7,17 @@ Delta's docs for the same tables (tests/bench_handwritten.py, which says what ea
 each job's end-to-end events per second from a fresh checkpoint, its ratio to its hand-written
 job (alert-join and sessions: to the plain ingest job) and to each ceiling, and its no-data
 batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
-records; ingest's batch latency (p50, p95, p99) at a fixed offered load; the state rows of the
+records; ingest's batch latency (p50, p95, p99) at a fixed offered load; a critical alert's
+end-to-end latency through alert-fastpath and alert-join at fixed alert rates
+(tests/bench_alerts.py); the state rows of the
 stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
 memory of the Spark driver and of the broker. The figures are appended to
 docs/benchmarks.md, whose header says how earlier runs are kept.
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
-                          [--latency-rate 5000] [--latency-seconds 60] [--no-write]
-                          [--skip warm-up state]
+                          [--latency-rate 5000] [--latency-seconds 60]
+                          [--alert-rates 1000 5000] [--alert-seconds 60] [--no-write]
+                          [--skip warm-up state alerts]
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from spark_jobs.local.simulate import (
     produce_records,
 )
 from spark_jobs.runtime.kafka import client as kafka_client
-from tests import bench_handwritten
+from tests import bench_alerts, bench_handwritten
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
@@ -254,11 +257,15 @@ def main(argv=None) -> int:
                         help="events per second offered while ingest's batch latency is measured")
     parser.add_argument("--latency-seconds", type=int, default=60,
                         help="how long that load is offered")
+    parser.add_argument("--alert-rates", nargs="+", type=int, default=[1000, 5000],
+                        help="alerts per second offered while each alert path's latency is measured")
+    parser.add_argument("--alert-seconds", type=int, default=60, help="how long each of those rates is offered")
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
                         help="the jobs to measure, each beside its hand-written job (all by default)")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
-    parser.add_argument("--skip", nargs="+", default=[], choices=("warm-up", "state"),
-                        help="leave out the JIT warm-up run or the state-rows measurement (the suite's smoke run)")
+    parser.add_argument("--skip", nargs="+", default=[], choices=("warm-up", "state", "alerts"),
+                        help="leave out the JIT warm-ups, the state-rows measurement or the alert paths' "
+                        "latency (the suite's smoke run)")
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
@@ -268,8 +275,8 @@ def main(argv=None) -> int:
     from spark_jobs.runtime.spark import get_spark
 
     # One step per measurement: produce, ceilings, warm-up, source, each job, no-data batches, storm, latency,
-    # state. The bar shows on a terminal only; lines go above it.
-    bar = tqdm(total=4 + len(args.jobs) + 4, desc="bench", unit=" step",
+    # alert paths, state. The bar shows on a terminal only; lines go above it.
+    bar = tqdm(total=4 + len(args.jobs) + 5, desc="bench", unit=" step",
                disable=None, leave=False)
     say = bar.write
     data = Path(tempfile.mkdtemp(prefix="sigflow-bench-"))
@@ -348,6 +355,15 @@ def main(argv=None) -> int:
         figures[f"ingest batch p50 ms at {args.latency_rate} events/s"] = latency["p50_ms"]
         figures[f"ingest batch p95 ms at {args.latency_rate} events/s"] = latency["p95_ms"]
         figures[f"ingest batch p99 ms at {args.latency_rate} events/s"] = latency["p99_ms"]
+        alert_paths = []
+        if "alerts" not in args.skip:
+            alert_paths = bench_alerts.fastpath_latency(
+                s, args.alert_rates, args.alert_seconds, warm_up_s=0 if "warm-up" in args.skip else 20, say=say)
+            alert_paths += bench_alerts.alert_join_latency(spark, s, args.alert_rates, args.alert_seconds, say=say)
+            for path in alert_paths:
+                for q in ("p50", "p95", "p99"):
+                    figures[f"{path.path} {q} ms at {path.rate:,} alerts/s"] = getattr(path, f"{q}_ms")
+        bar.update()
         if "state" not in args.skip:
             for job, (after_10, after_60) in state_rows_over_event_time(spark, s, args.devices, say).items():
                 figures[f"{job} state rows after 10 min"] = after_10
@@ -368,6 +384,9 @@ def main(argv=None) -> int:
         idle = "none" if idle_ms[job] is None else f"{idle_ms[job]:.0f}"
         print(f"bench {job} events_per_s={eps:.0f} vs_handwritten={eps / handwritten[job]:.2f} {versus} "
               f"no_data_batch_ms={idle}")
+    for path in alert_paths:
+        print(f"bench {path.path} alerts_per_s={path.rate} p50_ms={path.p50_ms:.0f} p95_ms={path.p95_ms:.0f} "
+              f"p99_ms={path.p99_ms:.0f} arrived={path.arrived}/{path.sent}")
     if not args.no_write:
         _append_report(args, figures, per_job, handwritten, ceilings, idle_ms)
     return 0

@@ -1,6 +1,6 @@
 """`make bench` runs end to end at a toy size and prints its figures, for a stateless and a
-stateful job beside their hand-written jobs, without its warm-up and state sections: every other
-section of the bench runs, with the code path every job takes (the jobs themselves are
+stateful job beside their hand-written jobs, without its warm-up, state and alert-latency sections
+(the alert paths' own tests run both paths): every other section of the bench runs, with the code path every job takes (the jobs themselves are
 proven by their own tests). Its speed is not asserted: the figures are for people (docs/benchmarks.md).
 In this process, on the session's SparkSession: a JVM of its own would only add its start-up
 and warm-up."""
@@ -22,7 +22,7 @@ MEASURED = ("ingest", "windowed-averages")
 def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_whole_storm(spark, capsys):
     assert bench.main(["--events", "1000", "--storm-events", "300", "--devices", "20",
                        "--latency-rate", "200", "--latency-seconds", "3", "--no-write",
-                       "--jobs", *MEASURED, "--skip", "warm-up", "state"]) == 0
+                       "--jobs", *MEASURED, "--skip", "warm-up", "state", "alerts"]) == 0
     out = capsys.readouterr().out
     lines = re.findall(r"^bench (\S+) events_per_s=(\d+) vs_handwritten=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
                        r"vs_kafka_jvm_consumer=(\d+\.\d\d) vs_spark_kafka_source=(\d+\.\d\d) no_data_batch_ms=(\S+)$",

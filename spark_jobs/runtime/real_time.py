@@ -10,7 +10,7 @@ the output topic (a missing one fails the query only after 60 s). Its Kafka sink
 at-least-once: a batch stopped before its commit is read and sent again by the next run.
 
 * ``available_now``: run until a committed batch reaches the offsets Kafka held at the
-  start, then stop.
+  start, then stop; its batches are Spark's shortest (5 s), so it ends soon after.
 * ``continuous``: until SIGTERM/SIGINT; the batch in flight is stopped at once (what it
   forwarded is forwarded; the next run sends it again).
 """
@@ -142,7 +142,7 @@ class RealTimeRun(JobRun):
             if query.exception():
                 raise query.exception()
 
-        return self._run(self.real_time_interval, drive)
+        return self._run(f"{MIN_CHECKPOINT_INTERVAL_S} seconds", drive)
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
         stop = stop or _stop_on_signals()
@@ -154,11 +154,7 @@ class RealTimeRun(JobRun):
             if query.exception():
                 raise query.exception()
 
-        return self._run(self.real_time_interval, drive, stop)
-
-    @property
-    def real_time_interval(self) -> str:
-        return self.settings.streaming.real_time_checkpoint_interval.spark
+        return self._run(self.settings.streaming.real_time_checkpoint_interval.spark, drive, stop)
 
 
 def run(job: RealTimeJob, settings: Settings, available_now: bool = True) -> RunSummary:

@@ -23,7 +23,6 @@ def fast_settings(settings):
     s = settings.replace(
         alerts_topic=settings.streaming.alerts_topic + "-rt", topic_partitions=PARTITIONS,
         critical_alerts_topic=settings.streaming.alerts_topic + "-critical", critical_kinds="smoke",
-        real_time_checkpoint_interval="5 seconds",
     )
     kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
                                PARTITIONS, s.kafka.topic_retention_ms)
@@ -106,7 +105,7 @@ def test_a_run_stopped_before_its_commit_sends_its_alerts_again(spark, fast_sett
 
     second = [alert(f"second-{n}") for n in range(4)]
     produce(s, second, topic=s.streaming.alerts_topic)
-    RealTimeRun(ALERT_FASTPATH, s.replace(real_time_checkpoint_interval="5 seconds"), spark).run_available_now()
+    RealTimeRun(ALERT_FASTPATH, s, spark).run_available_now()
 
     counts = Counter(m["alert_id"] for m in forwarded(s))
     assert counts == Counter({**{f"first-{n}": 2 for n in range(6)}, **{f"second-{n}": 1 for n in range(4)}})

@@ -142,14 +142,18 @@ def fastpath_latency(settings, rates: list[int], seconds: float, warm_up_s: floa
     return results
 
 
-def alert_join_latency(spark, settings, rates: list[int], seconds: float, say=print) -> list[Latency]:
-    """alert-join with a 1-second trigger in the bench's session, at each offered rate in turn."""
+def alert_join_latency(spark, settings, rates: list[int], seconds: float, drain_s: float = 90,
+                       say=print) -> list[Latency]:
+    """alert-join with a 1-second trigger in the bench's session, at each offered rate in
+    turn; after each, up to ``drain_s`` for the job to commit what was offered (a rate it
+    cannot keep up with shows as alerts that had not arrived by then)."""
     from spark_jobs.jobs.registry import get_job
-    from spark_jobs.runtime.runner import JobRun
+    from spark_jobs.runtime.runner import STOP_GRACE_S, JobRun
 
     s = settings.replace(events_topic="bench-join-events", alerts_topic="bench-join-alerts", trigger_interval="1 second",
                          checkpoint_root=f"{settings.checkpoint_root_uri}-join", delta_root=f"{settings.delta_root_uri}-join")
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic],
+    bootstrap = s.kafka.bootstrap_servers
+    kafka_client.create_topics(bootstrap, [s.streaming.events_topic, s.streaming.alerts_topic],
                                s.kafka.topic_partitions, s.kafka.topic_retention_ms)
     run, stop = JobRun(get_job("alert-join"), s, spark), threading.Event()
     worker = threading.Thread(target=run.run_continuous, args=(stop,))
@@ -157,13 +161,16 @@ def alert_join_latency(spark, settings, rates: list[int], seconds: float, say=pr
     offered: dict[str, float] = {}
     try:
         for n, rate in enumerate(rates):
-            sent = offer(s.kafka.bootstrap_servers, s.streaming.alerts_topic, rate, seconds, s.streaming.events_topic,
-                         prefix=f"r{n}")
+            sent = offer(bootstrap, s.streaming.alerts_topic, rate, seconds, s.streaming.events_topic, prefix=f"r{n}")
             offered.update({a: at for a, (at, _) in sent.items()})
-        time.sleep(5)  # the last batches
+            ends = {topic: {p: end for p, (_, end) in kafka_client.offset_bounds(
+                bootstrap, topic, kafka_client.topic_partitions(bootstrap, topic)).items()}
+                for topic in (s.streaming.events_topic, s.streaming.alerts_topic)}
+            if not wait_until(lambda: run.checkpoint.committed_through(ends), timeout_s=drain_s, every_s=1):
+                say(f"  alert-join had not caught up {drain_s:.0f} s after {rate:,} alerts/s stopped")
     finally:
         stop.set()
-        worker.join(120)
+        worker.join(STOP_GRACE_S + 60)  # the batch in flight ends before the tables are read
     arrived = _first_commit(s.table_uri("alert_signal_context"))
     results = []
     for n, rate in enumerate(rates):

@@ -122,21 +122,12 @@ class RealTimeRun(JobRun):
         self.summary.batches = len(self.recorder.rows)
         self.summary.rows_written = {self.output_topic: sum(row["output_rows"] for row in self.recorder.rows.values())}
 
-    def _committed_through(self, ends: dict[str, dict[int, int]]) -> bool:
-        last = self.checkpoint.last_committed()
-        if last is None:
-            return not any(end for parts in ends.values() for end in parts.values())
-        committed = {topic: parts for source in self.checkpoint.offsets(last).sources if source
-                     for topic, parts in source.items()}
-        return all(int(committed.get(topic, {}).get(str(p), 0)) >= end
-                   for topic, parts in ends.items() for p, end in parts.items())
-
     def run_available_now(self) -> RunSummary:
         ends = {topic: {p: end for p, (_, end) in kafka_client.offset_bounds(self.kafka, topic, parts).items()}
                 for topic, parts in self.partitions.items()}
 
         def drive(query) -> None:
-            while query.isActive and not self._committed_through(ends):
+            while query.isActive and not self.checkpoint.committed_through(ends):
                 query.awaitTermination(CAUGHT_UP_POLL_S)
                 self.record_metrics(query)
             if query.exception():

@@ -85,6 +85,19 @@ class Checkpoint:
             conf=meta.get("conf") or {},
         )
 
+    def committed_offsets(self) -> dict[str, dict[str, int]]:
+        """{topic: {partition: offset}} the last committed batch read up to ({} before one)."""
+        last = self.last_committed()
+        batch = self.offsets(last) if last is not None else None
+        return {topic: parts for source in (batch.sources if batch else []) if source
+                for topic, parts in source.items()}
+
+    def committed_through(self, ends: dict[str, dict[int, int]]) -> bool:
+        """Whether committed batches have read every partition up to ``ends``."""
+        committed = self.committed_offsets()
+        return all(int(committed.get(topic, {}).get(str(p), 0)) >= end
+                   for topic, parts in ends.items() for p, end in parts.items())
+
     def latest_offsets(self) -> BatchOffsets | None:
         batches = self.offset_batches()
         return self.offsets(batches[-1]) if batches else None

@@ -20,7 +20,7 @@ import re
 import sys
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 import yaml
 from pydantic import (
@@ -119,29 +119,24 @@ def _starting_offsets(value: str) -> str:
     return value
 
 
-def _user_ids(value: str) -> str:
-    ids = [part.strip() for part in value.split(",") if part.strip()]
-    bad = [user for user in ids if not _USER_ID.fullmatch(user)]
-    if bad:
-        raise ValueError(f"not Airflow user ids: {', '.join(map(repr, bad))}; write ids separated by commas: alice,bob")
-    return ",".join(ids)
+def _comma_list(pattern: str, what: str, example: str) -> Callable[[str], str]:
+    """A validator of a comma-separated list whose items each match ``pattern``."""
+    item = re.compile(pattern)
+
+    def check(value: str) -> str:
+        items = [part.strip() for part in value.split(",") if part.strip()]
+        bad = [one for one in items if not item.fullmatch(one)]
+        if bad:
+            raise ValueError(f"not {what}: {', '.join(map(repr, bad))}; write them separated by commas: {example}")
+        return ",".join(items)
+
+    return check
 
 
-_USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
-
-
-def _words(value: str) -> str:
-    words = [part.strip() for part in value.split(",") if part.strip()]
-    bad = [word for word in words if not _WORD.fullmatch(word)]
-    if bad:
-        raise ValueError(f"not plain words: {', '.join(map(repr, bad))}; write words separated by commas: critical,warning")
-    return ",".join(words)
-
-
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
-RestartApprovers = Annotated[str, AfterValidator(_user_ids)]
-Words = Annotated[str, AfterValidator(_words)]
+RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}", "Airflow user ids",
+                                                                  "alice,bob"))]
+Words = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "plain words", "critical,warning"))]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]

@@ -8,7 +8,9 @@ from collections import Counter
 
 import pytest
 
-from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH
+from spark_jobs.config import load_settings
+from spark_jobs.errors import ConfigError
+from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH, critical_rule
 from spark_jobs.ops import status
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.real_time import RealTimeRun
@@ -109,3 +111,15 @@ def test_a_run_stopped_before_its_commit_sends_its_alerts_again(spark, fast_sett
 
     counts = Counter(m["alert_id"] for m in forwarded(s))
     assert counts == Counter({**{f"first-{n}": 2 for n in range(6)}, **{f"second-{n}": 1 for n in range(4)}})
+
+
+def test_the_critical_rule_names_only_what_the_alert_contract_allows():
+    with pytest.raises(ConfigError, match="critical_severities names catastrophic"):
+        critical_rule(load_settings(env={"SIGFLOW_CRITICAL_SEVERITIES": "critical,catastrophic"}).streaming)
+    with pytest.raises(ConfigError, match="would forward nothing"):
+        critical_rule(load_settings(env={"SIGFLOW_CRITICAL_SEVERITIES": ""}).streaming)
+    with pytest.raises(ConfigError, match="critical_kinds"):
+        load_settings(env={"SIGFLOW_CRITICAL_KINDS": "smoke;rm -rf"})
+    rule = critical_rule(load_settings(env={"SIGFLOW_CRITICAL_SEVERITIES": " warning , critical",
+                                            "SIGFLOW_CRITICAL_KINDS": "smoke"}).streaming)
+    assert rule == (("warning", "critical"), ("smoke",))

@@ -11,8 +11,9 @@ deploying twice changes nothing.
    (`spark_default`: a local master in the embedded mode, the cluster in production),
    either `long-running` (a processing-time trigger; the task lives as long as the job)
    or `available-now` (process what Kafka holds and stop; `sigflow_streaming` repeats it).
-   `alert-fastpath` runs in Spark's real-time mode either way (a checkpoint every
-   `real_time_checkpoint_interval`); it needs a task slot per partition of device-alerts.
+   `alert-fastpath` runs in Spark's real-time mode either way (long-running: a commit every
+   `real_time_checkpoint_interval`; available-now: 5-second batches until it has caught
+   up); it needs a task slot per partition of device-alerts.
 
 By hand: `sigflow topics create`, then `sigflow run <job> [--processing-time 10s]`.
 """

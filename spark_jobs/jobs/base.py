@@ -73,8 +73,7 @@ class RealTimeJob:
     name: str
     summary: str
     topics: Callable[[StreamingSettings], list[str]]
-    # streaming Kafka records -> rows of ``key``, ``value`` (and optionally ``headers``) for
-    # the output topic
+    # streaming Kafka records -> rows of ``key`` and ``value`` for the output topic
     build: Callable[[StreamingSettings, DataFrame], DataFrame]
     output_topic: Callable[[StreamingSettings], str]
     tables: tuple[TableSpec, ...] = ()

@@ -39,7 +39,7 @@ from spark_jobs.runtime.metrics.progress import (
 )
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
-from spark_jobs.runtime.runner import JobRun, _stop_on_signals
+from spark_jobs.runtime.runner import JobRun, stop_on_signals
 from spark_jobs.runtime.spark import configure_session, get_spark
 
 # How often an available-now run looks at the checkpoint for the batch that caught up.
@@ -136,7 +136,7 @@ class RealTimeRun(JobRun):
         return self._run(f"{MIN_CHECKPOINT_INTERVAL_S} seconds", drive)
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
-        stop = stop or _stop_on_signals()
+        stop = stop or stop_on_signals()
 
         def drive(query) -> None:
             while query.isActive and not stop.is_set():

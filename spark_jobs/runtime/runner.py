@@ -253,7 +253,7 @@ class JobRun:
         return self._run("0 seconds", lambda query: query.processAllAvailable())
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
-        stop = stop or _stop_on_signals()
+        stop = stop or stop_on_signals()
 
         def drive(query) -> None:
             while query.isActive and not stop.is_set():
@@ -279,7 +279,7 @@ class _Stopped(Exception):
     """A stop was asked for while waiting for Kafka."""
 
 
-def _stop_on_signals() -> threading.Event:
+def stop_on_signals() -> threading.Event:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

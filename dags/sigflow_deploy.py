@@ -102,4 +102,7 @@ with DAG(
             conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF,
                   **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""))},
             jars=SUBMIT_JARS or None,
+            # the task run and the DAG run, in the job's Spark properties: its lineage events
+            # name them as parent and root (docs/lineage.md)
+            openlineage_inject_parent_job_info=True,
         )

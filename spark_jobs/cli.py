@@ -316,6 +316,13 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from spark_jobs.ops.lineage import table_lineage
+
+    print("\n".join(table_lineage(_settings(args), args.table).lines(limit=args.runs)))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from spark_jobs.ops import report
 
@@ -498,6 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--span", default="24 hours",
                    help="each chart shows this much before its table's newest row (default: 24 hours)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("lineage", help="which job, DAG run and Kafka topics produced a table, up to which version")
+    p.add_argument("table")
+    p.add_argument("--runs", type=int, default=5, help="how many of the newest runs to show (default 5)")
+    p.set_defaults(func=cmd_lineage)
 
     p = sub.add_parser("airflow", help="Airflow standalone with the sigflow DAGs on 127.0.0.1 (embedded mode)")
     p.add_argument("--port", type=int, help="default: the airflow_port setting (8080)")

@@ -119,6 +119,12 @@ def _starting_offsets(value: str) -> str:
     return value
 
 
+def _http_url(value: str) -> str:
+    if value and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+        raise ValueError("not an http(s) URL of an OpenLineage API, such as http://marquez:5000")
+    return value.rstrip("/")
+
+
 def _comma_list(pattern: str, what: str, example: str) -> Callable[[str], str]:
     """A validator of a comma-separated list whose items each match ``pattern``."""
     item = re.compile(pattern)
@@ -136,6 +142,7 @@ def _comma_list(pattern: str, what: str, example: str) -> Callable[[str], str]:
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
 RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}", "Airflow user ids",
                                                                   "alice,bob"))]
+LineageUrl = Annotated[str, AfterValidator(_http_url)]
 Words = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "plain words", "critical,warning"))]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
@@ -326,6 +333,9 @@ class OperationsSettings(_Group):
     # records behind in Kafka, late and quarantined counts); loopback unless set otherwise.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9466
+    # OpenLineage: run events go to files under lineage_dir, and to this HTTP endpoint too
+    # when set (a Marquez or any OpenLineage API: http(s)://host:port).
+    lineage_url: LineageUrl = ""
 
     @property
     def approvers(self) -> list[str]:
@@ -386,6 +396,7 @@ class Settings(BaseSettings):
     jars_dir: str = ""  # default: <python environment>/share/sigflow/jars
     quality_dir: str = ""  # default: <data_dir>/quality (GX project and Data Docs HTML)
     airflow_dir: str = ""  # default: <data_dir>/airflow (AIRFLOW_HOME: logs, password)
+    lineage_dir: str = ""  # default: <data_dir>/lineage (OpenLineage events, a file per job and Airflow's)
 
     kafka: KafkaSettings = KafkaSettings()
     streaming: StreamingSettings = StreamingSettings()
@@ -442,6 +453,10 @@ class Settings(BaseSettings):
     @property
     def quality_path(self) -> Path:
         return Path(self.quality_dir or Path(self.data_dir) / "quality")
+
+    @property
+    def lineage_path(self) -> Path:
+        return Path(self.lineage_dir or Path(self.data_dir) / "lineage")
 
     @property
     def airflow_home(self) -> Path:

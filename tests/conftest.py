@@ -6,6 +6,7 @@ tests stay isolated while paying the JVM and broker start-up once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -43,8 +44,16 @@ def embedded_broker(tmp_path_factory):
 def airflow_home(tmp_path_factory):
     """A migrated SQLite Airflow home for the whole test session."""
     home = tmp_path_factory.mktemp("airflow")
+    (home / "lineage").mkdir()
     os.environ.update({
         "AIRFLOW_HOME": str(home),
+        # Airflow's OpenLineage provider on, as the embedded Airflow has it; set before any
+        # task runs, since the provider registers its listener only if configured by then.
+        # In a thread: its default forks this process, which holds the session's JVM.
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(home / "lineage" / "airflow.jsonl"), "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow",
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",

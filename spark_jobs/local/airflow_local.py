@@ -71,16 +71,29 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__API__WORKERS": "1",
-        # the deploy DAG's spark-submit: the local master of the embedded mode
-        # a local master gets a thread per partition of a topic: the real-time job holds a
-        # task slot per partition of device-alerts for as long as it runs
+        # the deploy DAG's spark-submit: the local master of the embedded mode, given a thread
+        # per partition of a topic (the real-time job holds a task slot per partition of
+        # device-alerts for as long as it runs)
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark.master_with_slots(
             settings.kafka.topic_partitions)}),
+        # Airflow's OpenLineage provider: each DAG and task run as events beside the jobs'
+        **airflow_lineage_env(settings),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "SIGFLOW_DATA_DIR": str(Path(settings.data_dir).resolve()),
         # spark-submit's driver (and its UI) start before sigflow's code can say where to bind
         **({"SPARK_LOCAL_IP": "127.0.0.1"} if settings.spark.on_this_machine else {}),
+    }
+
+
+def airflow_lineage_env(settings: Settings) -> dict[str, str]:
+    """Airflow's OpenLineage provider configured to write where `sigflow lineage` reads."""
+    from spark_jobs.runtime.lineage import transport
+
+    settings.lineage_path.mkdir(parents=True, exist_ok=True)
+    return {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport(settings, settings.lineage_path.resolve() / "airflow.jsonl")),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow",
     }
 
 

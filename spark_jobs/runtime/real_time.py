@@ -39,7 +39,7 @@ from spark_jobs.runtime.metrics.progress import (
 )
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
-from spark_jobs.runtime.runner import JobRun, stop_on_signals
+from spark_jobs.runtime.runner import JobRun, run_lineage, stop_on_signals
 from spark_jobs.runtime.spark import configure_session, get_spark
 
 # How often an available-now run looks at the checkpoint for the batch that caught up.
@@ -92,6 +92,7 @@ class RealTimeRun(JobRun):
         self.summary = RunSummary(job.name, counts_late=False)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
                                         skip_empty=True)
+        self.lineage = run_lineage(self, tables={}, topics_out=[self.output_topic])
         self.query = None
 
     def plan(self) -> DataFrame:

@@ -41,6 +41,7 @@ from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.kafka import source as kafka_source
+from spark_jobs.runtime.lineage import PARENT_PROPERTIES, RunLineage, topic_dataset
 from spark_jobs.runtime.metrics.progress import (
     Counting,
     listen,
@@ -115,6 +116,7 @@ class JobRun:
             self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,
             lease=self.lease,
         )
+        self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
         self.query = None
 
     def plan(self) -> DataFrame:
@@ -181,6 +183,17 @@ class JobRun:
         return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
 
     def _run(self, trigger_interval: str, drive, stop: threading.Event | None = None) -> RunSummary:
+        """The run between its lineage events: START, then COMPLETE or FAIL."""
+        self.lineage.start()
+        try:
+            summary = self._supervised(trigger_interval, drive, stop)
+        except BaseException as exc:
+            self.lineage.fail(str(exc) or type(exc).__name__)
+            raise
+        self.lineage.complete()
+        return summary
+
+    def _supervised(self, trigger_interval: str, drive, stop: threading.Event | None = None) -> RunSummary:
         """Run the query; while Kafka is away, wait with backoff and start again from the
         checkpoint (a restarted query replays at most the batch that was in flight)."""
         outage: tuple[float, int] | None = None  # since when, and the batches done by then
@@ -269,6 +282,18 @@ class JobRun:
                             self.job.name, STOP_GRACE_S)
 
         return self._run(self.settings.streaming.trigger_interval.spark, drive, stop)
+
+
+def run_lineage(run: "JobRun", tables: dict[str, str], topics_out: list[str] = ()) -> RunLineage:
+    """The lineage of a run being prepared: its job's topics in, its tables or topics out,
+    the Airflow task run that submitted it (from its Spark properties) as the parent."""
+    conf = run.spark.sparkContext.getConf()
+    properties = {key: value for key in (f"spark.openlineage.{name}" for name in PARENT_PROPERTIES)
+                  if (value := conf.get(key, None))}
+    return RunLineage(run.settings, run.job.name,
+                      inputs=[topic_dataset(run.kafka, topic) for topic in run.job.topics(run.settings.streaming)],
+                      tables=tables, topics_out=[topic_dataset(run.kafka, topic) for topic in topics_out],
+                      spark_properties=properties)
 
 
 class _KafkaGone(Exception):

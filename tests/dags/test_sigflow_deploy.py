@@ -11,19 +11,24 @@ from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_alerts, generate_events
+from spark_jobs.ops.lineage import table_lineage
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER
-from tests.dags.conftest import run_dag
+from tests.dags.conftest import last_run_id, run_dag
 from tests.helpers import produce, table, topic_records
 
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
 
 def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path,
-                                                                         capfd):
+                                                                         capfd, airflow_home):
+    # the jobs' lineage beside Airflow's own (tests/conftest.py: airflow_home)
+    lineage_dir = str(Path(airflow_home) / "lineage")
     s = dag_env(settings.replace(events_topic=settings.streaming.events_topic + "-new",
-                                 alerts_topic=settings.streaming.alerts_topic + "-new", topic_partitions=2))
+                                 alerts_topic=settings.streaming.alerts_topic + "-new", topic_partitions=2,
+                                 lineage_dir=lineage_dir))
+    monkeypatch.setenv("SIGFLOW_LINEAGE_DIR", lineage_dir)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
@@ -52,6 +57,14 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     forwarded = [json.loads(v)["alert_id"] for _, v in topic_records(
         s.kafka.bootstrap_servers, s.streaming.critical_alerts_topic)]
     assert Counter(forwarded) == Counter(json.loads(r.value)["alert_id"] for r in critical)
+    # the submitted job's lineage names the task and the DAG run that started it, and Airflow's
+    # OpenLineage provider reported that DAG run
+    newest = table_lineage(s, "device_events_raw").runs[0]
+    assert (newest.job, newest.airflow_task) == ("ingest", "sigflow_deploy.start_ingest")
+    assert newest.dag_run == last_run_id("sigflow_deploy")
+    assert newest.version == str(DeltaTable(s.table_uri("device_events_raw")).version())
+    assert sorted(newest.topics) == sorted(f"kafka://{s.kafka.bootstrap_servers}/{t}"
+                                           for t in (s.streaming.events_topic, s.streaming.alerts_topic))
     # sigflow's log4j2 settings reached the submitted driver: no Spark start-up INFO chatter
     chatter = ("default log4j profile", "INFO SparkContext", "INFO SecurityManager")
     assert not [line for line in submitted.splitlines() if any(c in line for c in chatter)], submitted[-3000:]

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 
+from deltalake import DeltaTable
+
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime import runner
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.lineage import events_file, table_dataset
 from tests.helpers import contents, produce, run_job, table
 
 # what says when or under which checkpoint a row was written, not what it holds
@@ -41,3 +44,11 @@ def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(sp
     for job in JOBS_AT_ONCE:  # one progress line per batch: the session's listener registered once
         lines = [json.loads(line) for line in s.progress_file(job).read_text().splitlines()]
         assert [line["batch_id"] for line in lines] == Checkpoint(s.checkpoint_uri(job)).committed_batches(), job
+    for job in JOBS_AT_ONCE:  # each run reported its lineage: its topics in, its tables out at their versions
+        done = json.loads(events_file(s, job).read_text().splitlines()[-1])
+        assert done["eventType"] == "COMPLETE", job
+        assert sorted(i["name"] for i in done["inputs"]) == sorted(get_job(job).topics(s.streaming)), job
+        versions = {o["name"]: o["facets"]["version"]["datasetVersion"] for o in done["outputs"]}
+        for spec in get_job(job).tables:  # late_events is shared: another job may have written it since
+            assert versions[table_dataset(s.table_uri(spec.name))[1]] == str(
+                DeltaTable(s.table_uri(spec.name)).version()), (job, spec.name)

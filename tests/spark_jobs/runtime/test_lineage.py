@@ -1,0 +1,44 @@
+"""Every job run reports its lineage (OpenLineage run events: topics in, tables out with the
+version each reached), and `sigflow lineage TABLE` answers from those events which job and
+which topics produced a table, up to which version."""
+
+import json
+
+from deltalake import DeltaTable
+
+from spark_jobs.ops.lineage import table_lineage
+from spark_jobs.runtime.lineage import events_file
+from tests.helpers import at, run_job, send, table
+from tests.oracle import Event
+from tests.spark_jobs.jobs.test_alert_join import alert
+
+
+def test_the_lineage_of_alert_signal_context_names_both_topics_and_alert_join(spark, settings):
+    s = settings
+    send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 3), 2.0)])
+    alert(s, "a1", "d1", at(12, 5))
+    run_job(spark, s, "alert-join")
+    first_version = DeltaTable(s.table_uri("alert_signal_context")).version()
+    send(s, [Event("e3", "d1", at(12, 20), 3.0)])
+    alert(s, "a2", "d1", at(12, 21))
+    run_job(spark, s, "alert-join")
+    assert set(table(s, "alert_signal_context").alert_id) == {"a1", "a2"}
+
+    events = [json.loads(line) for line in events_file(s, "alert-join").read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "COMPLETE"]
+    assert events[0]["run"]["runId"] == events[1]["run"]["runId"] != events[2]["run"]["runId"]
+    kafka = f"kafka://{s.kafka.bootstrap_servers.split(',')[0]}"
+    assert {(i["namespace"], i["name"]) for i in events[1]["inputs"]} == {
+        (kafka, s.streaming.events_topic), (kafka, s.streaming.alerts_topic)}
+
+    lineage = table_lineage(s, "alert_signal_context")
+    assert [run.job for run in lineage.runs] == ["alert-join", "alert-join"]
+    newest, earlier = lineage.runs
+    assert newest.version == str(DeltaTable(s.table_uri("alert_signal_context")).version())
+    assert earlier.version == str(first_version) and int(earlier.version) < int(newest.version)
+    assert sorted(newest.topics) == sorted(f"{kafka}/{t}" for t in (s.streaming.events_topic, s.streaming.alerts_topic))
+    assert newest.airflow_task is None  # run by hand, not by Airflow
+    text = "\n".join(lineage.lines())
+    assert text.startswith(f"alert_signal_context (file {s.table_uri('alert_signal_context')}): "
+                           f"version {newest.version}, written by alert-join"), text
+    assert s.streaming.events_topic in text and s.streaming.alerts_topic in text

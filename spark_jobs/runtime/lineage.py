@@ -119,7 +119,7 @@ class RunLineage:
         outputs = []
         for name, uri in self.tables.items():
             facets = {}
-            version = delta_rs.table_version(uri) if with_versions else None
+            version = _version(uri) if with_versions else None
             if version is not None:
                 facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(version))
             namespace, path = table_dataset(uri)
@@ -135,6 +135,15 @@ class RunLineage:
             outputs=outputs,
             producer=PRODUCER,
         )
+
+
+def _version(uri: str) -> int | None:
+    """The table's version, or None when it cannot be read now (the event goes without it)."""
+    try:
+        return delta_rs.table_version(uri)
+    except Exception as exc:
+        log.warning("lineage: the version of %s was not read (%s)", uri, str(exc).splitlines()[0] if str(exc) else exc)
+        return None
 
 
 def _parent(properties: dict[str, str]):

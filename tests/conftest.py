@@ -96,6 +96,7 @@ def make_settings(data_dir, bootstrap: str, **overrides) -> Settings:
         "kafka_bootstrap_servers": bootstrap,
         "events_topic": f"events-{suffix}",
         "alerts_topic": f"alerts-{suffix}",
+        "critical_alerts_topic": f"alerts-critical-{suffix}",
         "shuffle_partitions": 2,
         "kafka_read_timeout_s": 20,
         **QUICK_JIT,

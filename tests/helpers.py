@@ -165,6 +165,7 @@ def cli_env(settings: Settings | None, extra_env: dict | None = None) -> dict[st
             "KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
             "SIGFLOW_EVENTS_TOPIC": settings.streaming.events_topic,
             "SIGFLOW_ALERTS_TOPIC": settings.streaming.alerts_topic,
+            "SIGFLOW_CRITICAL_ALERTS_TOPIC": settings.streaming.critical_alerts_topic,
             "SIGFLOW_SHUFFLE_PARTITIONS": str(settings.spark.shuffle_partitions),
             "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.kafka.max_offsets_per_trigger),
         })

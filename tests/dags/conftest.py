@@ -15,6 +15,7 @@ def settings_env(settings) -> dict[str, str]:
         "KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
         "SIGFLOW_EVENTS_TOPIC": settings.streaming.events_topic,
         "SIGFLOW_ALERTS_TOPIC": settings.streaming.alerts_topic,
+        "SIGFLOW_CRITICAL_ALERTS_TOPIC": settings.streaming.critical_alerts_topic,
         "SIGFLOW_TOPIC_PARTITIONS": str(settings.kafka.topic_partitions),
         "SIGFLOW_SHUFFLE_PARTITIONS": "2",
         "SIGFLOW_MAX_OFFSETS_PER_TRIGGER": str(settings.kafka.max_offsets_per_trigger),

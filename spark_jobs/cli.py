@@ -524,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Libraries whose INFO lines are noise on a console (matplotlib's "categorical units",
 # Kafka client connection notes, GX's progress); their warnings still show.
-QUIET_LOGGERS = ("py4j", "kafka", "matplotlib", "PIL", "great_expectations", "urllib3", "asyncio", "httpx")
+QUIET_LOGGERS = ("py4j", "kafka", "matplotlib", "PIL", "great_expectations", "urllib3", "asyncio", "httpx",
+                 "openlineage")
 
 
 class ConsoleFormat(logging.Formatter):

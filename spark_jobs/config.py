@@ -336,6 +336,9 @@ class OperationsSettings(_Group):
     # OpenLineage: run events go to files under lineage_dir, and to this HTTP endpoint too
     # when set (a Marquez or any OpenLineage API: http(s)://host:port).
     lineage_url: LineageUrl = ""
+    # OpenLineage's own Spark listener in every job's session too: the engine's view of each
+    # query (needs `sigflow jars fetch openlineage`; docs/lineage.md).
+    lineage_spark_listener: bool = False
 
     @property
     def approvers(self) -> list[str]:

@@ -211,3 +211,17 @@ def assert_private(secret_files: list[Path], data_dir: Path) -> None:
                 and log.stat().st_size < 5_000_000):
             text = log.read_bytes().decode("utf-8", "replace")
             assert not [value for value in values if value in text], f"{log} holds a secret"
+
+
+def jars_with(name: str, folder: str) -> Path:
+    """A JAR directory with the spark set and the optional set ``name``, apart from the default
+    one so the rest of the suite runs without it; kept beside the default one across runs."""
+    from spark_jobs.install import jars
+
+    directory = jars.default_dir().parent / folder
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "spark").exists():
+        (directory / "spark").symlink_to(jars.default_dir() / "spark")
+    jars.fetch((name,), directory)  # verifies what is there, fetches what is missing
+    return directory
+

@@ -14,9 +14,9 @@ from spark_jobs.errors import SigflowError
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "jars"
 LOCK = INFRA / "lock.txt"
-SETS = ("spark", "s3", "kafka-broker", "kafka-tools")
+SETS = ("spark", "s3", "openlineage", "kafka-broker", "kafka-tools")
 # Sets whose JARs join pyspark's own classpath: anything pyspark already ships is left out.
-SPARK_CLASSPATH_SETS = ("spark", "s3")
+SPARK_CLASSPATH_SETS = ("spark", "s3", "openlineage")
 FIX = "run `sigflow jars fetch` (or `make install`)"
 
 
@@ -184,14 +184,29 @@ def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
     return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
 
 
-def spark_jar_paths(dest: Path | None = None) -> list[Path]:
+def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) -> list[Path]:
     """The verified Spark-classpath JARs; raises naming the first missing or corrupt one.
-    The s3 set joins when it was fetched; each JAR is hashed once (the AWS SDK is large)."""
+    The s3 set joins when it was fetched, a ``required`` set (openlineage, when its listener
+    is on) always; each JAR is hashed once (the AWS SDK is large)."""
     dest = dest or default_dir()
-    installed = ["spark"] + [name for name in SPARK_CLASSPATH_SETS if name != "spark"
-                             and any(path_of(j, dest).exists() for j in locked((name,)))]
+    for name in required:
+        missing = [jar for jar in locked((name,)) if not path_of(jar, dest).exists()]
+        if missing:
+            raise JarError(f"JAR {missing[0].coordinate} is missing in {dest}", f"run `sigflow jars fetch {name}`")
+    installed = ["spark", *required] + [name for name in SPARK_CLASSPATH_SETS if name not in ("spark", "openlineage")
+                                        and any(path_of(j, dest).exists() for j in locked((name,)))]
     built = [verified_logstore(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
     return verified_paths(installed, dest) + built
+
+
+def require_submitted(entries: list[str], name: str) -> None:
+    """Under spark-submit: refuse, before the driver starts, a session whose settings need a
+    set that ``--jars`` did not ship."""
+    shipped = {Path(entry.strip().removeprefix("file:")).name for entry in entries}
+    missing = [jar for jar in locked((name,)) if jar.file_name not in shipped]
+    if missing:
+        raise JarError(f"spark-submit did not ship {missing[0].coordinate}",
+                       f"run `sigflow jars fetch {name}` where the DAG is parsed and submit again")
 
 
 def verify_classpath(entries: list[str]) -> None:

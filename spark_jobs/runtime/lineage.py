@@ -56,6 +56,35 @@ def transport(settings: Settings, path: Path) -> dict:
     return {"type": "composite", "transports": transports, "continue_on_failure": True}
 
 
+SPARK_LISTENER = "io.openlineage.spark.agent.OpenLineageSparkListener"
+
+
+def spark_events_file(settings: Settings, app_name: str) -> Path:
+    """Where OpenLineage's Spark listener writes a driver's events (apart from sigflow's own,
+    which ``sigflow lineage`` reads)."""
+    return settings.lineage_path / "spark" / f"{app_name}.jsonl"
+
+
+def spark_listener_conf(settings: Settings, app_name: str) -> dict[str, str]:
+    """A session's settings for OpenLineage's Spark listener when ``lineage_spark_listener``
+    is on: the same namespace and transports as sigflow's own events. The task run Airflow
+    injects (``spark.openlineage.parent*``) the listener reads by itself."""
+    if not settings.operations.lineage_spark_listener:
+        return {}
+    path = spark_events_file(settings, app_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conf = {"spark.extraListeners": SPARK_LISTENER, "spark.openlineage.namespace": NAMESPACE}
+    url = settings.operations.lineage_url
+    if not url:
+        return {**conf, "spark.openlineage.transport.type": "file",
+                "spark.openlineage.transport.location": str(path)}
+    prefix = "spark.openlineage.transport.transports"
+    return {**conf, "spark.openlineage.transport.type": "composite",
+            "spark.openlineage.transport.continueOnFailure": "true",
+            f"{prefix}.file.type": "file", f"{prefix}.file.location": str(path),
+            f"{prefix}.api.type": "http", f"{prefix}.api.url": url}
+
+
 class RunLineage:
     """The events of one run of one job."""
 

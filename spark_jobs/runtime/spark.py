@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import Settings, on_local_disk
 from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.jvm_options import java_options_conf
+from spark_jobs.runtime.lineage import spark_listener_conf
 
 SUPPORTED_JAVA = (17, 21)
 
@@ -94,6 +95,14 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         builder = builder.master(settings.spark.master_with_slots(local_slots))
         for key, value in jar_conf(settings).items():
             builder = builder.config(key, value)
+    elif settings.operations.lineage_spark_listener:
+        from pyspark import SparkConf, SparkContext
+
+        from spark_jobs.runtime import classpath
+
+        SparkContext._ensure_initialized()  # noqa: SLF001 - the JVM spark-submit started, whose properties hold --jars
+        classpath.require_submitted(SparkConf().get("spark.jars", "").split(","), "openlineage")
+    builder = builder.config(map=spark_listener_conf(settings, app_name))
     spark = builder.getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
         from spark_jobs.runtime import classpath
@@ -114,7 +123,8 @@ def jar_conf(settings: Settings) -> dict[str, str]:
     JAR fails here, naming it and the fix, before a JVM starts."""
     from spark_jobs.runtime import classpath
 
-    paths = classpath.spark_jar_paths(settings.jars_path)
+    listener = ("openlineage",) if settings.operations.lineage_spark_listener else ()
+    paths = classpath.spark_jar_paths(settings.jars_path, required=listener)
     return {"spark.jars": ",".join(str(p) for p in paths), **classpath.DELTA_SESSION_CONF,
             **classpath.object_store_conf(settings.jars_path, os.environ)}
 

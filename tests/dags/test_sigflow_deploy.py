@@ -16,7 +16,7 @@ from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import last_run_id, run_dag
-from tests.helpers import produce, table, topic_records
+from tests.helpers import jars_with, produce, table, topic_records
 
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
@@ -29,6 +29,9 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
                                  alerts_topic=settings.streaming.alerts_topic + "-new", topic_partitions=2,
                                  lineage_dir=lineage_dir))
     monkeypatch.setenv("SIGFLOW_LINEAGE_DIR", lineage_dir)
+    # OpenLineage's Spark listener in the submitted drivers: its JAR where the DAG is parsed
+    monkeypatch.setenv("SIGFLOW_JARS_DIR", str(jars_with("openlineage", "jars-with-openlineage")))
+    monkeypatch.setenv("SIGFLOW_LINEAGE_SPARK_LISTENER", "true")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
@@ -65,6 +68,20 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     assert newest.version == str(DeltaTable(s.table_uri("device_events_raw")).version())
     assert sorted(newest.topics) == sorted(f"kafka://{s.kafka.bootstrap_servers}/{t}"
                                            for t in (s.streaming.events_topic, s.streaming.alerts_topic))
+    # Spark's own lineage, from OpenLineage's listener in the submitted driver: the application's
+    # run has the same Airflow task run as parent as sigflow's events; its streaming query
+    # names both topics, its appends the table
+    ours = [json.loads(line) for line in (Path(lineage_dir) / "ingest.jsonl").read_text().splitlines()][-1]
+    spark_events = [json.loads(line) for line in
+                    (Path(lineage_dir) / "spark" / "sigflow-ingest.jsonl").read_text().splitlines()]
+    application = [e for e in spark_events if e["job"]["name"] == "sigflow_ingest"][-1]
+    assert application["run"]["facets"]["parent"]["job"]["name"] == "sigflow_deploy.start_ingest"
+    assert application["run"]["facets"]["parent"]["run"]["runId"] == ours["run"]["facets"]["parent"]["run"]["runId"]
+    read = {(d["namespace"], d["name"]) for e in spark_events for d in e.get("inputs", [])}
+    assert {(f"kafka://{s.kafka.bootstrap_servers}", t) for t in (s.streaming.events_topic, s.streaming.alerts_topic)} <= read
+    written = {(d["namespace"], d["name"]) for e in spark_events if e["eventType"] == "COMPLETE"
+               for d in e.get("outputs", [])}
+    assert ("file", str(Path(s.table_uri("device_events_raw")).resolve())) in written, written
     # sigflow's log4j2 settings reached the submitted driver: no Spark start-up INFO chatter
     chatter = ("default log4j profile", "INFO SparkContext", "INFO SecurityManager")
     assert not [line for line in submitted.splitlines() if any(c in line for c in chatter)], submitted[-3000:]

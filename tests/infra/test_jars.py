@@ -103,6 +103,22 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     classpath.require_s3_log_store("s3a://lake/delta", classpath.object_store_conf(installed, {}).get(key))
 
 
+def test_the_spark_lineage_listener_without_its_jar_is_refused_naming_the_fetch(jars_copy):
+    """Off, a session needs no listener JAR; on, a session (or a submitted driver whose --jars
+    lack it) refuses to start rather than fail inside Spark's listener bus."""
+    off = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
+    assert "openlineage" not in jar_conf(off)["spark.jars"]
+    on = off.replace(lineage_spark_listener=True)
+    listener = classpath.locked(("openlineage",))[0]
+    with pytest.raises(classpath.JarError, match=re.escape(listener.coordinate) + " is missing") as err:
+        jar_conf(on)
+    assert err.value.hint == "run `sigflow jars fetch openlineage`"
+    spark_set = [str(jars_copy / "spark" / j.file_name) for j in classpath.locked(("spark",))]
+    with pytest.raises(classpath.JarError, match="spark-submit did not ship " + re.escape(listener.coordinate)):
+        classpath.require_submitted(spark_set, "openlineage")
+    classpath.require_submitted([*spark_set, f"file:/opt/jars/{listener.file_name}"], "openlineage")
+
+
 @pytest.mark.slow  # a spark-submit driver JVM
 def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy, settings):
     """The deploy DAG and a cluster hand the driver its JARs through spark-submit's --jars;

@@ -29,6 +29,7 @@ from tests.helpers import (
     REPO,
     cli_env,
     contents,
+    jars_with,
     records_in,
     run_job,
     sigflow,
@@ -71,12 +72,7 @@ def s3_jars() -> Path:
     log store's source gets a directory of its own, so the tests never run a stale build."""
     source = sorted(p for p in jars.LOGSTORE_SOURCE.rglob("*") if p.is_file() and "target" not in p.parts)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in source)).hexdigest()[:12]
-    folder = jars.default_dir().parent / f"jars-with-s3-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "spark").exists():
-        (folder / "spark").symlink_to(jars.default_dir() / "spark")
-    jars.fetch(("s3",), folder)  # verifies what is there, fetches what is missing
-    return folder
+    return jars_with("s3", f"jars-with-s3-{digest}")
 
 
 SPARK_WRITER = """

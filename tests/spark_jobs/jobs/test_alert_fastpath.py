@@ -113,6 +113,23 @@ def test_a_run_stopped_before_its_commit_sends_its_alerts_again(spark, fast_sett
     assert counts == Counter({**{f"first-{n}": 2 for n in range(6)}, **{f"second-{n}": 1 for n in range(4)}})
 
 
+def test_a_run_real_time_mode_cannot_serve_is_refused_before_its_query_starts(spark, fast_settings):
+    """Each refusal names the fix and leaves the checkpoint's lease free for the next run."""
+    s = fast_settings
+    with pytest.raises(ConfigError, match="shorter than Spark's minimum of 5 seconds"):
+        RealTimeRun(ALERT_FASTPATH, s.replace(real_time_checkpoint_interval="2 seconds"), spark)
+    with pytest.raises(ConfigError, match="does not exist") as missing:
+        RealTimeRun(ALERT_FASTPATH, s.replace(critical_alerts_topic=s.streaming.critical_alerts_topic + "-none"), spark)
+    assert "sigflow topics create" in missing.value.hint
+    wide = s.replace(alerts_topic=s.streaming.alerts_topic + "-wide", checkpoint_root=s.checkpoint_root_uri + "-wide")
+    kafka_client.create_topics(s.kafka.bootstrap_servers, [wide.streaming.alerts_topic], PARTITIONS + 1,
+                               s.kafka.topic_retention_ms)
+    with pytest.raises(ConfigError, match=f"have {PARTITIONS + 1} partitions and this session has "
+                                          f"{PARTITIONS} slots"):
+        RealTimeRun(ALERT_FASTPATH, wide, spark)
+    RealTimeRun(ALERT_FASTPATH, s, spark).lease.release()  # the lease was free
+
+
 def test_the_critical_rule_names_only_what_the_alert_contract_allows():
     with pytest.raises(ConfigError, match="critical_severities names catastrophic"):
         critical_rule(load_settings(env={"SIGFLOW_CRITICAL_SEVERITIES": "critical,catastrophic"}).streaming)

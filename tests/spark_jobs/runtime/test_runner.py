@@ -1,5 +1,6 @@
 """Exactly-once and restart behaviour of the runner, with real processes killed mid-batch."""
 
+import json
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
 from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.lineage import events_file
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
 from tests.conftest import make_settings
@@ -62,6 +64,11 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
     with pytest.raises(DataLossError, match="no longer has offsets") as err:
         run_job(spark, s)
     assert "runbooks" in err.value.hint
+    # the failed run's lineage: START, then FAIL with the error (docs/lineage.md)
+    events = [json.loads(line) for line in events_file(s, "ingest").read_text().splitlines()]
+    failed = [e for e in events if e["eventType"] == "FAIL"]
+    assert len(failed) == 1 and "no longer has offsets" in failed[0]["run"]["facets"]["errorMessage"]["message"]
+    assert [e["eventType"] for e in events if e["run"]["runId"] == failed[0]["run"]["runId"]] == ["START", "FAIL"]
 
     # The job's log must say what was skipped (the CLI prints these warnings).
     with caplog.at_level(logging.WARNING, logger="sigflow.runner"):

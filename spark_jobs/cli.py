@@ -549,6 +549,8 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     for noisy in QUIET_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # a warning per retry of a request whose failure the caller reports in one line
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not verbose:
         # When the driver's JVM dies, py4j logs a traceback per thread that was talking to
         # it, partly through the root logger; the runner says what happened in one line

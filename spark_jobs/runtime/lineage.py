@@ -45,15 +45,25 @@ def events_file(settings: Settings, job: str) -> Path:
     return settings.lineage_path / f"{job}.jsonl"
 
 
+def file_transport(path: Path) -> dict:
+    return {"type": "file", "log_file_path": str(path), "append": True}
+
+
+def http_transport(url: str) -> dict:
+    """The client's HTTP transport, retrying twice within about a second: an endpoint that is
+    down holds a run's start and end for that long, not for the 7 to 9 s per event of the
+    client's default five retries (measured, docs/streaming-facts.md)."""
+    return {"type": "http", "url": url, "timeout": 5,
+            "retry": {"total": 2, "connect": 2, "read": 2, "backoff_factor": 0.5}}
+
+
 def transport(settings: Settings, path: Path) -> dict:
-    """OpenLineage transport settings: JSON lines appended to ``path``, and to lineage_url
-    too when set (a failure to reach it does not stop the file)."""
-    transports = [{"type": "file", "log_file_path": str(path), "append": True}]
-    if settings.operations.lineage_url:
-        transports.append({"type": "http", "url": settings.operations.lineage_url})
-    if len(transports) == 1:
-        return transports[0]
-    return {"type": "composite", "transports": transports, "continue_on_failure": True}
+    """OpenLineage transport settings (for Airflow's provider): JSON lines appended to
+    ``path``, and to lineage_url too when set (a failure to reach it does not stop the file)."""
+    if not settings.operations.lineage_url:
+        return file_transport(path)
+    return {"type": "composite", "continue_on_failure": True,
+            "transports": [file_transport(path), http_transport(settings.operations.lineage_url)]}
 
 
 SPARK_LISTENER = "io.openlineage.spark.agent.OpenLineageSparkListener"
@@ -97,7 +107,7 @@ class RunLineage:
 
         self.run_id = str(generate_new_uuid())  # a UUIDv7, as the spec asks
         self.parent = _parent(spark_properties or {})
-        self._client = None
+        self._clients = None
 
     def start(self) -> None:
         self._emit("START", with_versions=False)
@@ -108,21 +118,33 @@ class RunLineage:
     def fail(self, message: str) -> None:
         self._emit("FAIL", with_versions=True, error=message)
 
-    def _client_for(self):
+    def _clients_for(self) -> list[tuple[str, object]]:
+        """(where, client): the events file, then lineage_url when set. Each is sent on its
+        own, so a failure names which one and the other still gets the event."""
         from openlineage.client import OpenLineageClient
 
-        if self._client is None:
+        if self._clients is None:
             path = events_file(self.settings, self.job)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._client = OpenLineageClient(config={"transport": transport(self.settings, path)})
-        return self._client
+            self._clients = [(str(path), OpenLineageClient(config={"transport": file_transport(path)}))]
+            url = self.settings.operations.lineage_url
+            if url:
+                self._clients.append((url, OpenLineageClient(config={"transport": http_transport(url)})))
+        return self._clients
 
     def _emit(self, state: str, with_versions: bool, error: str | None = None) -> None:
         try:
-            self._client_for().emit(self._event(state, with_versions, error))
+            event = self._event(state, with_versions, error)
+            clients = self._clients_for()
         except Exception as exc:  # lineage is a report of the run, never a reason to fail it
-            log.warning("%s: its OpenLineage %s event was not sent (%s); the job goes on",
-                        self.job, state, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            log.warning("%s: its OpenLineage %s event was not made (%s); the job goes on", self.job, state, _short(exc))
+            return
+        for where, client in clients:
+            try:
+                client.emit(event)
+            except Exception as exc:
+                log.warning("%s: its OpenLineage %s event did not reach %s (%s); the job goes on",
+                            self.job, state, where, _short(exc))
 
     def _event(self, state: str, with_versions: bool, error: str | None):
         from openlineage.client.event_v2 import (
@@ -164,6 +186,14 @@ class RunLineage:
             outputs=outputs,
             producer=PRODUCER,
         )
+
+
+def _short(exc: BaseException) -> str:
+    """The innermost cause's first line: "Connection refused", not urllib3's retry story."""
+    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.rsplit("] ", 1)[-1].rstrip("')\"")[:200]
 
 
 def _version(uri: str) -> int | None:

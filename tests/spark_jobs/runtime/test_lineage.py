@@ -2,12 +2,15 @@
 version each reached), and `sigflow lineage TABLE` answers from those events which job and
 which topics produced a table, up to which version."""
 
+import http.server
 import json
+import logging
+import threading
 
 from deltalake import DeltaTable
 
 from spark_jobs.ops.lineage import table_lineage
-from spark_jobs.runtime.lineage import events_file
+from spark_jobs.runtime.lineage import RunLineage, events_file
 from tests.helpers import at, run_job, send, table
 from tests.oracle import Event
 from tests.spark_jobs.jobs.test_alert_join import alert
@@ -42,3 +45,41 @@ def test_the_lineage_of_alert_signal_context_names_both_topics_and_alert_join(sp
     assert text.startswith(f"alert_signal_context (file {s.table_uri('alert_signal_context')}): "
                            f"version {newest.version}, written by alert-join"), text
     assert s.streaming.events_topic in text and s.streaming.alerts_topic in text
+
+
+class _LineageApi(http.server.BaseHTTPRequestHandler):
+    """An OpenLineage API's one endpoint: what POST /api/v1/lineage receives."""
+
+    received: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).received.append({"path": self.path, "event": json.loads(body)})
+        self.send_response(201)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_events_reach_lineage_url_and_an_endpoint_that_is_down_costs_the_file_nothing(settings, caplog):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LineageApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    up = RunLineage(settings.replace(lineage_url=url), "ingest", [("kafka://k:9092", "events")], {})
+    up.start()
+    up.complete()
+    server.shutdown()
+    server.server_close()
+    sent = [(r["path"], r["event"]["eventType"], r["event"]["run"]["runId"]) for r in _LineageApi.received]
+    assert sent == [("/api/v1/lineage", "START", up.run_id), ("/api/v1/lineage", "COMPLETE", up.run_id)]
+
+    down = RunLineage(settings.replace(lineage_url=url), "ingest", [("kafka://k:9092", "events")], {})
+    with caplog.at_level(logging.WARNING, logger="sigflow.lineage"):
+        down.start()
+        down.complete()
+    assert [r.getMessage() for r in caplog.records if r.name == "sigflow.lineage"] == [
+        f"ingest: its OpenLineage {state} event did not reach {url} (Connection refused); the job goes on"
+        for state in ("START", "COMPLETE")]
+    in_file = [(e["eventType"], e["run"]["runId"]) for e in map(json.loads, events_file(settings, "ingest").open())]
+    assert in_file == [("START", up.run_id), ("COMPLETE", up.run_id), ("START", down.run_id), ("COMPLETE", down.run_id)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from spark_jobs.contracts.tables import PIPELINE_METRICS
@@ -14,8 +15,9 @@ class MetricsRecorder:
     """Turns a query's progress into pipeline_metrics rows and the run's summary counts.
 
     Called at the start of each batch (the batches before it have their progress by then),
-    every 0.5 s of a processing-time run, and when a run stops; the Delta txn (app id, last
-    batch id) makes a repeat a no-op, and a lock keeps the batch thread and the driving
+    every 0.5 s of a processing-time run, and when a run stops. A call with no batch newer
+    than the last one examined returns at once; the Delta txn (app id, last batch id) makes
+    a repeat after a restart a no-op, and a lock keeps the batch thread and the driving
     loop from recording at once.
     """
 
@@ -29,6 +31,7 @@ class MetricsRecorder:
         self.counting = Counting()  # set once the plan is built (metrics.Counting)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
+        self.examined_through = -1  # the newest batch whose progress was turned into its row (or skipped)
         self.lock = threading.Lock()
 
     def batch_written(self, batch_id: int, output_rows: int, late_events: int) -> None:
@@ -39,22 +42,38 @@ class MetricsRecorder:
             self._record(query)
 
     def _record(self, query) -> None:
-        done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
-        fresh = []
+        # Most calls come between batches, with nothing new: they must cost nothing, since
+        # reading every progress and the table's log twice a second took CPU from the batch
+        # in flight (a real-time run's p95 latency, docs/streaming-facts.md).
+        if _last_batch_id(query) <= self.examined_through:
+            return
+        fresh, examined = [], self.examined_through
         for progress in progress_dicts(query):
             batch_id = int(progress["batchId"])
+            examined = max(examined, batch_id)
             if batch_id in self.rows or (self.skip_empty and not progress.get("numInputRows")):
                 continue
             output, late = self.output_rows.get(batch_id, (0, 0))
             row = progress_row(self.job, progress, output, late, self.counting)
             fresh.append({**row, "checkpoint_id": self.checkpoint_id})
-        unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
-        if unwritten:  # a failure here leaves the rows unrecorded, so the next call retries them
-            last = max(r["batch_id"] for r in unwritten)
-            self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, {"job": self.job})
+        if fresh:  # a failure here leaves the rows unrecorded, so the next call retries them
+            done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
+            unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
+            if unwritten:
+                last = max(r["batch_id"] for r in unwritten)
+                self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, {"job": self.job})
+        self.examined_through = examined
         for row in fresh:
             self.rows[row["batch_id"]] = row
             self.summary.rows_in += row["input_rows"]
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
             self.summary.duplicates_dropped += row["duplicates_dropped"]
             self.summary.state_rows = row["state_rows"]
+
+
+def _last_batch_id(query) -> int:
+    """The newest progress's batch id, without reading every recent progress (-1: none yet)."""
+    latest = query.lastProgress
+    if latest is None:
+        return -1
+    return int(latest["batchId"] if isinstance(latest, dict) else json.loads(latest.json)["batchId"])

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from spark_jobs.config import load_settings
+from spark_jobs.runtime.classpath import SPARK_CLASSPATH_SETS
 from spark_jobs.runtime.kafka.source import kafka_options
 from tests.helpers import system_tool
 
@@ -152,8 +153,11 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
     assert {key: conf.get(key) for key in expected} == expected
 
 
-@pytest.mark.parametrize("dockerfile", ["infra/spark/Dockerfile", "infra/airflow/Dockerfile"])
-def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile):
+# The Airflow image runs the drivers: every set of the drivers' classpath. The Spark image
+# runs the executors: all but OpenLineage's listener, which lives in the driver.
+@pytest.mark.parametrize(("dockerfile", "sets"), [("infra/spark/Dockerfile", ("spark", "s3")),
+                                                  ("infra/airflow/Dockerfile", SPARK_CLASSPATH_SETS)])
+def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile, sets):
     from spark_jobs.runtime import classpath
 
     text = (REPO / dockerfile).read_text()
@@ -163,7 +167,7 @@ def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile):
     assert built == classpath.LOGSTORE_JAR
     assert f"/build/target/{built} /opt/sigflow/jars/s3/" in text  # where classpath.logstore_jar looks
     assert "ENV SIGFLOW_JARS_DIR=/opt/sigflow/jars" in text
-    assert f"sigflow jars fetch {' '.join(classpath.SPARK_CLASSPATH_SETS)}" in text  # the lock file's sets
+    assert f"sigflow jars fetch {' '.join(sets)}" in text
 
 
 def test_airflow_gets_its_connections_from_the_environment():

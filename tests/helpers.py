@@ -225,3 +225,7 @@ def jars_with(name: str, folder: str) -> Path:
     jars.fetch((name,), directory)  # verifies what is there, fetches what is missing
     return directory
 
+
+def json_lines(path: Path) -> list[dict]:
+    """A JSON-lines file's records (lineage events, progress lines)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]

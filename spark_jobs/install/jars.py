@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_jobs.runtime.classpath import (
+    DEFAULT_SETS,  # noqa: F401 - what `sigflow jars fetch` takes without a set
     INFRA,
     LOCK,
     LOGSTORE_JAR,
@@ -39,8 +40,6 @@ from spark_jobs.runtime.classpath import (
 )
 
 ROOTS = INFRA / "roots.txt"
-# what make install fetches; s3 when object storage is used, kafka-tools for make bench
-DEFAULT_SETS = ("spark", "kafka-broker")
 # Sets that run on another set's classpath: what that set holds is left out of them.
 RUNS_ON = {"kafka-tools": "kafka-broker"}
 

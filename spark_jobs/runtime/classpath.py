@@ -17,6 +17,11 @@ LOCK = INFRA / "lock.txt"
 SETS = ("spark", "s3", "openlineage", "kafka-broker", "kafka-tools")
 # Sets whose JARs join pyspark's own classpath: anything pyspark already ships is left out.
 SPARK_CLASSPATH_SETS = ("spark", "s3", "openlineage")
+# What `make install` fetches; the other sets are fetched on demand, by name.
+DEFAULT_SETS = ("spark", "kafka-broker")
+# The optional Spark-classpath sets a session takes whenever they were fetched (openlineage
+# joins only when its listener is on).
+JOINS_WHEN_FETCHED = ("s3",)
 FIX = "run `sigflow jars fetch` (or `make install`)"
 
 
@@ -167,7 +172,8 @@ def verified_paths(sets: tuple[str, ...] | list[str], dest: Path | None = None) 
     if bad:
         jar, what = next(iter(bad.items()))
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise JarError(f"JAR {jar.coordinate} is {what} in {dest}{more}", FIX)
+        raise JarError(f"JAR {jar.coordinate} is {what} in {dest}{more}",
+                       FIX if jar.set in DEFAULT_SETS else f"run `sigflow jars fetch {jar.set}`")
     return [path_of(jar, dest) for jar in jars]
 
 
@@ -189,12 +195,8 @@ def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) ->
     The s3 set joins when it was fetched, a ``required`` set (openlineage, when its listener
     is on) always; each JAR is hashed once (the AWS SDK is large)."""
     dest = dest or default_dir()
-    for name in required:
-        missing = [jar for jar in locked((name,)) if not path_of(jar, dest).exists()]
-        if missing:
-            raise JarError(f"JAR {missing[0].coordinate} is missing in {dest}", f"run `sigflow jars fetch {name}`")
-    installed = ["spark", *required] + [name for name in SPARK_CLASSPATH_SETS if name not in ("spark", "openlineage")
-                                        and any(path_of(j, dest).exists() for j in locked((name,)))]
+    installed = ["spark", *required] + [name for name in JOINS_WHEN_FETCHED
+                                        if any(path_of(j, dest).exists() for j in locked((name,)))]
     built = [verified_logstore(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
     return verified_paths(installed, dest) + built
 

@@ -16,7 +16,7 @@ from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import last_run_id, run_dag
-from tests.helpers import jars_with, produce, table, topic_records
+from tests.helpers import jars_with, json_lines, produce, table, topic_records
 
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
@@ -71,10 +71,12 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     # Spark's own lineage, from OpenLineage's listener in the submitted driver: the application's
     # run has the same Airflow task run as parent as sigflow's events; its streaming query
     # names both topics, its appends the table
-    ours = [json.loads(line) for line in (Path(lineage_dir) / "ingest.jsonl").read_text().splitlines()][-1]
-    spark_events = [json.loads(line) for line in
-                    (Path(lineage_dir) / "spark" / "sigflow-ingest.jsonl").read_text().splitlines()]
+    ours = json_lines(Path(lineage_dir) / "ingest.jsonl")[-1]
+    spark_events = json_lines(Path(lineage_dir) / "spark" / "sigflow-ingest.jsonl")
     application = [e for e in spark_events if e["job"]["name"] == "sigflow_ingest"][-1]
+    # of the Spark properties, the events carry the master and the app name only: no Kafka option
+    assert {key for e in spark_events for key in e["run"]["facets"].get("spark_properties", {}).get(
+        "properties", {})} == {"spark.master", "spark.app.name"}
     assert application["run"]["facets"]["parent"]["job"]["name"] == "sigflow_deploy.start_ingest"
     assert application["run"]["facets"]["parent"]["run"]["runId"] == ours["run"]["facets"]["parent"]["run"]["runId"]
     read = {(d["namespace"], d["name"]) for e in spark_events for d in e.get("inputs", [])}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 
 from spark_jobs.contracts.tables import PIPELINE_METRICS
@@ -74,6 +73,4 @@ class MetricsRecorder:
 def _last_batch_id(query) -> int:
     """The newest progress's batch id, without reading every recent progress (-1: none yet)."""
     latest = query.lastProgress
-    if latest is None:
-        return -1
-    return int(latest["batchId"] if isinstance(latest, dict) else json.loads(latest.json)["batchId"])
+    return -1 if latest is None else int(latest["batchId"])

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from spark_jobs.ops.lineage import table_lineage
 from spark_jobs.runtime.lineage import RunLineage, events_file
-from tests.helpers import at, run_job, send, table
+from tests.helpers import at, json_lines, run_job, send, table
 from tests.oracle import Event
 from tests.spark_jobs.jobs.test_alert_join import alert
 
@@ -48,13 +48,11 @@ def test_the_lineage_of_alert_signal_context_names_both_topics_and_alert_join(sp
 
 
 class _LineageApi(http.server.BaseHTTPRequestHandler):
-    """An OpenLineage API's one endpoint: what POST /api/v1/lineage receives."""
-
-    received: list[dict] = []
+    """An OpenLineage API's one endpoint: what POST /api/v1/lineage receives, in ``server.received``."""
 
     def do_POST(self):  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        type(self).received.append({"path": self.path, "event": json.loads(body)})
+        self.server.received.append({"path": self.path, "event": json.loads(body)})
         self.send_response(201)
         self.end_headers()
 
@@ -64,6 +62,7 @@ class _LineageApi(http.server.BaseHTTPRequestHandler):
 
 def test_events_reach_lineage_url_and_an_endpoint_that_is_down_costs_the_file_nothing(settings, caplog):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LineageApi)
+    server.received = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     up = RunLineage(settings.replace(lineage_url=url), "ingest", [("kafka://k:9092", "events")], {})
@@ -71,7 +70,7 @@ def test_events_reach_lineage_url_and_an_endpoint_that_is_down_costs_the_file_no
     up.complete()
     server.shutdown()
     server.server_close()
-    sent = [(r["path"], r["event"]["eventType"], r["event"]["run"]["runId"]) for r in _LineageApi.received]
+    sent = [(r["path"], r["event"]["eventType"], r["event"]["run"]["runId"]) for r in server.received]
     assert sent == [("/api/v1/lineage", "START", up.run_id), ("/api/v1/lineage", "COMPLETE", up.run_id)]
 
     down = RunLineage(settings.replace(lineage_url=url), "ingest", [("kafka://k:9092", "events")], {})
@@ -81,5 +80,5 @@ def test_events_reach_lineage_url_and_an_endpoint_that_is_down_costs_the_file_no
     assert [r.getMessage() for r in caplog.records if r.name == "sigflow.lineage"] == [
         f"ingest: its OpenLineage {state} event did not reach {url} (Connection refused); the job goes on"
         for state in ("START", "COMPLETE")]
-    in_file = [(e["eventType"], e["run"]["runId"]) for e in map(json.loads, events_file(settings, "ingest").open())]
+    in_file = [(e["eventType"], e["run"]["runId"]) for e in json_lines(events_file(settings, "ingest"))]
     assert in_file == [("START", up.run_id), ("COMPLETE", up.run_id), ("START", down.run_id), ("COMPLETE", down.run_id)]

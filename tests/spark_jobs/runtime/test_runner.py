@@ -1,6 +1,5 @@
 """Exactly-once and restart behaviour of the runner, with real processes killed mid-batch."""
 
-import json
 import logging
 import os
 import signal
@@ -25,7 +24,16 @@ from spark_jobs.runtime.lineage import events_file
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job, sigflow, table, wait_for
+from tests.helpers import (
+    REPO,
+    cli_env,
+    json_lines,
+    produce,
+    run_job,
+    sigflow,
+    table,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # brokers of its own killed, jobs in JVMs of their own
 
@@ -65,7 +73,7 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
         run_job(spark, s)
     assert "runbooks" in err.value.hint
     # the failed run's lineage: START, then FAIL with the error (docs/lineage.md)
-    events = [json.loads(line) for line in events_file(s, "ingest").read_text().splitlines()]
+    events = json_lines(events_file(s, "ingest"))
     failed = [e for e in events if e["eventType"] == "FAIL"]
     assert len(failed) == 1 and "no longer has offsets" in failed[0]["run"]["facets"]["errorMessage"]["message"]
     assert [e["eventType"] for e in events if e["run"]["runId"] == failed[0]["run"]["runId"]] == ["START", "FAIL"]

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 import pyarrow as pa
+import tenacity
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
@@ -109,15 +110,24 @@ class DeltaSink:
         rebuilding the table state to look up the transaction (docs/streaming-facts.md);
         delta-rs reads the transaction from the log it has already loaded."""
         from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
 
-        if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
-            return None
-        write_deltalake(
-            self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)), mode="append",
-            commit_properties=CommitProperties(
-                custom_metadata={"userMetadata": json.dumps({METADATA_KEY: metadata})},
-                app_transactions=[Transaction(app_id, version)]),
-        )
+        # delta-rs takes an append for a read of every file, so another writer's delete (a
+        # rewind removing one job's rows from pipeline_metrics) fails it, though its rows
+        # depend on nothing it read (Spark's Delta lets such a blind append through). Each
+        # attempt reads the table afresh and checks the transaction again.
+        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
+                                         wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(10),
+                                         reraise=True):
+            with attempt:
+                if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
+                    return None
+                write_deltalake(
+                    self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)), mode="append",
+                    commit_properties=CommitProperties(
+                        custom_metadata={"userMetadata": json.dumps({METADATA_KEY: metadata})},
+                        app_transactions=[Transaction(app_id, version)]),
+                )
         return len(rows)
 
 

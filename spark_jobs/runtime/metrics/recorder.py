@@ -52,7 +52,9 @@ class MetricsRecorder:
             examined = max(examined, batch_id)
             if batch_id in self.rows or (self.skip_empty and not progress.get("numInputRows")):
                 continue
-            output, late = self.output_rows.get(batch_id, (0, 0))
+            # a Kafka sink's batch (real-time mode) reports its output in the progress; the
+            # same read, so a batch whose progress arrives meanwhile cannot go uncounted
+            output, late = self.output_rows.get(batch_id) or (_sink_output_rows(progress), 0)
             row = progress_row(self.job, progress, output, late, self.counting)
             fresh.append({**row, "checkpoint_id": self.checkpoint_id})
         if fresh:  # a failure here leaves the rows unrecorded, so the next call retries them
@@ -74,3 +76,8 @@ def _last_batch_id(query) -> int:
     """The newest progress's batch id, without reading every recent progress (-1: none yet)."""
     latest = query.lastProgress
     return -1 if latest is None else int(latest["batchId"])
+
+
+def _sink_output_rows(progress: dict) -> int:
+    """What the query's sink wrote in the batch (-1, unknown, for foreachBatch: 0)."""
+    return max(int((progress.get("sink") or {}).get("numOutputRows") or 0), 0)

@@ -151,3 +151,35 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
     migrated = read_pandas(old_uri)
     by_offset = ["topic", "partition", "offset"]
     assert (migrated.sort_values(by_offset).reason_code.tolist() == today.sort_values(by_offset).reason_code.tolist())
+
+
+def test_driver_rows_appended_while_another_writer_deletes_rows_are_all_committed_once(spark, settings):
+    """pipeline_metrics has several writers: a rewind deletes one job's rows while other jobs
+    append theirs. Every append lands, once, whatever the deletes between its read and its
+    commit (delta-rs fails such an append; the sink tries it again)."""
+    import threading
+
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(READINGS)
+    uri = settings.table_uri("readings")
+    stop, deletes = threading.Event(), []
+
+    def rewinds() -> None:  # another job's rows added, then deleted, over and over
+        while not stop.is_set():
+            write_deltalake(uri, pa.table({"device_id": ["other"], "value": [0.0]}), mode="append")
+            DeltaTable(uri).delete("device_id = 'other'")
+            deletes.append(1)
+            stop.wait(0.1)
+
+    deleting = threading.Thread(target=rewinds)
+    deleting.start()
+    try:
+        written = [sink.append_rows([{"device_id": "mine", "value": float(v)}], READINGS, "app", v, {"batch_id": v})
+                   for v in range(25)]
+    finally:
+        stop.set()
+        deleting.join(timeout=60)
+    assert deletes  # deletes came while the appends ran
+    assert written == [1] * 25
+    rows = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    assert sorted(r["value"] for r in rows if r["device_id"] == "mine") == [float(v) for v in range(25)]

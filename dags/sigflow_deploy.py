@@ -29,7 +29,7 @@ from airflow.sdk import DAG, Param, task
 
 import spark_jobs.cli
 from spark_jobs.jobs import ALL_JOB_NAMES
-from spark_jobs.runtime import classpath
+from spark_jobs.runtime import class_data, classpath
 from spark_jobs.runtime.jvm_options import java_options_conf
 
 # The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
@@ -97,10 +97,11 @@ with DAG(
             application_args=["run", name, RUN_MODE],
             conn_id="spark_default",
             name=f"sigflow-{name}",
-            # sigflow's Java options and log4j2 settings: the driver's JVM starts before sigflow
-            # does, so SIGFLOW_JVM_OPTIONS is read here, from the DAG processor's environment
+            # sigflow's Java options, log4j2 settings and the drivers' class archive: the driver's
+            # JVM starts before sigflow does, so SIGFLOW_JVM_OPTIONS is read here, from the DAG
+            # processor's environment
             conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF,
-                  **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""))},
+                  **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""), class_data.submit_options(os.environ))},
             jars=SUBMIT_JARS or None,
             # the task run and the DAG run, in the job's Spark properties: its lineage events
             # name them as parent and root (docs/lineage.md)

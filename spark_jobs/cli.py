@@ -87,6 +87,11 @@ def cmd_jars(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import classpath
 
     settings = _settings(args)
+    if args.action == "archive":
+        from spark_jobs.local import class_data
+
+        print(class_data.build(settings).line())
+        return 0
     if args.action == "pin":
         lock = jars.pin()
         print(f"pinned {len(lock)} JARs in {jars.LOCK}")
@@ -396,8 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(func=cmd_postgres)
 
-    p = sub.add_parser("jars", help="the pinned Maven JARs: fetch and verify (make install), check, pin")
-    p.add_argument("action", choices=["fetch", "check", "pin"])
+    p = sub.add_parser("jars", help="the pinned Maven JARs: fetch and verify (make install), check, pin; "
+                                    "archive: the Spark drivers' class archive (make install)")
+    p.add_argument("action", choices=["fetch", "check", "pin", "archive"])
     p.add_argument("sets", nargs="*", metavar="SET",
                    help="spark, s3, kafka-broker (default: spark and kafka-broker)")
     p.set_defaults(func=cmd_jars)

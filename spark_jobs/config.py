@@ -272,6 +272,10 @@ class SparkSettings(_Group):
     # for drivers that run for hours; "quick" (C1 only, QUICK_JIT_OPTIONS) for runs of
     # minutes, such as make run's pipeline, whose JVM spent a third of its CPU in C2.
     jit: Literal["tiered", "quick"] = "tiered"
+    # A driver this machine starts maps the class archive `sigflow jars archive` wrote for
+    # its Java and pyspark (make install), when there is one: a third less CPU per driver
+    # (runtime/class_data.py). Off: every driver loads its classes from the JARs.
+    class_data_sharing: bool = True
     # The state of every stateful operator is split into this many partitions, each loaded and
     # committed every batch: the embedded default's 2 cores (make run's jobs took 105 s at 2
     # against 120 to 128 s at 4, docs/streaming-facts.md). A cluster sets its cores' count.

@@ -14,11 +14,12 @@ DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def java_options_conf(extra: str = "") -> dict[str, str]:
+def java_options_conf(extra: str = "", driver_only: str = "") -> dict[str, str]:
     """The driver's and the executors' Java options: time zone, out-of-memory exit, logging,
-    then the settings' ``java_options`` (``extra``)."""
+    then the settings' ``java_options`` (``extra``), and the driver's own (``driver_only``:
+    its class archive, runtime/class_data.py)."""
     common = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {extra}".strip()
     return {
-        "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {common}",
+        "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {common} {driver_only}".strip(),
         "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {common}",
     }

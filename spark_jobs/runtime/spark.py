@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, on_local_disk
 from spark_jobs.errors import SigflowError
+from spark_jobs.runtime import class_data
 from spark_jobs.runtime.jvm_options import java_options_conf
 from spark_jobs.runtime.lineage import spark_listener_conf
 
@@ -82,7 +83,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.spark.java_options))
+        .config(map=java_options_conf(settings.spark.java_options, class_data.driver_options(
+            settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME"))))
         .config("spark.driver.memory", settings.spark.driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)

@@ -145,7 +145,7 @@ FLAT_SAMPLES = {
     "lineage_spark_listener": ("true", True),
     "spark_master": ("spark://m:7077", "spark://m:7077"),
     "spark_executor_memory": ("4g", "4g"), "spark_driver_memory": ("3g", "3g"), "jvm_options": ("-Xss4m", "-Xss4m"),
-    "jit": ("quick", "quick"), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
+    "jit": ("quick", "quick"), "class_data_sharing": ("false", False), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
     "spark_ui": ("true", True), "spark_ui_port": ("4050", 4050), "spark_log_level": ("WARN", "WARN"),
     "lease_ttl": ("5 minutes", 300), "restart_approvers": ("alice,bob", "alice,bob"), "signal_min": ("-5", -5.0),
     "signal_max": ("5", 5.0), "quality_freshness": ("1 hour", 3600), "quality_chunk_rows": ("5000", 5000),

@@ -12,7 +12,8 @@ export SIGFLOW_DATA_DIR ?= $(CURDIR)/data
 install: $(STAMP)
 	@$(BIN)/sigflow jars fetch
 	@# the classes Spark drivers load, parsed once: each driver then takes a third less CPU
-	@$(BIN)/sigflow jars archive
+	@# (without it, drivers load them from the JARs: slower, never wrong)
+	@$(BIN)/sigflow jars archive || true
 	@# Data Docs' JS and CSS (npm, pinned): without them its pages need the internet
 	@$(BIN)/sigflow quality assets || true
 

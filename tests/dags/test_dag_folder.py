@@ -68,3 +68,25 @@ def test_parsing_a_dag_file_imports_no_spark_pandas_or_arrow(airflow_home):
     loaded = dict(line.split("\t") for line in out.splitlines() if line.startswith(tuple(paths)))
     assert sorted(loaded) == paths  # every file was parsed
     assert {path: heavy for path, heavy in loaded.items() if heavy} == {}
+
+
+def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(airflow_home, tmp_path, monkeypatch):
+    """spark-submit starts the driver's JVM before sigflow runs, so the DAG names the drivers'
+    class archive in its Java options, from the DAG processor's environment; none when the
+    archive is not whole."""
+    from spark_jobs.runtime import class_data
+
+    java_home, jars = "/opt/some-jdk", tmp_path / "jars"
+    monkeypatch.setenv("JAVA_HOME", java_home)
+    monkeypatch.setenv("SIGFLOW_JARS_DIR", str(jars))
+    archive = class_data.archive_path(jars, java_home)
+    archive.parent.mkdir(parents=True)
+    (tmp_path / "dump").write_bytes(b"\0" * 4096)
+    class_data.adopt(tmp_path / "dump", archive)
+
+    def driver_options() -> str:
+        return _bag().get_dag("sigflow_deploy").get_task("start_ingest").conf["spark.driver.extraJavaOptions"]
+
+    assert f"-XX:SharedArchiveFile={archive} " in driver_options()
+    archive.write_bytes(b"\0" * 100)  # not the size recorded
+    assert "SharedArchiveFile" not in driver_options()

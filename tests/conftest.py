@@ -84,7 +84,11 @@ def secured_broker(tmp_path_factory):
 def spark(tmp_path_factory):
     from spark_jobs.runtime.spark import get_spark
 
-    session = get_spark(load_settings(env={}, overrides={"shuffle_partitions": 2}), "sigflow-tests")
+    # C1 alone and the serial collector: each test's queries bring freshly generated code, so
+    # C2 kept compiling all session and never paid back, and G1's concurrent threads cost more
+    # than they save on 2 cores (measured: docs/streaming-facts.md, "The test suite").
+    overrides = {"shuffle_partitions": 2, "jvm_options": "-XX:+UseSerialGC", **QUICK_JIT}
+    session = get_spark(load_settings(env={}, overrides=overrides), "sigflow-tests")
     yield session
     session.stop()
 

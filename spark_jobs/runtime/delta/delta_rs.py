@@ -4,11 +4,11 @@ streaming writes themselves go through ``sink``."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import gc
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.runtime.identifiers import checked
@@ -37,8 +37,8 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
         import pyarrow as pa
 
         return pa.table({})
-    with collecting_after_the_scan():
-        return dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
+    collect_before_exit()
+    return dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
 
 
 def dataset(uri: str, version: int | None = None) -> ds.Dataset:
@@ -60,19 +60,17 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
     return DeltaTable(uri, version=version).to_pyarrow_dataset()
 
 
-@contextmanager
-def collecting_after_the_scan() -> Iterator[None]:
-    """A garbage collection as soon as the scan inside is done. A fresh process
-    still aborted once at exit ("terminate called without an active exception") in a
-    clean-clone run of 2026-11-25, single-threaded scan and all. The cause reported for
-    Arrow is scanner objects left in reference cycles until the interpreter's final
-    collection, when their threads can no longer be joined; collecting right after the
-    scan frees them while Arrow is alive. The abort is too rare to measure the difference
-    here: 0 of 80 fresh processes either way (docs/streaming-facts.md)."""
-    try:
-        yield
-    finally:
-        gc.collect()
+@functools.cache
+def collect_before_exit() -> None:
+    """One garbage collection as the process exits, while Arrow is still alive; called before
+    every scan. A fresh process still aborted once at exit ("terminate called without an
+    active exception") in a clean-clone run of 2026-11-25, single-threaded scan and all. The
+    cause reported for Arrow is scanner objects left in reference cycles until the
+    interpreter's final collection, when their threads can no longer be joined; an atexit
+    handler runs before that collection. Once per process rather than after each scan: a
+    full collection takes 0.3 s in a process that has loaded Airflow and Great Expectations
+    (measured), and a quality run scans each table several times (docs/streaming-facts.md)."""
+    atexit.register(gc.collect)
 
 
 def read_pandas(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pd.DataFrame:
@@ -87,8 +85,8 @@ def count_matching(uri: str, where: ds.Expression | None = None) -> int:
 
     if not DeltaTable.is_deltatable(uri):
         return 0
-    with collecting_after_the_scan():
-        return dataset(uri).count_rows(filter=where, use_threads=False)
+    collect_before_exit()
+    return dataset(uri).count_rows(filter=where, use_threads=False)
 
 
 def history(uri: str) -> list[dict]:
@@ -122,11 +120,11 @@ def has_its_files(uri: str, version: int) -> bool:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
-    with collecting_after_the_scan():
-        try:  # the row count opens every file's footer, and nothing more
-            DeltaTable(uri, version=version).to_pyarrow_dataset().count_rows(use_threads=False)
-        except (FileNotFoundError, DeltaError):  # a file vacuumed, or the version's log entry expired
-            return False
+    collect_before_exit()
+    try:  # the row count opens every file's footer, and nothing more
+        DeltaTable(uri, version=version).to_pyarrow_dataset().count_rows(use_threads=False)
+    except (FileNotFoundError, DeltaError):  # a file vacuumed, or the version's log entry expired
+        return False
     return True
 
 

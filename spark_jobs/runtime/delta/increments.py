@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.runtime.delta.delta_rs import collecting_after_the_scan, dataset
+from spark_jobs.runtime.delta.delta_rs import collect_before_exit, dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,19 +78,19 @@ def chunks(increment: Increment, rows: int, columns: list[str] | None = None,
     part = ds.FileSystemDataset(fragments, whole.schema, whole.format, whole.filesystem)
     pending: list[pa.RecordBatch] = []
     held = 0
-    with collecting_after_the_scan():
-        for batch in part.to_batches(columns=columns, filter=where, batch_size=min(rows, 65_536), use_threads=False,
-                                     batch_readahead=1, fragment_readahead=1):
-            pending.append(batch)
-            held += batch.num_rows
-            while held >= rows:
-                table = pa.Table.from_batches(pending).combine_chunks()
-                yield table.slice(0, rows)
-                rest = table.slice(rows)
-                pending, held = rest.to_batches(), rest.num_rows
-        if held:
-            yield pa.Table.from_batches(pending, schema=part.schema if columns is None
-                                        else pa.schema([part.schema.field(c) for c in columns]))
+    collect_before_exit()
+    for batch in part.to_batches(columns=columns, filter=where, batch_size=min(rows, 65_536), use_threads=False,
+                                 batch_readahead=1, fragment_readahead=1):
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= rows:
+            table = pa.Table.from_batches(pending).combine_chunks()
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            pending, held = rest.to_batches(), rest.num_rows
+    if held:
+        yield pa.Table.from_batches(pending, schema=part.schema if columns is None
+                                    else pa.schema([part.schema.field(c) for c in columns]))
 
 
 def older_files(increment: Increment) -> frozenset[str]:

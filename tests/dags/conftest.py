@@ -1,3 +1,4 @@
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +58,7 @@ def _states(run):
     return str(run.state).split(".")[-1].lower(), tasks
 
 
+@functools.cache  # building the app costs about a second of CPU; the metadata database is the session's
 def rest_api():
     """Airflow's own REST API app, served in this process on the test's metadata database
     (dag.test() has no api-server), as the UI calls it."""

@@ -64,10 +64,10 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
 def collect_before_exit() -> None:
     """One garbage collection as the process exits, while Arrow is still alive; called before
     every scan. A fresh process still aborted once at exit ("terminate called without an
-    active exception") in a clean-clone run of 2026-11-25, single-threaded scan and all. The
-    cause reported for Arrow is scanner objects left in reference cycles until the
-    interpreter's final collection, when their threads can no longer be joined; an atexit
-    handler runs before that collection. Once per process rather than after each scan: a
+    active exception") in a clean-clone run, single-threaded scan and all. The cause
+    reported for Arrow is scanner objects left in reference cycles until the interpreter's
+    final collection, when their threads can no longer be joined; an atexit handler runs
+    before that collection. Once per process rather than after each scan: a
     full collection takes 0.3 s in a process that has loaded Airflow and Great Expectations
     (measured), and a quality run scans each table several times (docs/streaming-facts.md)."""
     atexit.register(gc.collect)

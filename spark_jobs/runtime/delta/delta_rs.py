@@ -37,7 +37,6 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
         import pyarrow as pa
 
         return pa.table({})
-    collect_before_exit()
     return dataset(uri).to_table(columns=columns, filter=where, use_threads=False)
 
 
@@ -52,6 +51,7 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
     import pyarrow.fs as pa_fs
     from deltalake import DeltaTable
 
+    collect_before_exit()
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         root = os.path.abspath(parsed.path if parsed.scheme else uri)
@@ -62,12 +62,12 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
 
 @functools.cache
 def collect_before_exit() -> None:
-    """One garbage collection as the process exits, while Arrow is still alive; called before
-    every scan. A fresh process still aborted once at exit ("terminate called without an
-    active exception") in a clean-clone run, single-threaded scan and all. The cause
-    reported for Arrow is scanner objects left in reference cycles until the interpreter's
-    final collection, when their threads can no longer be joined; an atexit handler runs
-    before that collection. Once per process rather than after each scan: a
+    """One garbage collection as the process exits, while Arrow is still alive; called as
+    each table's dataset is made. A fresh process still aborted once at exit ("terminate
+    called without an active exception") in a clean-clone run, single-threaded scan and
+    all. The cause reported for Arrow is scanner objects left in reference cycles until the
+    interpreter's final collection, when their threads can no longer be joined; an atexit
+    handler runs before that collection. Once per process rather than after each scan: a
     full collection takes 0.3 s in a process that has loaded Airflow and Great Expectations
     (measured), and a quality run scans each table several times (docs/streaming-facts.md)."""
     atexit.register(gc.collect)
@@ -85,7 +85,6 @@ def count_matching(uri: str, where: ds.Expression | None = None) -> int:
 
     if not DeltaTable.is_deltatable(uri):
         return 0
-    collect_before_exit()
     return dataset(uri).count_rows(filter=where, use_threads=False)
 
 

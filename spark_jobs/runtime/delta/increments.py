@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.runtime.delta.delta_rs import collect_before_exit, dataset
+from spark_jobs.runtime.delta.delta_rs import dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,7 +78,6 @@ def chunks(increment: Increment, rows: int, columns: list[str] | None = None,
     part = ds.FileSystemDataset(fragments, whole.schema, whole.format, whole.filesystem)
     pending: list[pa.RecordBatch] = []
     held = 0
-    collect_before_exit()
     for batch in part.to_batches(columns=columns, filter=where, batch_size=min(rows, 65_536), use_threads=False,
                                  batch_readahead=1, fragment_readahead=1):
         pending.append(batch)

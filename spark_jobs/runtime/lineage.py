@@ -22,7 +22,7 @@ from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 log = logging.getLogger("sigflow.lineage")
 NAMESPACE = "sigflow"  # the jobs' namespace in OpenLineage
-PRODUCER = "https://github.com/sigflow/sigflow"
+PRODUCER = "urn:sigflow:spark_jobs"  # OpenLineage asks for a URI naming the producer; a name, not an address
 PARENT_PROPERTIES = ("parentJobNamespace", "parentJobName", "parentRunId",
                      "rootParentJobNamespace", "rootParentJobName", "rootParentRunId")
 

@@ -44,8 +44,9 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
     """The table's files (at ``version``, else the current ones) as an Arrow dataset. A
     local table is read through Arrow's own file system: with delta-rs's default (a Python
     file system handler), Arrow's read-ahead threads call back into Python, the setting in
-    which the abort at exit is reported (delta-rs's issue 2184, polars' 24169: reading the files with a native file
-    system ended cleanly). Object stores keep delta-rs's handler (credentials, endpoints)."""
+    which the abort at exit has been reported upstream, and where reading through a native
+    file system ended cleanly. Object stores keep delta-rs's handler (credentials,
+    endpoints)."""
     from urllib.parse import urlparse
 
     import pyarrow.fs as pa_fs

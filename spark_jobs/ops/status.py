@@ -113,6 +113,7 @@ def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: i
 class JobStatus:
     job: str
     running_pid: int | None
+    stateful: bool = True  # a stateless job has no watermark, state or rows dropped late
     verdict: Verdict | None = None
     last_batch: int | None = None
     last_batch_time: str | None = None
@@ -133,15 +134,16 @@ class JobStatus:
             head += f" (running, pid {self.running_pid})"
         if self.last_batch is not None:
             head += f", last batch {self.last_batch}, {format_age(self.age_s or 0)} ({self.last_batch_time})"
-        out = [head + f", watermark {self.watermark}"]
+        out = [head + (f", watermark {self.watermark}" if self.stateful else "")]
         if self.verdict:
             out.append(f"  {self.verdict.reason}")
         if self.last_batch is not None:
-            out.append(
-                f"  rates: {self.input_rows_per_second or 0:,.1f} rows/s in, "
-                f"{self.processed_rows_per_second or 0:,.1f} rows/s processed; state rows "
-                f"{self.state_rows if self.state_rows is not None else '-'}; "
-                f"dropped late (all batches): {self.rows_dropped_by_watermark}")
+            rates = (f"  rates: {self.input_rows_per_second or 0:,.1f} rows/s in, "
+                     f"{self.processed_rows_per_second or 0:,.1f} rows/s processed")
+            if self.stateful:
+                state = f"{self.state_rows:,}" if self.state_rows is not None else "-"
+                rates += f"; state rows {state}; dropped late (all batches): {self.rows_dropped_by_watermark:,}"
+            out.append(rates)
         if self.lag:
             out.append("  kafka lag: " + ", ".join(f"{k}={v}" for k, v in sorted(self.lag.items())))
         if self.verdict and self.verdict.next_step:
@@ -179,7 +181,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     running = lease is not None and lease.alive()
-    status = JobStatus(job, lease.pid if running else None)
+    status = JobStatus(job, lease.pid if running else None, stateful=get_any_job(job).stateful)
     last = checkpoint.last_committed()
     planned = max(checkpoint.offset_batches(), default=None)
     committed: dict[str, dict[str, int]] = {}

@@ -54,6 +54,19 @@ def test_a_watermark_reads_the_same_from_an_offset_log_and_from_pipeline_metrics
     assert status.format_watermark(pd.NaT) == "none yet"
 
 
+def test_a_jobs_figures_name_only_what_it_keeps_with_thousands_grouped():
+    ran = dict(last_batch=3, age_s=30.0, last_batch_time="2026-11-28T15:20:17Z",
+               input_rows_per_second=1612.0, processed_rows_per_second=2357.5)
+    dedup = status.JobStatus("dedup", None, watermark="2026-11-28T15:09:34Z", state_rows=12_345,
+                             rows_dropped_by_watermark=1_204, **ran).lines()
+    assert dedup == ["dedup: ?, last batch 3, 30 s ago (2026-11-28T15:20:17Z), watermark 2026-11-28T15:09:34Z",
+                     "  rates: 1,612.0 rows/s in, 2,357.5 rows/s processed; state rows 12,345; "
+                     "dropped late (all batches): 1,204"]
+    ingest = status.JobStatus("ingest", None, stateful=False, **ran).lines()
+    assert ingest == ["ingest: ?, last batch 3, 30 s ago (2026-11-28T15:20:17Z)",
+                      "  rates: 1,612.0 rows/s in, 2,357.5 rows/s processed"]
+
+
 def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last(spark, settings):
     first = generate_events(120, malformed_ratio=0)
     produce(settings, first)
@@ -81,6 +94,10 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     text = sigflow(settings, "status").stdout
     assert "dedup: FAILED, last batch" in text and "next: docs/runbooks/job-crashed.md" in text, text
     assert "sessions: LAGGING" not in text and "sessions: NEVER RUN" in text
+    heads = {line.split(":")[0]: line for line in text.splitlines() if not line.startswith(" ")}
+    # a stateless job never has a watermark; a stateful one waits for its first
+    assert "watermark" not in heads["ingest"] and "watermark" not in heads["alert-fastpath"], text
+    assert heads["sessions"].endswith("watermark none yet"), text
 
 
 def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):

@@ -14,7 +14,8 @@ import signal
 import sys
 import time
 
-POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")
+POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")  # a batch's points
+# and a restart's: ``ingest/after_restart_step:1`` kills its apply after its first change
 PAUSE_S = 5.0
 
 

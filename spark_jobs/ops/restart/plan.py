@@ -14,7 +14,9 @@ from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.ops import status
+from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
@@ -35,6 +37,10 @@ class Plan:
     # the job's lease, held from the first change that is not a stop to the end of the apply
     lease: Lease | None = field(default=None, repr=False)
     stops: int = 0  # how many of the first changes stop the running job (before the lease)
+    # the command that applies this very restart (recorded in its intent: it finishes it)
+    command: str = ""
+    # the same request planned again; ``apply`` calls it once it holds the lease
+    replan: Callable[[], Plan] | None = field(default=None, repr=False)
 
     def step(self, text: str, change: Callable[[], object]) -> None:
         self.steps.append(text)
@@ -86,7 +92,11 @@ class Plan:
     def apply(self) -> None:
         """Make every change in order, holding the job's lease after any stop: a run (the
         scheduler's, a CLI's) cannot start on a checkpoint being changed under it, and an
-        apply does not start while a run holds it (refused, naming the run)."""
+        apply does not start while a run holds it (refused, naming the run).
+
+        Holding the lease, the request is planned again and applied only if that plan is
+        this one: a run that committed between planning and the lease (a scheduled run, a
+        CLI's) would otherwise be undone or skipped by changes planned without it."""
         if self.refusals:
             raise SigflowError(
                 f"refusing to {self.action} {self.job}: " + "; ".join(self.refusals), f"see {self.runbook}"
@@ -94,25 +104,60 @@ class Plan:
         for change in self.changes[:self.stops]:
             change()
         with self.lease or nullcontext():
+            now = self.replan() if self.replan else self
+            if now is not self:
+                moved = now.changes_since(self.steps[self.stops:])
+                if moved:
+                    raise SigflowError(
+                        f"{self.action} {self.job} not applied: the job's state moved between planning "
+                        "and taking its lease; nothing was changed",
+                        f"plan it again (`{self.command.removesuffix(' --yes')}`) and check the new plan",
+                        details=moved)
             if self.lease:  # an apply that dies half way leaves this: the job refuses to start
-                self.lease.record_intent({"action": self.action, "job": self.job, "steps": self.steps})
-            for change in self.changes[self.stops:]:
+                self.lease.record_intent(RestartIntent(action=self.action, job=self.job, steps=now.steps,
+                                                       command=self.command))
+            for n, change in enumerate(now.changes[now.stops:], 1):
                 change()
+                failpoints.hit("after_restart_step", n, self.job)
             if self.lease:
                 self.lease.clear_intent()
 
 
-def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan) -> Plan:
-    """``plan``, applied holding the job's lease (see ``Plan.apply``)."""
-    plan.lease = Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name, settings.operations.lease_ttl.seconds,
-                       purpose=plan.action)
+def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan, lease: Lease | None = None) -> Plan:
+    """``plan``, applied holding the job's lease (see ``Plan.apply``): ``lease`` when it is
+    planned again by the apply that holds it, else a new one."""
+    plan.lease = lease or Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name,
+                                settings.operations.lease_ttl.seconds, purpose=plan.action)
     return plan
 
 
+def running_holder(settings: Settings, job: StreamingJob, plan: Plan):
+    """The live run holding the job's lease, unless it is this plan's own apply (planned
+    again once it holds the lease)."""
+    holder = status.running_holder(settings, job.name)
+    if holder is None or (plan.lease is not None and holder.owner == plan.lease.owner):
+        return None
+    return holder
+
+
 def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None:
-    pid = status.running_pid(settings, job.name)
-    if pid is not None:
-        plan.refuse(f"{job.name} is running (pid {pid}): stop it first with `sigflow stop {job.name}`")
+    holder = running_holder(settings, job, plan)
+    if holder is not None:
+        plan.refuse(f"{job.name} is running (pid {holder.pid}): stop it first with `sigflow stop {job.name}`")
+
+
+def refuse_if_unfinished_restart(plan: Plan) -> None:
+    """Any plan refuses while another restart is half applied on the job (its intent is
+    there): planned on top of it, it would skip or repeat rows. Applying that same restart
+    again is what finishes it."""
+    try:
+        pending = plan.lease.intent() if plan.lease else None
+    except UnreadableIntent as unreadable:
+        plan.refuse(f"{unreadable.message} ({unreadable.hint})")
+        return
+    if pending is not None and pending.command != plan.command:
+        plan.refuse(f"a {pending.action} of {pending.job} did not finish ({len(pending.steps)} steps planned): "
+                    f"finish it first with `{pending.finishing_command()}`")
 
 
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:

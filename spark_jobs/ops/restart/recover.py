@@ -23,6 +23,7 @@ from spark_jobs.ops.restart.plan import (
     shared_tables,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.delta_rs import (
     count_rows,
     delete_rows,
@@ -50,7 +51,7 @@ STATE_LOSS = {
 
 def plan_recover(
     settings: Settings, job_name: str, source: str = "delta",
-    force: bool = False, accept_state_loss: bool = False,
+    force: bool = False, accept_state_loss: bool = False, lease: Lease | None = None,
 ) -> Plan:
     """A fresh checkpoint for a job whose checkpoint is lost or corrupt.
 
@@ -60,7 +61,7 @@ def plan_recover(
     but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
     """
     job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "recover", runbook=RECOVER_RUNBOOK))
+    plan = holding_the_job(settings, job, Plan(job.name, "recover", runbook=RECOVER_RUNBOOK), lease)
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_if_running(settings, job, plan)
     problems = checkpoint.problems()

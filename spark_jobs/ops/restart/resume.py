@@ -11,8 +11,10 @@ from spark_jobs.ops.restart.plan import (
     Plan,
     holding_the_job,
     refuse_pending_rewind,
+    running_holder,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.waiting import wait_until
 
 
@@ -40,14 +42,14 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
     return holder.pid
 
 
-def plan_resume(settings: Settings, job_name: str) -> Plan:
+def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -> Plan:
     job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "resume", runbook="docs/runbooks/job-crashed.md"))
+    plan = holding_the_job(settings, job, Plan(job.name, "resume", runbook="docs/runbooks/job-crashed.md"), lease)
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_pending_rewind(checkpoint, plan)
-    pid = status.running_pid(settings, job.name)
-    if pid:
-        plan.stop_step(f"stop the running query (pid {pid}) with SIGTERM after its batch in flight",
+    holder = running_holder(settings, job, plan)
+    if holder is not None:
+        plan.stop_step(f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
                   lambda: stop_running(settings, job.name))
     problems = checkpoint.problems()
     if problems:

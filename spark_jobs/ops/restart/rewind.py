@@ -21,6 +21,7 @@ from spark_jobs.ops.restart.plan import (
     shared_tables,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.delta_rs import (
     count_rows,
     delete_rows,
@@ -32,11 +33,12 @@ from spark_jobs.runtime.delta.delta_rs import (
 
 
 def plan_rewind(
-    settings: Settings, job_name: str, to_batch: int | None = None, to_time: datetime | None = None
+    settings: Settings, job_name: str, to_batch: int | None = None, to_time: datetime | None = None,
+    lease: Lease | None = None,
 ) -> Plan:
     """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
     job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "rewind"))
+    plan = holding_the_job(settings, job, Plan(job.name, "rewind"), lease)
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_if_running(settings, job, plan)
     committed = checkpoint.committed_batches()

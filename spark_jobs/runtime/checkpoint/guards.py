@@ -7,6 +7,7 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.intent import RestartIntent
 
 
 def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
@@ -19,15 +20,14 @@ def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
         )
 
 
-def check_no_unfinished_restart(intent: dict | None, job: str) -> None:
+def check_no_unfinished_restart(intent: RestartIntent | None, job: str) -> None:
     """A restart whose apply stopped half way (its process died) left its intent beside the
     checkpoint: the job runs only once the same restart has been applied again."""
     if intent is not None:
         raise SigflowError(
-            f"{job}: a {intent.get('action', 'restart')} of its checkpoint did not finish "
-            f"({len(intent.get('steps', []))} steps planned); running now could skip or repeat rows",
-            f"apply it again: `sigflow checkpoint {intent.get('action', 'recover')} {job} ... --yes` with the "
-            "same options (its plan lists what is left)",
+            f"{job}: a {intent.action} of its checkpoint did not finish ({len(intent.steps)} steps "
+            "planned); running now could skip or repeat rows",
+            f"finish it first: `{intent.finishing_command()}` (its plan lists what is left)",
         )
 
 

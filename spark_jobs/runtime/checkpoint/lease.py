@@ -38,11 +38,12 @@ import tenacity
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
+from spark_jobs.runtime.checkpoint import intent as intents
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.processes import start_time, started_as_recorded
 
 LEASE_FILE = "sigflow.lease"
-INTENT_FILE = "sigflow.applying.json"  # a restart being applied: what it changes
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
 
@@ -225,24 +226,18 @@ class Lease:
             self.fs.delete_file(self._path(current.generation))
 
     # ---- what an apply holding the lease is doing -----------------------------------------
-    def record_intent(self, intent: dict) -> None:
-        """Say, before the first change, what this holder is about to change: a run finding
-        it later (the holder died half way) refuses to start until it is finished."""
-        with self.fs.open_output_stream(f"{self.folder}/{INTENT_FILE}") as out:
-            out.write(json.dumps(intent).encode())
+    def record_intent(self, intent: RestartIntent) -> None:
+        """Say, before the first change, what this holder is about to change: a run or a
+        restart finding it later (the holder died half way) refuses until it is finished."""
+        intents.record(self.fs, self.folder, intent)
 
-    def intent(self) -> dict | None:
-        try:
-            with self.fs.open_input_stream(f"{self.folder}/{INTENT_FILE}") as stream:
-                return json.loads(stream.read().decode())
-        except (FileNotFoundError, OSError, ValueError):
-            return None
+    def intent(self) -> RestartIntent | None:
+        """The restart left half applied on this checkpoint, or None; raises UnreadableIntent
+        for a file that is there but is not one."""
+        return intents.read(self.fs, self.folder)
 
     def clear_intent(self) -> None:
-        try:
-            self.fs.delete_file(f"{self.folder}/{INTENT_FILE}")
-        except (FileNotFoundError, OSError):
-            pass
+        intents.clear(self.fs, self.folder)
 
     def __enter__(self) -> Lease:
         self.acquire()

@@ -320,3 +320,50 @@ def test_a_recover_that_dies_half_way_keeps_the_job_from_starting_until_it_is_ap
     again.apply()
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted
+
+
+def test_a_recover_killed_after_moving_the_checkpoint_aside_blocks_resume_and_run_until_it_is_finished(
+        spark, settings):
+    """The on-call sequence that once wrote every record twice: a recover from earliest is
+    SIGKILLed right after it moved the checkpoint aside; resume (no checkpoint, so nothing to
+    change) and run must not go on from the earliest offsets on top of the full tables. Both
+    refuse, naming the recover and its command; that command finishes it, and then every
+    record is in device_events_raw once."""
+    records = generate_events(300, seed=59)
+    produce(settings, records)
+    run_job(spark, settings, "ingest")
+    command = "sigflow checkpoint recover ingest --from earliest --force --yes"
+
+    killed = sigflow(settings, *command.split()[1:], extra_env={"SIGFLOW_FAILPOINTS": "ingest/after_restart_step:1"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert not Checkpoint(settings.checkpoint_uri("ingest")).exists()  # moved aside, nothing else
+
+    resumed = sigflow(settings, "checkpoint", "resume", "ingest", "--yes")
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+    assert "a recover of ingest did not finish" in resumed.stdout and command in resumed.stdout
+    with pytest.raises(SigflowError, match="a recover of its checkpoint did not finish") as refused:
+        run_job(spark, settings, "ingest")
+    assert command in refused.value.hint
+
+    finished = sigflow(settings, *command.split()[1:])
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    run_job(spark, settings, "ingest")
+    assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
+
+
+@pytest.mark.parametrize("content", ['{"action": "recover", "job": "ing', "null", "[]", '{"steps": 5}', "\xff"])
+def test_an_unreadable_intent_refuses_the_run_and_every_plan_in_one_line(spark, settings, content):
+    """An intent file that is there but is not one (truncated, null, the wrong shape) says
+    a restart may be half applied: it is never taken as "none"."""
+    from spark_jobs.runtime.checkpoint import intent
+
+    lease = Lease(Checkpoint(settings.checkpoint_uri("ingest")), "ingest", 60)
+    Path(lease.folder).mkdir(parents=True, exist_ok=True)
+    Path(intent.path(lease.folder)).write_bytes(content.encode("latin-1"))
+
+    with pytest.raises(intent.UnreadableIntent, match="intent file .* is there but") as refused:
+        run_job(spark, settings, "ingest")
+    assert "\n" not in str(refused.value) and "delete that file" in refused.value.hint
+    for action in ("resume", "rewind", "recover"):
+        planned = restart.plan(settings, "ingest", action, to_batch=0, source="earliest", force=True)
+        assert any("intent file" in reason for reason in planned.refusals), planned.describe()

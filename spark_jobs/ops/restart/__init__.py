@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.ops.restart.plan import Plan, refuse_if_unfinished_restart
 from spark_jobs.ops.restart.recover import plan_recover
 from spark_jobs.ops.restart.resume import plan_resume, stop_running
 from spark_jobs.ops.restart.rewind import plan_rewind
+from spark_jobs.runtime.checkpoint.lease import Lease
 
 ACTIONS = ("resume", "rewind", "recover")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import os
 
-from pydantic import BaseModel, ConfigDict, ValidationError
 from pyarrow import fs as pafs
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spark_jobs.errors import SigflowError
 

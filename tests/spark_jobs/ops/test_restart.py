@@ -367,3 +367,22 @@ def test_an_unreadable_intent_refuses_the_run_and_every_plan_in_one_line(spark, 
     for action in ("resume", "rewind", "recover"):
         planned = restart.plan(settings, "ingest", action, to_batch=0, source="earliest", force=True)
         assert any("intent file" in reason for reason in planned.refusals), planned.describe()
+
+
+def test_a_batch_committed_between_plan_and_apply_makes_the_apply_refuse_and_change_nothing(spark, settings):
+    """A plan is made before its lease is taken; a scheduled run that commits in between
+    would be rewound by a plan that never listed its batch. Holding the lease, the apply
+    plans again and refuses on any difference, changing nothing."""
+    s = single_partition(settings)
+    first, second, third = _chunks()
+    ends = _run_chunks(spark, s, [first, second])
+    plan = restart.plan(s, "dedup", "rewind", to_batch=ends[0])
+    assert not plan.refusals, plan.describe()
+    _run_chunks(spark, s, [third])  # the scheduled run, between the plan and its apply
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    before = (checkpoint.committed_batches(), _dedup_rows(s))
+    with pytest.raises(SigflowError, match="state moved between planning and taking its lease") as refused:
+        plan.apply()
+    assert any("planned now, not approved" in line for line in refused.value.details)
+    assert (checkpoint.committed_batches(), _dedup_rows(s)) == before
+    assert Lease(checkpoint, "dedup", 60).intent() is None

@@ -308,12 +308,17 @@ class SparkSettings(_Group):
         return f"local[{slots}]" if threads and int(threads.group(1)) < slots else self.master
 
 
+LEASE_TTL_FLOOR_S = 5.0
+
+
 class OperationsSettings(_Group):
     """What the on-call commands and the scheduled DAGs do: leases, approvals, quality,
     maintenance, the metrics exporter."""
 
     # A run holds its checkpoint's lease while it runs and renews it every quarter of this;
-    # a holder on another host that stops renewing loses it after this long.
+    # a holder that stops renewing loses it after this long (one on another host 10 s later:
+    # the clocks of two hosts may differ). At least LEASE_TTL_FLOOR: shorter, the heartbeat
+    # spins and a garbage-collection pause loses a healthy run its lease.
     lease_ttl: DurationSetting = "2 minutes"
     # Who may approve a sigflow_restart plan: Airflow user ids, comma-separated. Set, only
     # they may answer, and the person who triggered the restart cannot approve it alone.
@@ -347,6 +352,13 @@ class OperationsSettings(_Group):
     @property
     def approvers(self) -> list[str]:
         return self.restart_approvers.split(",") if self.restart_approvers else []
+
+    @model_validator(mode="after")
+    def _lease_ttl_floor(self) -> "OperationsSettings":
+        if self.lease_ttl.seconds < LEASE_TTL_FLOOR_S:
+            raise ValueError(f"lease_ttl ({self.lease_ttl}) must be at least {LEASE_TTL_FLOOR_S:g} seconds: "
+                             "the lease is renewed every quarter of it")
+        return self
 
     @model_validator(mode="after")
     def _signal_range(self) -> "OperationsSettings":

@@ -12,13 +12,20 @@ it still holds the lease, so a driver that lost it stops instead of writing besi
 successor.
 
 Each lease has a generation, in its file's name (``sigflow.lease``, then
-``sigflow.lease.1``, ``.2`` ...); the highest one present is the lease. A taker creates the
-next generation's file exclusively (a hard link locally, a conditional put on S3): of two
-takers only one can, so a takeover is atomic. The holder renews only its own generation's
-file and loses the lease the moment a higher one exists: renewal is a compare-and-swap on
-the generation. A holder on this host that is alive but has stopped renewing past its
-time (a stopped or hung driver) is killed by the taker before the takeover, so it can never
-write again; one on another host stops at its next check.
+``sigflow.lease.1``, ``.2`` ...); the highest one present is the lease, and generations only
+grow: a release marks its file released and leaves it, so the next taker goes on from it and
+a lower generation's file, whenever it appears (a renewal that stalled past a takeover and
+wrote late), is never the lease again. A taker creates the next generation's file
+exclusively (a hard link locally, a conditional put on S3): of two takers only one can, so a
+takeover is atomic. The holder renews only its own generation's file, checking before and
+after that no higher one exists: once a taker has made one, the old holder's every check
+fails, whatever its late writes leave behind. A holder on this host that is alive but has
+stopped renewing past its time (a stopped or hung driver) is killed by the taker before the
+takeover, so it can never write again; one on another host stops at its next check.
+
+How old a renewal is: on this host, on the clock that counts from boot (``CLOCK_BOOTTIME``),
+which a step of the wall clock does not move; for a holder on another host, on the wall
+clock, allowing ``CLOCK_SKEW_S`` of difference between the two hosts' clocks.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import asdict, dataclass
 
 import psutil
 import tenacity
+from pydantic import TypeAdapter
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
@@ -46,6 +54,14 @@ from spark_jobs.runtime.processes import start_time, started_as_recorded
 LEASE_FILE = "sigflow.lease"
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
+# How far apart two hosts' wall clocks may be (NTP keeps them within milliseconds): a holder
+# on another host keeps its lease this much past lease_ttl.
+CLOCK_SKEW_S = 10.0
+
+
+def since_boot() -> float:
+    """Seconds on the clock that counts from boot, as every process on this host reads it."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,8 @@ class Holder:
     renewed: float  # epoch seconds
     ttl_s: float
     purpose: str = RUN  # or the restart being applied: "rewind", "recover", "resume"
+    renewed_since_boot: float | None = None  # since_boot() at the renewal; None from older versions
+    released: bool = False  # let go by its holder: the file stays, so generations only grow
     generation: int = 0  # from the file's name, not its content
 
     def on_this_host(self) -> bool:
@@ -73,23 +91,36 @@ class Holder:
         except psutil.Error:
             return None
 
-    def renewed_in_time(self, now: float | None = None) -> bool:
-        return (now or time.time()) <= self.renewed + self.ttl_s
+    def age(self) -> float:
+        """Seconds since the last renewal: on this host from boot-relative times, which a
+        wall-clock step does not move; else by the wall clocks of two hosts."""
+        if self.on_this_host() and self.renewed_since_boot is not None:
+            return since_boot() - self.renewed_since_boot
+        return time.time() - self.renewed
 
-    def alive(self, now: float | None = None) -> bool:
-        """It renewed within the lease's time and, on this host, its process still exists."""
+    def renewed_in_time(self) -> bool:
+        allowance = 0.0 if self.on_this_host() and self.renewed_since_boot is not None else CLOCK_SKEW_S
+        return self.age() <= self.ttl_s + allowance
+
+    def alive(self) -> bool:
+        """Not released, renewed within the lease's time and, on this host, its process
+        still exists."""
+        if self.released:
+            return False
         if self.on_this_host() and self.process() is None:
             return False
-        return self.renewed_in_time(now)
+        return self.renewed_in_time()
 
     def describe(self) -> str:
-        age = time.time() - self.renewed
+        age = self.age()
         doing = f"{self.job} run" if self.purpose == RUN else f"{self.purpose} of {self.job}"
         return f"{doing} {self.owner} on {self.host} (pid {self.pid}), renewed {age:.0f} s ago"
 
 
 class Lease:
     def __init__(self, checkpoint: Checkpoint, job: str, ttl_s: float, purpose: str = RUN):
+        if not ttl_s > 0:
+            raise ValueError(f"a lease's ttl must be above 0 s, not {ttl_s}")
         self.checkpoint, self.job, self.ttl_s, self.purpose = checkpoint, job, ttl_s, purpose
         # beside the checkpoint, not in it: a recover moves the checkpoint aside while it holds this
         self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.lease"
@@ -111,8 +142,8 @@ class Lease:
         try:
             with self.fs.open_input_stream(self._path(generation)) as stream:
                 fields = json.loads(stream.read().decode())
-            return Holder(**{**fields, "generation": generation})
-        except (FileNotFoundError, OSError, ValueError, TypeError):
+            return _HOLDER.validate_python({**fields, "generation": generation})
+        except (FileNotFoundError, OSError, ValueError, TypeError):  # pydantic's errors are ValueErrors
             return None
 
     def holder(self) -> Holder | None:
@@ -121,12 +152,12 @@ class Lease:
         return self._read(generations[-1]) if generations else None
 
     # ---- taking ----------------------------------------------------------------------------
-    def _mine(self) -> Holder:
+    def _mine(self, released: bool = False) -> Holder:
         return Holder(self.owner, self.job, socket.gethostname(), os.getpid(),
-                      start_time(os.getpid()), time.time(), self.ttl_s, self.purpose)
+                      start_time(os.getpid()), time.time(), self.ttl_s, self.purpose, since_boot(), released)
 
-    def _content(self) -> bytes:
-        fields = asdict(self._mine())
+    def _content(self, released: bool = False) -> bytes:
+        fields = asdict(self._mine(released))
         fields.pop("generation")
         return json.dumps(fields).encode()
 
@@ -136,11 +167,11 @@ class Lease:
         while True:
             generations = self._generations()
             current = self._settled(generations[-1]) if generations else None
-            if current is not None and current.owner == self.owner:
+            if current is not None and current.owner == self.owner and not current.released:
                 return
             if current is not None and current.alive():
                 raise _refusal(current, self.checkpoint.uri)
-            if current is not None:
+            if current is not None and not current.released:
                 _fence(current)
             wanted = generations[-1] + 1 if generations else 0
             if self._create_exclusively(wanted):
@@ -183,21 +214,21 @@ class Lease:
         taken = self._read(generation)
         return taken is not None and taken.owner == self.owner
 
-    def _written_aside(self, path: str) -> str:
+    def _written_aside(self, path: str, released: bool = False) -> str:
         """This holder written beside ``path`` (local disk), to be linked or renamed into place."""
         aside = f"{path}.{self.owner}.tmp"
         with open(aside, "wb") as out:
-            out.write(self._content())
+            out.write(self._content(released))
         return aside
 
-    def _write(self, path: str) -> None:
+    def _write(self, path: str, released: bool = False) -> None:
         """Replace the file whole: a reader never sees a renewal half written (a rename on a
         local disk; a put on object storage is whole by itself)."""
         if isinstance(self.fs, pafs.LocalFileSystem):
-            os.replace(self._written_aside(path), path)
+            os.replace(self._written_aside(path, released), path)
             return
         with self.fs.open_output_stream(path) as out:
-            out.write(self._content())
+            out.write(self._content(released))
 
     # ---- holding ---------------------------------------------------------------------------
     def check(self) -> None:
@@ -212,18 +243,22 @@ class Lease:
                 "it and rerun this job (docs/runbooks/job-crashed.md)")
 
     def renew(self) -> None:
-        """Compare-and-swap on the generation: renew this generation's file only while no
-        taker has made a higher one."""
+        """Renew this generation's file only while no taker has made a higher one, and check
+        again after the write: a write that stalled past a takeover lands on a generation
+        below the taker's, which is never the lease again (generations only grow)."""
         self.check()
         self._write(self._path(self.generation or 0))
+        self.check()
 
     def release(self) -> None:
+        """Stop renewing and mark this generation released; its file stays, so the next
+        taker makes the generation after it."""
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(5)
         current = self.holder()
-        if current is not None and current.owner == self.owner:
-            self.fs.delete_file(self._path(current.generation))
+        if current is not None and current.owner == self.owner and not current.released:
+            self._write(self._path(current.generation), released=True)
 
     # ---- what an apply holding the lease is doing -----------------------------------------
     def record_intent(self, intent: RestartIntent) -> None:
@@ -258,6 +293,11 @@ class Lease:
 
         self._heartbeat = threading.Thread(target=beat, name=f"sigflow-lease-{self.job}", daemon=True)
         self._heartbeat.start()
+
+
+# a lease file's fields checked for their types as they are read: a file another version or
+# a hand wrote wrongly is unreadable (and taken over), never a TypeError later
+_HOLDER = TypeAdapter(Holder)
 
 
 def _fence(stale: Holder) -> None:

@@ -227,7 +227,11 @@ def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypa
     with pytest.raises(LeaseLost):
         lapsed.renew()  # compare-and-swap: the lapsed holder cannot write its lease back
     winner.release()
-    assert Lease(checkpoint, "dedup", 60).holder() is None
+    assert Lease(checkpoint, "dedup", 60).holder().released
+    lapsed._write(lapsed._path(lapsed.generation))  # noqa: SLF001 (its renewal that stalled, landing late)
+    with pytest.raises(LeaseLost):
+        lapsed.check()  # generations only grow: the released winner's stays above it
+    assert Lease(checkpoint, "dedup", 60).holder().generation == winner.generation
 
 
 def test_a_checkpoint_on_s3_is_moved_aside_whole(s3, monkeypatch):

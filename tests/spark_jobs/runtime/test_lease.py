@@ -14,7 +14,7 @@ import pytest
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
+from spark_jobs.runtime.checkpoint.lease import CLOCK_SKEW_S, LEASE_FILE, Lease
 from tests.helpers import produce, run_job, table, wait_for
 
 
@@ -73,7 +73,11 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path):
     second.acquire()
     assert second.holder().owner == second.owner
     second.release()
-    assert not list((tmp_path / "cp.lease").iterdir())
+    assert second.holder().released and not second.holder().alive()  # marked, left: generations only grow
+    third = _lease(tmp_path)
+    third.acquire()
+    assert third.generation == second.generation + 1
+    third.release()
 
 
 def test_the_lease_of_a_killed_run_is_taken_over_at_once(tmp_path):
@@ -102,7 +106,10 @@ def test_a_holder_on_another_host_keeps_the_lease_until_it_stops_renewing(tmp_pa
     _forge(tmp_path, host="spark-driver-7", renewed=time.time())
     with pytest.raises(JobAlreadyRunning, match="running on spark-driver-7"):
         _lease(tmp_path).acquire()
-    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61)
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 60 - CLOCK_SKEW_S + 1)
+    with pytest.raises(JobAlreadyRunning, match="running on spark-driver-7"):  # its clock may be behind ours
+        _lease(tmp_path).acquire()
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61 - CLOCK_SKEW_S)
     lease = _lease(tmp_path)
     lease.acquire()
     lease.release()
@@ -121,7 +128,7 @@ def test_a_run_whose_lease_was_taken_over_stops_before_writing(tmp_path):
 
 def test_of_several_takers_of_a_lapsed_lease_exactly_one_takes_it(tmp_path):
     """Takeover is a create-exclusive of the next generation: racing takers cannot both win."""
-    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61)
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61 - CLOCK_SKEW_S)
     takers = [_lease(tmp_path) for _ in range(8)]
     assert take_at_once(takers) == ["refused"] * 7 + ["took"]
     winner = next(lease for lease in takers if lease.generation is not None)
@@ -230,3 +237,70 @@ def test_a_lease_file_caught_half_written_is_read_again_not_taken_over(tmp_path)
             _lease(tmp_path).acquire()
     finally:
         writes.join()
+
+
+def test_a_renewal_that_stalled_past_a_takeover_never_makes_its_holder_the_holder_again(tmp_path, monkeypatch):
+    """A holder on another host passes its check, then its write stalls past lease_ttl; a
+    rewind (another process) takes the next generation, deleting the stalled one's file, and
+    releases it when done; the stalled write then lands, recreating the old generation's
+    file. Generations only grow, so the old holder's checks fail from then on."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "spark-driver-7")  # the old holder's host
+    stalled = _lease(tmp_path, ttl_s=5)
+    stalled.acquire()
+    stalled._stop.set()  # noqa: SLF001 (its heartbeat is the write that stalls)
+    stalled.check()
+    monkeypatch.undo()
+    lapsed = json.loads((tmp_path / "cp.lease" / LEASE_FILE).read_text())
+    (tmp_path / "cp.lease" / LEASE_FILE).write_text(json.dumps({**lapsed, "renewed": time.time() - 60}))
+
+    code = ("from spark_jobs.runtime.checkpoint.directory import Checkpoint; "
+            "from spark_jobs.runtime.checkpoint.lease import Lease; "
+            f"rewind = Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 60, purpose='rewind'); "
+            "rewind.acquire(); print(rewind.generation); rewind.release()")
+    taken = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(taken.stdout) == 1
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "spark-driver-7")
+    stalled._write(stalled._path(0))  # noqa: SLF001 (the write that stalled, landing now)
+    with pytest.raises(LeaseLost):
+        stalled.check()
+    with pytest.raises(LeaseLost):
+        stalled.renew()
+    monkeypatch.undo()
+    successor = _lease(tmp_path)
+    successor.acquire()
+    assert successor.generation == 2
+
+
+def test_a_wall_clock_step_does_not_make_a_live_holder_on_this_host_look_stale(tmp_path, monkeypatch):
+    """The wall clock jumps 300 s forward (an NTP step, a VM resumed): a taker on this host
+    judges the live holder's renewal on the clock that counts from boot, so it is refused
+    and the holder is not killed."""
+    holder = _holding_process(tmp_path, 5)
+    try:
+        stepped = time.time() + 300
+        monkeypatch.setattr(time, "time", lambda: stepped)
+        with pytest.raises(JobAlreadyRunning, match=f"pid {holder.pid}"):
+            _lease(tmp_path).acquire()
+        monkeypatch.undo()
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("ttl", ["0 seconds", "4 seconds"])
+def test_a_lease_ttl_below_the_floor_is_refused_when_the_settings_load(ttl):
+    from spark_jobs.config import load_settings
+    from spark_jobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="lease_ttl .* must be at least 5 seconds"):
+        load_settings(env={"SIGFLOW_LEASE_TTL": ttl})
+
+
+def test_a_lease_file_with_wrong_types_is_unreadable_not_a_crash(tmp_path):
+    _forge(tmp_path, renewed="yesterday", pid="one")
+    lease = _lease(tmp_path)
+    assert lease.holder() is None
+    lease.acquire()  # a file no sigflow wrote holds nothing
+    lease.release()

@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 
 import psutil
 import tenacity
-from pydantic import TypeAdapter
 from pyarrow import fs as pafs
+from pydantic import TypeAdapter
 
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint import intent as intents

@@ -2,14 +2,15 @@
 
 Trigger with the form. `plan` works out every change the request makes and refuses an
 unsafe one (the job still running, a batch no longer in the checkpoint, Kafka data already
-deleted, ...) with the reason. `approve` then waits in Required Actions, showing the plan
-and its digest, for Approve or Reject (at most `approve_within_minutes`; with
-`restart_approvers` set, only those users may answer, and not the one who triggered the
-run). `apply_plan` applies only when `approve` recorded an Approve and planning again gives
-the plan with the digest approved: if the state moved meanwhile, or `approve` was marked
-success by hand, or `plan` was cleared and made again, it fails saying why, and nothing is
-touched. Reject skips the rest; no answer in time fails `approve`; both leave everything as
-it was.
+deleted, another restart half applied, ...) with the reason. `approve_and_apply` then plans
+again itself and waits in Required Actions, showing that plan and its digest, for Approve or
+Reject (at most `approve_within_minutes`; with `restart_approvers` set, only those users may
+answer; unless `restart_self_approval` is on, not the user who triggered the run). Once
+answered it reads the answer from Airflow's own record of it and applies only an Approve of
+the plan as it stands then, holding the job's lease: if the state moved meanwhile, or the
+task was marked success by hand (no answer recorded), it fails or ends saying why, and
+nothing is touched. Reject skips the rest; no answer in time fails the task; both leave
+everything as it was. `run_job` then runs the job once from its checkpoint.
 
 * `resume`: stop the running query gracefully, check the checkpoint, run the job again.
 * `rewind`: re-run every batch after `to_batch` (or after the last batch started before
@@ -36,7 +37,9 @@ from spark_jobs.jobs import JOB_NAMES
 
 
 @task
-def plan(params=None) -> dict:
+def plan(params=None) -> None:
+    """What the request would change, in the log, or why it is refused: fails early, before
+    anyone is asked."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from spark_jobs.ops import tasks
@@ -45,40 +48,44 @@ def plan(params=None) -> dict:
     print(planned.describe(), flush=True)
     if planned.refusals:
         raise AirflowFailException(f"refused: {'; '.join(planned.refusals)} (see {planned.runbook})")
-    return {"markdown": planned.markdown(), "commitments": planned.commitments(), "digest": planned.digest()}
 
 
 class PlanApproval(ApprovalOperator):
-    """Approve or Reject the plan shown, answered within the form's ``approve_within_minutes``.
+    """Waits for Approve or Reject of a plan it makes itself, then applies the plan approved.
 
-    The digest of the plan shown travels with the waiting task itself (its resume
-    arguments, which no XCom edit reaches) and is returned beside the answer, so that
-    ``apply_plan`` applies only the plan that was approved."""
+    The page shown is made here from a fresh plan, never from `plan`'s XCom (which whoever
+    may trigger a run may also edit), and its digest travels with the waiting task (its
+    resume arguments). Once answered, the answer is read from Airflow's own record of the
+    human response (the HITL detail: who answered, what, when), which only the response
+    endpoint writes; marking this task success by hand records no answer, so nothing is
+    applied."""
 
     def execute(self, context):
         from spark_jobs.ops import tasks
 
         self.response_timeout = timedelta(minutes=context["params"]["approve_within_minutes"])
-        shown = context["ti"].xcom_pull(task_ids="plan")
-        self.body = f"{shown['markdown']}\n\nPlan digest: `{shown['digest']}`"
+        self.body, digest, commitments = tasks.approval_page(context["params"])
         self.assigned_users = tasks.restart_approvers() or None
         try:
             return super().execute(context)
         except TaskAwaitingInput as waiting:
-            waiting.kwargs = {**(waiting.kwargs or {}), "plan_digest": shown["digest"]}
+            waiting.kwargs = {**(waiting.kwargs or {}), "plan_digest": digest, "commitments": commitments}
             raise
 
-    def execute_complete(self, context, event, plan_digest=None):
-        return {**super().execute_complete(context, event), "plan_digest": plan_digest}
+    def execute_complete(self, context, event, plan_digest=None, commitments=None):
+        from spark_jobs.ops import tasks
+        from spark_jobs.ops.restart.approval import APPROVE, Answer
 
-
-@task
-def apply_plan(params=None, ti=None, dag_run=None) -> list[str]:
-    from spark_jobs.ops import tasks
-
-    shown = ti.xcom_pull(task_ids="plan")
-    return tasks.apply_approved_restart(params, ti.xcom_pull(task_ids="approve"), dag_run.triggering_user_name,
-                                        shown["commitments"] if shown else None)
+        # the event is the triggerer's reading of Airflow's record of the response; it reaches
+        # this task through the task's own resume state, which no API a user calls writes
+        answered = super().execute_complete(context, event)  # a Reject skips what follows here
+        if answered["chosen_options"] != [APPROVE]:
+            return None
+        responder = answered.get("responded_by_user") or {}
+        answer = Answer(list(answered["chosen_options"]), responder.get("id"), responder.get("name"),
+                        answered.get("responded_at"))
+        return tasks.apply_approved_restart(context["params"], answer, plan_digest,
+                                            context["dag_run"].triggering_user_name, commitments)
 
 
 @task
@@ -113,5 +120,6 @@ with DAG(
                                         description="no answer by then fails the approval; nothing changes"),
     },
 ) as dag:
-    approve = PlanApproval(task_id="approve", subject="{{ params.action }} {{ params.job }}: apply this plan?")
-    plan() >> approve >> apply_plan() >> run_job()
+    approve_and_apply = PlanApproval(task_id="approve_and_apply",
+                                     subject="{{ params.action }} {{ params.job }}: apply this plan?")
+    plan() >> approve_and_apply >> run_job()

@@ -350,7 +350,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
         airflow = start(settings, args.port)
         airflow.wait_ready()
         print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
-        print(f"  user: {airflow_local.ADMIN}, password in {airflow.password_file}")
+        print(f"  users: {', '.join(airflow_local.USERS)} (restarts: {airflow_local.OPERATOR} triggers, "
+              f"{airflow_local.REVIEWER} approves); passwords in {airflow.password_file}")
         print(f"  logs: {airflow.settings.airflow_home}/<component>.log; Ctrl-C stops every component")
         airflow.process.wait()
         return airflow.process.returncode or 0

@@ -321,8 +321,11 @@ class OperationsSettings(_Group):
     # spins and a garbage-collection pause loses a healthy run its lease.
     lease_ttl: DurationSetting = "2 minutes"
     # Who may approve a sigflow_restart plan: Airflow user ids, comma-separated. Set, only
-    # they may answer, and the person who triggered the restart cannot approve it alone.
+    # they may answer; unset, any user Airflow lets answer (edit permission on the DAG).
     restart_approvers: RestartApprovers = ""
+    # Whether the user who triggered a restart may approve it too. Off (four eyes), the
+    # answer must come from another user, and a run whose requester is unknown is refused.
+    restart_self_approval: bool = False
     # Data quality (sigflow quality): the device signal range, and how old the newest row of
     # a table may be before its freshness check warns.
     signal_min: float = -1000.0

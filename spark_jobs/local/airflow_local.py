@@ -39,6 +39,10 @@ from spark_jobs.runtime.waiting import wait_until
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 ADMIN = "admin"
+# Four eyes that can be used: an operator who triggers restarts and a reviewer who approves
+# them (neither may change Airflow's settings), beside the admin; each with a generated password.
+OPERATOR, REVIEWER = "operator", "reviewer"
+USERS = {ADMIN: "admin", OPERATOR: "user", REVIEWER: "user"}
 COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
 # the api-server last: by the time it answers, the others have started
 COMPONENT_COMMANDS = (("scheduler", "--skip-serve-logs"), ("dag-processor",), ("triggerer", "--skip-serve-logs"),
@@ -65,7 +69,7 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
@@ -114,8 +118,8 @@ class LocalAirflow:
     def password_file(self) -> Path:
         return self.settings.airflow_home / "simple_auth_manager_passwords.json.generated"
 
-    def admin_password(self) -> str:
-        return json.loads(self.password_file.read_text())[ADMIN]
+    def password(self, user: str = ADMIN) -> str:
+        return json.loads(self.password_file.read_text())[user]
 
     def health(self) -> dict:
         with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as response:
@@ -149,9 +153,9 @@ class LocalAirflow:
             raise SigflowError(f"Airflow did not become ready in {timeout:.0f} s: {said[-1]}",
                                f"see its log: {self.log_file}")
 
-    def token(self) -> str:
-        """A JWT for the REST API, from the admin's generated password."""
-        return self.request("POST", "/auth/token", {"username": ADMIN, "password": self.admin_password()},
+    def token(self, user: str = ADMIN) -> str:
+        """A JWT for the REST API, from the user's generated password."""
+        return self.request("POST", "/auth/token", {"username": user, "password": self.password(user)},
                             token=None)["access_token"]
 
     def request(self, method: str, path: str, body: dict | None = None, token: str | None = "") -> dict:
@@ -163,9 +167,9 @@ class LocalAirflow:
         with urllib.request.urlopen(call, timeout=30) as response:
             return json.load(response)
 
-    def trigger(self, dag_id: str, conf: dict, timeout: float = 120.0) -> str:
-        """Unpause a DAG once the dag-processor has parsed it and start a run; returns its id."""
-        token = self.token()
+    def trigger(self, dag_id: str, conf: dict, timeout: float = 120.0, user: str = ADMIN) -> str:
+        """Unpause a DAG once the dag-processor has parsed it and start a run as ``user``; returns its id."""
+        token = self.token(user)
 
         def unpause() -> bool:
             try:
@@ -209,12 +213,12 @@ class LocalAirflow:
                                f"see {self.url}/dags/{dag_id}")
         return pending[0]
 
-    def answer(self, action: dict, option: str) -> dict:
-        """Choose ``option`` in a Required Action, as the UI's Approve or Reject button does."""
+    def answer(self, action: dict, option: str, user: str = ADMIN) -> dict:
+        """Choose ``option`` in a Required Action as ``user``, as the UI's Approve or Reject button does."""
         ti = action["task_instance"]
         path = (f"/api/v2/dags/{ti['dag_id']}/dagRuns/{urllib.parse.quote(ti['dag_run_id'])}"
                 f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails")
-        return self.request("PATCH", path, {"chosen_options": [option]})
+        return self.request("PATCH", path, {"chosen_options": [option]}, token=self.token(user))
 
     def stop(self, timeout: float = 30.0, progress=lambda line: None) -> None:
         """Stop every component: SIGINT (its ^C) to each process group, SIGKILL if any
@@ -263,15 +267,16 @@ def _check_port_free(port: int) -> None:
                                "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
 
 
-def _admin_password(home: Path) -> None:
-    """The admin's password, generated here into a private file: Airflow's simple auth
-    manager would otherwise make one itself and print it in the api-server's log."""
+def _passwords(home: Path) -> None:
+    """Each user's password, generated here into a private file: Airflow's simple auth
+    manager would otherwise make them itself and print them in the api-server's log."""
     import secrets
 
     passwords = home / "simple_auth_manager_passwords.json.generated"
     known = json.loads(passwords.read_text() or "{}") if passwords.exists() else {}
-    if ADMIN not in known:
-        write_private(passwords, json.dumps({**known, ADMIN: secrets.token_urlsafe(16)}) + "\n")
+    missing = {user: secrets.token_urlsafe(16) for user in USERS if user not in known}
+    if missing:
+        write_private(passwords, json.dumps({**known, **missing}) + "\n")
     passwords.chmod(0o600)
 
 
@@ -325,7 +330,7 @@ def start_production(settings: Settings, port: int | None = None,
 def _start_components(settings: Settings, port: int, env: dict[str, str], on_postgres: bool) -> LocalAirflow:
     """``airflow db migrate``, then each component in a process group of its own."""
     home = settings.airflow_home
-    _admin_password(home)
+    _passwords(home)
     migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
                               env=env, capture_output=True, text=True, timeout=600)
     if migrated.returncode != 0:

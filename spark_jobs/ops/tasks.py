@@ -101,24 +101,39 @@ def restart_approvers() -> list[dict[str, str]]:
     return [{"id": user, "name": user} for user in load_settings().operations.approvers]
 
 
-def apply_approved_restart(params: Mapping[str, Any], approval: Mapping[str, Any] | None,
-                           requester: str | None, shown: list[str] | None) -> list[str]:
-    """Apply the sigflow_restart request only if ``approval`` (what the approval task
-    recorded) is an Approve of exactly the plan that planning it now gives
-    (spark_jobs.ops.restart.approval); ``shown``, the plan task's commitments, only says
-    what moved."""
+def approval_page(params: Mapping[str, Any]) -> tuple[str, str, list[str]]:
+    """The sigflow_restart request planned now: its approval page, that page's digest
+    (spark_jobs.ops.restart.approval) and the plan's commitments; a refused plan raises,
+    naming why."""
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.ops.restart import approval as approvals
+
+    planned = restart_plan(params)
+    if planned.refusals:
+        raise SigflowError(f"{planned.action} {planned.job} refused: {'; '.join(planned.refusals)}",
+                           f"see {planned.runbook}")
+    text = approvals.page(planned)
+    return text, approvals.page_digest(text), planned.commitments()
+
+
+def apply_approved_restart(params: Mapping[str, Any], answer, approved_digest: str | None,
+                           requester: str | None, approved_steps: list[str] | None = None) -> list[str]:
+    """Apply the sigflow_restart request only if ``answer`` (Airflow's record of the human
+    response) is an Approve, from someone allowed to give it, of exactly the page that
+    planning the request now gives (spark_jobs.ops.restart.approval); ``approved_steps``,
+    the commitments of the plan approved, only say what moved."""
     from spark_jobs.errors import SigflowError
     from spark_jobs.ops.restart import approval as approvals
 
     settings = load_settings()
     plan = restart_plan(params, settings)
-    why = approvals.refusal(approval, plan.digest(), requester, settings.operations.approvers)
+    operations = settings.operations
+    why = approvals.refusal(answer, approved_digest, approvals.page_digest(approvals.page(plan)), requester,
+                            operations.approvers, operations.restart_self_approval)
     if why:
-        raise SigflowError(
-            f"{plan.action} {plan.job} not applied: {why}; nothing was changed",
-            "trigger sigflow_restart again and approve the plan it shows",
-            details=plan.changes_since(shown) if shown is not None else [],
-        )
-    lines = _logged([plan.describe()])
+        raise SigflowError(f"{plan.action} {plan.job} not applied: {why}; nothing was changed",
+                           "trigger sigflow_restart again and approve the plan it shows",
+                           details=plan.changes_since(approved_steps) if approved_steps is not None else [])
+    lines = _logged([f"approved by {answer.who()} (requested by {requester or 'unknown'})", plan.describe()])
     plan.apply()
     return lines

@@ -48,7 +48,7 @@ def run_dag(dag_id: str, conf: dict | None = None, answer: Callable[[dict], str]
     if respond is None:
         run = dag.test(run_conf=conf)
     else:
-        with _responding(dag_id, respond):
+        with responding(dag_id, respond):
             run = dag.test(run_conf=conf)
     return _states(run)
 
@@ -116,18 +116,33 @@ def continue_run(dag_id: str, run_id: str):
     return _states(run)
 
 
+def as_user(user: str) -> dict[str, str]:
+    """The REST API's authorization header for ``user`` (a signed token of the app's own auth
+    manager): sent first, it is the one the API reads, so the request is that user's."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    rest_api()  # the app, and with it the auth manager
+    token = get_auth_manager().generate_jwt(user=SimpleAuthManagerUser(username=user, role="ADMIN"))
+    return {"Authorization": f"Bearer {token}"}
+
+
+def answer_as(api, dag_id: str, action: dict, choice: str, user: str | None = None):
+    """Answer a Required Action through the REST API, as ``user`` (else the app's anonymous admin)."""
+    ti = action["task_instance"]
+    return api.patch(
+        f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
+        json={"chosen_options": [choice]}, headers=as_user(user) if user else None)
+
+
 def _choosing(dag_id: str, answer: Callable[[dict], str]) -> Callable[[object, dict], None]:
     def choose(api, action) -> None:
-        ti = action["task_instance"]
-        api.patch(
-            f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
-            json={"chosen_options": [answer(action)]},
-        ).raise_for_status()
+        answer_as(api, dag_id, action, answer(action)).raise_for_status()
     return choose
 
 
 @contextmanager
-def _responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator[None]:
+def responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator[None]:
     """Respond to the DAG's pending Required Actions while the block runs, as a person would
     in the UI: through Airflow's own REST API."""
     api = rest_api()

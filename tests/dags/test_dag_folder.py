@@ -31,9 +31,9 @@ def test_on_call_dags_take_their_parameters_from_a_form(airflow_home):
     assert set(restart.params) == {"job", "action", "to_batch", "to_time", "recover_from", "accept_state_loss",
                                    "force", "approve_within_minutes"}
     # nothing is applied before a person approves the plan
-    assert isinstance(restart.get_task("approve"), ApprovalOperator)
-    assert restart.get_task("apply_plan").upstream_task_ids == {"approve"}
-    assert restart.get_task("approve").upstream_task_ids == {"plan"}
+    assert isinstance(restart.get_task("approve_and_apply"), ApprovalOperator)
+    assert restart.get_task("approve_and_apply").upstream_task_ids == {"plan"}
+    assert restart.get_task("run_job").upstream_task_ids == {"approve_and_apply"}
     assert set(bag.get_dag("sigflow_deploy").params) == {"mode", "trigger_interval", "jobs"}
 
 

@@ -10,7 +10,7 @@ import pytest
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from tests.dags.conftest import clear_tasks, continue_run, last_run_id, run_dag
+from tests.dags.conftest import answer_as, clear_tasks, continue_run, last_run_id, responding, run_dag
 from tests.helpers import REPO, at, cli_env, produce, run_job, table, wait_for
 from tests.oracle import Event
 from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks
@@ -36,19 +36,13 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
         return "Reject"
 
     state, tasks = run_dag("sigflow_restart", conf, answer=reject)
-    assert state == "success" and tasks == {"plan": "success", "approve": "success",
-                                            "apply_plan": "skipped", "run_job": "skipped"}
+    assert state == "success" and tasks == {"plan": "success", "approve_and_apply": "success",
+                                            "run_job": "skipped"}
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
     # the approval form shows the plan: the batches that re-run and the table versions restored
     assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[0]["body"]
     assert "restore device_events_deduplicated to version" in shown[0]["body"]
     assert "Plan digest: `" in shown[0]["body"]
-    # a Reject stays one when the apply task is cleared and runs again
-    rejected = last_run_id("sigflow_restart")
-    clear_tasks("sigflow_restart", rejected, ["apply_plan"])
-    state, tasks = continue_run("sigflow_restart", rejected)
-    assert tasks["apply_plan"] in ("skipped", "failed") and tasks["run_job"] != "success", tasks
-    assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
     assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
 
     def more_batches_then_approve(action):  # the job runs again while the approval waits
@@ -56,7 +50,7 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
         return "Approve"
 
     state, tasks = run_dag("sigflow_restart", conf, answer=more_batches_then_approve)
-    assert state == "failed" and tasks["apply_plan"] == "failed" and tasks["run_job"] != "success", tasks
+    assert state == "failed" and tasks["approve_and_apply"] == "failed" and tasks["run_job"] != "success", tasks
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[2]  # not rewound
     assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
     uninterrupted = _dedup_rows(s)
@@ -67,38 +61,92 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
     assert _dedup_rows(s) == uninterrupted
     assert Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"][0]["to_batch"] == ends[0]
 
-    # the approved run's plan and apply tasks cleared after more batches: the plan made again
-    # is not the one approved, and nothing is applied
+    # the approved run's approval cleared after more batches: it shows the plan made again
+    # (the new batches) and waits for a new answer; a Reject applies nothing
     approved = last_run_id("sigflow_restart")
     fourth = [Event(f"e{n}", f"d{n % 3}", at(10, 15) + n * 15_000, float(n)) for n in range(20)]
     ends.extend(_run_chunks(spark, s, [fourth]))
     committed = Checkpoint(s.checkpoint_uri("dedup")).last_committed()
-    clear_tasks("sigflow_restart", approved, ["plan", "apply_plan"])
-    state, tasks = continue_run("sigflow_restart", approved)
-    assert tasks["plan"] == "success" and tasks["apply_plan"] == "failed", tasks
+    clear_tasks("sigflow_restart", approved, ["approve_and_apply", "run_job"])
+    with responding("sigflow_restart", lambda api, action: answer_as(api, "sigflow_restart", action, "Reject")):
+        state, tasks = continue_run("sigflow_restart", approved)
+    assert tasks["approve_and_apply"] == "success" and tasks["run_job"] != "success", tasks
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == committed
     assert len(Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"]) == 1
 
 
-def test_an_approval_marked_success_by_hand_applies_nothing(spark, settings, dag_env):
-    """The UI's "Mark as success" on the waiting approval is no Approve."""
+def test_a_forged_approval_xcom_and_a_task_marked_success_apply_nothing(spark, settings, dag_env):
+    """Whoever may trigger sigflow_restart may also write XCom entries and mark tasks: while
+    the approval waits, an approval's return value with the digest shown is written, and the
+    task is marked success. Nobody pressed Approve: nothing is applied."""
     from tests.helpers import single_partition
 
     s = dag_env(single_partition(settings))
     first, second, _ = _chunks()
     ends = _run_chunks(spark, s, [first, second])
+    before = _dedup_rows(s)
 
-    def mark_success(api, action):
+    def forge_and_mark_success(api, action):
         ti = action["task_instance"]
-        api.patch(f"/api/v2/dags/sigflow_restart/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}",
-                  json={"new_state": "success"}).raise_for_status()
+        run = f"/api/v2/dags/sigflow_restart/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}"
+        digest = action["body"].rsplit("Plan digest: `", 1)[1].split("`")[0]
+        api.post(f"{run}/xcomEntries", json={"key": "return_value", "value": {
+            "chosen_options": ["Approve"], "plan_digest": digest,
+            "responded_by_user": {"id": "admin", "name": "admin"}}}).raise_for_status()
+        api.patch(run, json={"new_state": "success"}).raise_for_status()
 
-    state, tasks = run_dag("sigflow_restart", {"job": "dedup", "action": "rewind", "to_batch": ends[0]},
-                           respond=mark_success)
-    assert tasks["approve"] == "success" and tasks["apply_plan"] == "failed", tasks
-    assert tasks["run_job"] != "success" and state == "failed", tasks
+    run_dag("sigflow_restart", {"job": "dedup", "action": "rewind", "to_batch": ends[0]},
+            respond=forge_and_mark_success)
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
     assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
+    assert _dedup_rows(s) == before
+
+
+def test_the_page_approved_is_the_plan_not_an_edited_xcom_and_four_eyes_hold(spark, settings, dag_env, monkeypatch):
+    """A reviewer is shown the plan the approval task made itself (no XCom in between to
+    edit), the same page each time the state is the same. With self-approval off (the default), the
+    user who triggered the run cannot approve it (refused by sigflow, nothing changed); with
+    restart_approvers set, an answer from a user outside them is refused; another
+    user's Approve applies the plan once. (Airflow itself refuses a user outside assigned users
+    on the approval page: tests/spark_jobs/local/test_airflow_production.py.)"""
+    from tests.helpers import single_partition
+
+    s = dag_env(single_partition(settings))
+    first, second, third = _chunks()
+    ends = _run_chunks(spark, s, [first, second])
+    checkpoint = Checkpoint(s.checkpoint_uri("dedup"))
+    conf = {"job": "dedup", "action": "rewind", "to_batch": ends[0]}
+    shown = []
+
+    def self_approve(api, action):  # dag.test() runs are triggered by "dag_test"
+        shown.append(action["body"])
+        answer_as(api, "sigflow_restart", action, "Approve", user="dag_test").raise_for_status()
+
+    state, tasks = run_dag("sigflow_restart", conf, respond=self_approve)
+    assert tasks["approve_and_apply"] == "failed" and tasks["run_job"] != "success", tasks
+    assert checkpoint.last_committed() == ends[1] and "rewinds" not in checkpoint.identity()
+
+    refused = last_run_id("sigflow_restart")
+    monkeypatch.setenv("SIGFLOW_RESTART_APPROVERS", "carol")
+
+    def approve_as(user):
+        def respond(api, action):
+            shown.append(action["body"])
+            answer_as(api, "sigflow_restart", action, "Approve", user=user).raise_for_status()
+        return respond
+
+    # this test app lets any user answer (all admins): sigflow's own check refuses mallory
+    clear_tasks("sigflow_restart", refused, ["approve_and_apply", "run_job"])
+    with responding("sigflow_restart", approve_as("mallory")):
+        state, tasks = continue_run("sigflow_restart", refused)
+    assert tasks["approve_and_apply"] == "failed" and "rewinds" not in checkpoint.identity(), tasks
+
+    clear_tasks("sigflow_restart", refused, ["approve_and_apply", "run_job"])
+    with responding("sigflow_restart", approve_as("carol")):
+        state, tasks = continue_run("sigflow_restart", refused)
+    assert state == "success" and set(tasks.values()) == {"success"}, tasks
+    assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[-1] and shown[-1] == shown[0]
+    assert len(checkpoint.identity()["rewinds"]) == 1
 
 
 def test_an_unsafe_request_fails_at_the_plan_with_nothing_changed(spark, settings, dag_env):
@@ -107,7 +155,7 @@ def test_an_unsafe_request_fails_at_the_plan_with_nothing_changed(spark, setting
     run_job(spark, s, "ingest")
     last = Checkpoint(s.checkpoint_uri("ingest")).last_committed()
     state, tasks = run_dag("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": last})
-    assert state == "failed" and tasks["plan"] == "failed" and tasks["apply_plan"] != "success"
+    assert state == "failed" and tasks["plan"] == "failed" and tasks["approve_and_apply"] != "success"
 
 
 def test_recover_by_dag_continues_after_the_last_batch_in_delta(spark, settings, dag_env):

@@ -124,7 +124,9 @@ def test_compose_airflow_reads_the_settings_file_the_loopback_topology_reads(tmp
     resolved = yaml.safe_load(result.stdout)["services"]
     shared = airflow_local.production_settings()
     assert shared["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
-    assert f"{airflow_local.ADMIN}:admin" in shared["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",")
+    # the same users as the local stack: an operator to trigger restarts, a reviewer to approve them
+    assert shared["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",") == [
+        f"{user}:{role}" for user, role in airflow_local.USERS.items()]
     assert len(AIRFLOW_SERVICES) == 5
     for name in AIRFLOW_SERVICES:
         environment = {k: str(v) for k, v in resolved[name]["environment"].items()}

@@ -53,18 +53,23 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
         finished = cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"][apps_before:]
         assert [app["name"] for app in finished] == ["sigflow-ingest"], finished  # it ran on the cluster
 
-        rewind = airflow.trigger("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": 0})
+        # four eyes (restart_self_approval off): the operator triggers, the reviewer approves
+        rewind = airflow.trigger("sigflow_restart", {"job": "ingest", "action": "rewind", "to_batch": 0},
+                                 user=airflow_local.OPERATOR)
         action = airflow.wait_for_required_action("sigflow_restart", rewind)
         assert action["subject"] == "rewind ingest: apply this plan?"
         assert "restore device_events to version" in action["body"], action["body"]
         ARTIFACTS.mkdir(exist_ok=True)
         picture = ARTIFACTS / "airflow-restart-approval.png"
-        page = f"{airflow.url}/dags/sigflow_restart/runs/{quote(rewind)}/tasks/approve/required_actions"
+        page = f"{airflow.url}/dags/sigflow_restart/runs/{quote(rewind)}/tasks/approve_and_apply/required_actions"
         text = screenshot(page, airflow.token(), picture, wait_for_text="apply this plan?")
         assert "restore device_events to version" in text and picture.read_bytes().startswith(b"\x89PNG")
-        airflow.answer(action, "Approve")
+        airflow.answer(action, "Approve", user=airflow_local.REVIEWER)
         state, tasks = airflow.wait_for_run("sigflow_restart", rewind, timeout=900)
         assert state == "success" and set(tasks.values()) == {"success"}, tasks
+        applied = airflow.request("GET", f"/api/v2/dags/sigflow_restart/dagRuns/{quote(rewind)}/taskInstances/"
+                                  "approve_and_apply/xcomEntries/return_value")["value"]
+        assert applied[0] == "approved by reviewer (requested by operator)", applied
         assert contents(s, "device_events") == deployed  # batches after 0 re-run, written once
         assert "RESTORE" in [entry["operation"] for entry in DeltaTable(s.table_uri("device_events")).history()]
         finished = cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"][apps_before:]

@@ -5,31 +5,46 @@ import pytest
 
 from spark_jobs.config import load_settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.ops.restart.approval import refusal
+from spark_jobs.ops.restart.approval import Answer, page_digest, refusal
 
 DIGEST = "a" * 64
 
 
-def answered(choice="Approve", digest=DIGEST, user="alice"):
-    return {"chosen_options": [choice], "plan_digest": digest, "params_input": {},
-            "responded_by_user": {"id": user, "name": user}}
+def answered(choice="Approve", user="alice"):
+    return Answer([choice], user, user)
 
 
 def test_only_an_approve_of_the_plan_as_it_stands_is_applied():
-    assert refusal(answered(), DIGEST, "bob", []) is None
-    assert "no answer" in refusal(None, DIGEST, "bob", [])
-    assert "no answer" in refusal({}, DIGEST, "bob", [])  # a return value without an answer
-    assert "Reject, not Approve" in refusal(answered("Reject"), DIGEST, "bob", [])
-    assert "digest aaaaaaaaaaaa) is not the plan now (digest bbbbbbbbbbbb)" in refusal(answered(), "b" * 64, "bob", [])
-    assert "digest none" in refusal(answered(digest=None), DIGEST, "bob", [])
+    assert refusal(answered(), DIGEST, DIGEST, "bob", [], False) is None
+    assert "nobody answered" in refusal(None, DIGEST, DIGEST, "bob", [], False)
+    assert "nobody answered" in refusal(Answer([]), DIGEST, DIGEST, "bob", [], False)
+    assert "Reject, not Approve" in refusal(answered("Reject"), DIGEST, DIGEST, "bob", [], False)
+    assert "digest aaaaaaaaaaaa) is not the plan now (digest bbbbbbbbbbbb)" in refusal(
+        answered(), DIGEST, "b" * 64, "bob", [], False)
+    assert "digest none" in refusal(answered(), None, DIGEST, "bob", [], False)
 
 
-def test_with_approvers_set_only_they_approve_and_never_the_requester_alone():
+def test_a_page_with_other_words_for_the_same_plan_does_not_match():
+    page = "1. restore device_events to version 3\n\nPlan digest: `" + DIGEST + "`"
+    assert page_digest(page) != page_digest(page.replace("restore", "keep"))
+
+
+def test_with_approvers_set_only_they_approve():
     approvers = ["alice", "carol"]
-    assert refusal(answered(user="alice"), DIGEST, "bob", approvers) is None
-    assert "mallory answered, who is not in restart_approvers" in refusal(answered(user="mallory"), DIGEST, "bob", approvers)
-    assert "alice requested this restart and cannot approve it too" in refusal(answered(user="alice"), DIGEST, "alice", approvers)
-    assert refusal(answered(user="alice"), DIGEST, "alice", []) is None  # not set: one person may do both
+    assert refusal(answered(user="alice"), DIGEST, DIGEST, "bob", approvers, False) is None
+    assert "mallory answered, who is not in restart_approvers" in refusal(
+        answered(user="mallory"), DIGEST, DIGEST, "bob", approvers, False)
+
+
+def test_four_eyes_unless_self_approval_is_on():
+    assert "alice requested this restart and cannot approve it too" in refusal(
+        answered(user="alice"), DIGEST, DIGEST, "alice", [], False)
+    assert "alice requested" in refusal(answered(user="alice"), DIGEST, DIGEST, "alice", ["alice"], False)
+    # the requester matches by id or by name: the Airflow CLI's requester is the OS user
+    assert "requested" in refusal(Answer(["Approve"], "7", "alice"), DIGEST, DIGEST, "alice", [], False)
+    assert "unknown" in refusal(answered(), DIGEST, DIGEST, None, [], False)
+    assert refusal(answered(user="alice"), DIGEST, DIGEST, "alice", [], True) is None
+    assert load_settings(env={}).operations.restart_self_approval is False
 
 
 def test_restart_approvers_are_user_ids_separated_by_commas():

@@ -116,7 +116,7 @@ with DAG(
         "accept_state_loss": Param(False, type="boolean",
                                    description="recover from delta of a stateful job: accept the gap"),
         "force": Param(False, type="boolean", description="recover: replace a checkpoint that looks sound"),
-        "approve_within_minutes": Param(60, type="number", exclusiveMinimum=0,
+        "approve_within_minutes": Param(60, type="number", exclusiveMinimum=0, maximum=7 * 24 * 60,
                                         description="no answer by then fails the approval; nothing changes"),
     },
 ) as dag:

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
@@ -140,6 +141,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     topic = args.topic or settings.streaming.events_topic
+    if not Path(args.file).is_file():
+        raise SigflowError(f"{args.file}: no such file", "give the path of a file of JSON lines, one record each")
     if args.validate:
         check = simulate.check_file(args.file, _contract_of(settings, topic), settings.streaming.max_clock_ahead.ms)
         if check.failed:

@@ -48,6 +48,10 @@ class CheckpointIdentityLost(SigflowError):
     """A checkpoint has batches but not the id its Delta commits carry (sigflow.json)."""
 
 
+class CheckpointDamaged(SigflowError):
+    """A file of sigflow's in the checkpoint (sigflow.json) cannot be read."""
+
+
 class JobAlreadyRunning(SigflowError):
     """Another live run holds the checkpoint's lease."""
 

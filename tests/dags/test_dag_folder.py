@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.dags.conftest import DAGS
 
 
@@ -35,6 +37,19 @@ def test_on_call_dags_take_their_parameters_from_a_form(airflow_home):
     assert restart.get_task("approve_and_apply").upstream_task_ids == {"plan"}
     assert restart.get_task("run_job").upstream_task_ids == {"approve_and_apply"}
     assert set(bag.get_dag("sigflow_deploy").params) == {"mode", "trigger_interval", "jobs"}
+
+
+def test_an_approval_window_beyond_a_week_is_refused_by_the_form(airflow_home):
+    """1e10 minutes overflowed the approval's timeout deep in the task; the form refuses it."""
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    form = ParamsDict(_bag().get_dag("sigflow_restart").params)
+    form["approve_within_minutes"] = 7 * 24 * 60
+    form.validate()
+    with pytest.raises(ParamValidationError, match="approve_within_minutes"):
+        form["approve_within_minutes"] = 1e10
+        form.validate()
 
 
 def test_quality_runs_when_any_table_it_checks_is_updated(airflow_home):

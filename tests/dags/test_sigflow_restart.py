@@ -10,7 +10,14 @@ import pytest
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from tests.dags.conftest import answer_as, clear_tasks, continue_run, last_run_id, responding, run_dag
+from tests.dags.conftest import (
+    answer_as,
+    clear_tasks,
+    continue_run,
+    last_run_id,
+    responding,
+    run_dag,
+)
 from tests.helpers import REPO, at, cli_env, produce, run_job, table, wait_for
 from tests.oracle import Event
 from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks

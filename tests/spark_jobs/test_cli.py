@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,55 @@ def test_a_second_run_of_a_job_on_its_checkpoint_is_refused_and_no_row_is_writte
     assert count_matching(settings.table_uri("device_events_raw")) == 120
     JobRun(get_job("ingest"), settings, spark).run_available_now()  # the lease was released with the run
     assert count_matching(settings.table_uri("device_events_raw")) == 120
+
+
+def test_a_missing_file_to_produce_is_one_line(tmp_path):
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    for args in (("--validate",), ()):
+        lines = _one_line_error(sigflow(s, "produce", *args, "--file", str(tmp_path / "missing.jsonl")))
+        assert "missing.jsonl: no such file" in lines[0]
+
+
+def test_stop_refuses_to_signal_a_restart_being_applied(tmp_path):
+    """The lease is held by a rewind being applied (this test's process): `sigflow stop`
+    says so and signals nothing; a resume refuses to plan around it."""
+    from spark_jobs.ops import restart
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import Lease
+
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    with Lease(Checkpoint(s.checkpoint_uri("ingest")), "ingest", 60, purpose="rewind"):
+        lines = _one_line_error(sigflow(s, "stop", "ingest"))
+        assert "a rewind of its checkpoint is being applied" in lines[0]
+        resumed = restart.plan_resume(s, "ingest")
+        assert not resumed.steps and any("a rewind of ingest is being applied" in r for r in resumed.refusals)
+
+
+def test_bad_checkpoint_and_table_files_end_in_one_line_and_recover_runs_past_them(spark, settings):
+    """A checkpoint's sigflow.json that is not JSON, and a Delta commit whose userMetadata
+    is another writer's free text: rewind refuses in one line pointing to recover, recover
+    plans past the damaged file, lineage and the run say what is wrong without a traceback."""
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+    from spark_jobs.local.simulate import generate_events
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from tests.helpers import produce, run_job
+
+    produce(settings, generate_events(60, seed=6))
+    run_job(spark, settings, "ingest")
+    raw = settings.table_uri("device_events_raw")
+    write_deltalake(raw, DeltaTable(raw).to_pyarrow_dataset().head(0), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": "manual fix, see ticket"}))
+    lineage = sigflow(settings, "lineage", "device_events_raw")
+    assert lineage.returncode == 0, lineage.stderr
+
+    checkpoint = Checkpoint(settings.checkpoint_uri("ingest"))
+    (Path(checkpoint.path) / "sigflow.json").write_text('{"app_id": "sigflow-ingest-')
+    rewound = sigflow(settings, "checkpoint", "rewind", "ingest", "--to-batch", "0")
+    assert rewound.returncode == 3 and "Traceback" not in rewound.stderr, rewound.stderr
+    assert "sigflow.json is not a JSON object): recover it instead" in rewound.stdout
+    recovered = sigflow(settings, "checkpoint", "recover", "ingest", "--from", "delta")
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "move the old checkpoint aside" in recovered.stdout
+    ran = sigflow(settings, "run", "ingest", timeout=120)
+    assert "sigflow.json is damaged" in _one_line_error(ran)[0]

@@ -11,13 +11,13 @@ from typing import Callable
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.ops import status
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
-from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 
@@ -142,8 +142,18 @@ def running_holder(settings: Settings, job: StreamingJob, plan: Plan):
 
 def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None:
     holder = running_holder(settings, job, plan)
-    if holder is not None:
+    if holder is not None and not refuse_if_applying(holder, plan):
         plan.refuse(f"{job.name} is running (pid {holder.pid}): stop it first with `sigflow stop {job.name}`")
+
+
+def refuse_if_applying(holder: Holder, plan: Plan) -> bool:
+    """Refuse when the lease's holder is another restart being applied, not a run: it is
+    neither stopped nor planned around. True when it refused."""
+    if holder.purpose == RUN:
+        return False
+    plan.refuse(f"a {holder.purpose} of {holder.job} is being applied ({holder.describe()}): let it finish, "
+                "then plan again")
+    return True
 
 
 def refuse_if_unfinished_restart(plan: Plan) -> None:
@@ -178,7 +188,10 @@ def shared_tables(job: StreamingJob):
 
 
 def refuse_pending_rewind(checkpoint: Checkpoint, plan: Plan) -> None:
-    pending = checkpoint.identity().get("pending_rewind")
+    try:
+        pending = checkpoint.identity().get("pending_rewind")
+    except CheckpointDamaged:
+        return  # a damaged sigflow.json is one of the checkpoint's problems(), refused as such
     if pending is not None:
         plan.refuse(f"a rewind to batch {pending} did not finish: run that rewind again first")
 

@@ -10,11 +10,12 @@ from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
     holding_the_job,
+    refuse_if_applying,
     refuse_pending_rewind,
     running_holder,
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.checkpoint.lease import RUN, Lease
 from spark_jobs.runtime.waiting import wait_until
 
 
@@ -26,6 +27,9 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
     holder = status.running_holder(settings, job)
     if holder is None:
         return None
+    if holder.purpose != RUN:
+        raise SigflowError(f"{job} is not running: a {holder.purpose} of its checkpoint is being applied "
+                           f"({holder.describe()})", "let it finish; its plan says what comes next")
     process = holder.process()
     if process is None:
         raise SigflowError(
@@ -48,7 +52,7 @@ def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_pending_rewind(checkpoint, plan)
     holder = running_holder(settings, job, plan)
-    if holder is not None:
+    if holder is not None and not refuse_if_applying(holder, plan):
         plan.stop_step(f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
                   lambda: stop_running(settings, job.name))
     problems = checkpoint.problems()

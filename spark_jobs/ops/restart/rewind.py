@@ -13,6 +13,7 @@ from datetime import datetime
 from spark_jobs.config import Settings
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops.restart.plan import (
+    RECOVER_RUNBOOK,
     Plan,
     holding_the_job,
     offsets_text,
@@ -42,11 +43,12 @@ def plan_rewind(
     checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
     refuse_if_running(settings, job, plan)
     committed = checkpoint.committed_batches()
-    pending = checkpoint.identity().get("pending_rewind")
     problems = checkpoint.problems()
     if problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
+        plan.runbook = RECOVER_RUNBOOK
         return plan
+    pending = checkpoint.identity().get("pending_rewind")
     if to_time is not None:
         to_batch = _last_batch_started_before(checkpoint, committed, to_time)
         if to_batch is None:

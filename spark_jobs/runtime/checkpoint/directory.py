@@ -16,7 +16,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from spark_jobs.errors import CheckpointIdentityLost
+from spark_jobs.errors import CheckpointDamaged, CheckpointIdentityLost
 from spark_jobs.runtime.identifiers import checked
 
 
@@ -104,8 +104,18 @@ class Checkpoint:
 
     # ---- sigflow's own record in the checkpoint (sigflow.json) --------------------------
     def identity(self) -> dict[str, Any]:
+        """sigflow.json: the ids its Delta commits carry and what restarts recorded; raises
+        CheckpointDamaged for a file that is not a JSON object."""
         text = self._read("sigflow.json")
-        identity = json.loads(text) if text else {}
+        try:
+            identity = json.loads(text) if text else {}
+        except ValueError:
+            identity = None
+        if not isinstance(identity, dict):
+            raise CheckpointDamaged(
+                f"{self.uri}/sigflow.json is damaged (not a JSON object)",
+                "rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
+                "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
         for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
             if key in identity:
                 checked(identity[key], key, f"{self.uri}/sigflow.json")
@@ -191,8 +201,11 @@ class Checkpoint:
                 found.append(f"commits/{batch_id} has no offsets/{batch_id}")
         if offsets and self._read("metadata") is None:
             found.append("metadata (the query id) is missing")
-        if offsets and "app_id" not in self.identity():
-            found.append("sigflow.json (the id its Delta commits carry) is missing")
+        try:
+            if offsets and "app_id" not in self.identity():
+                found.append("sigflow.json (the id its Delta commits carry) is missing")
+        except CheckpointDamaged:
+            found.append("sigflow.json is not a JSON object")
         return found
 
     def truncate_after(self, batch_id: int) -> list[str]:

@@ -187,7 +187,8 @@ def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None
 
 def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
     """sigflow metadata of each commit of a table (of its newest ``limit`` commits), newest
-    first (version included)."""
+    first (version included); commits without it (another writer's, whatever their
+    userMetadata says) are left out."""
     from deltalake import DeltaTable
 
     table = DeltaTable(uri)
@@ -196,7 +197,10 @@ def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
         raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
         if not raw:
             continue
-        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:  # another writer's free text: not a sigflow commit, as one without any
+            continue
         meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
         if isinstance(meta, dict):
             found.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"), **meta})

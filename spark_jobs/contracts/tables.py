@@ -166,12 +166,23 @@ DQ_RESULTS = TableSpec(
     "table_version is the version of the table checked, whose rows a later run need not read again.",
 )
 
+RESTART_AUDIT = TableSpec(
+    "restart_audit",
+    "applied_at TIMESTAMP, job STRING, action STRING, requested_by STRING, approved_by STRING, "
+    "plan_digest STRING, steps STRING, outcome STRING, detail STRING, command STRING",
+    "One row per restart applied or attempted (resume, rewind, recover), from the sigflow_restart "
+    "DAG or the CLI: who requested it, who approved it (\"CLI --yes\" for the CLI, which no approval "
+    "gates), the plan's digest and steps (JSON list), and the outcome (applied, refused, failed) "
+    "with its detail. An apply killed half way has no row: its intent file says so until the "
+    "same restart finishes it.",
+)
+
 ALL_TABLES = {
     t.name: t
     for t in (
         DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
         DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
-        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, DQ_RESULTS,
+        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, DQ_RESULTS, RESTART_AUDIT,
     )
 }
 

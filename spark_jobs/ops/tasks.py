@@ -124,16 +124,20 @@ def apply_approved_restart(params: Mapping[str, Any], answer, approved_digest: s
     the commitments of the plan approved, only say what moved."""
     from spark_jobs.errors import SigflowError
     from spark_jobs.ops.restart import approval as approvals
+    from spark_jobs.ops.restart import audit
+    from spark_jobs.ops.restart.audit import Approval
 
     settings = load_settings()
     plan = restart_plan(params, settings)
     operations = settings.operations
     why = approvals.refusal(answer, approved_digest, approvals.page_digest(approvals.page(plan)), requester,
                             operations.approvers, operations.restart_self_approval)
+    approval = Approval(requester, answer.who() if answer else "nobody")
     if why:
+        audit.record(plan.audit_uri, plan, approval, audit.REFUSED, why)
         raise SigflowError(f"{plan.action} {plan.job} not applied: {why}; nothing was changed",
                            "trigger sigflow_restart again and approve the plan it shows",
                            details=plan.changes_since(approved_steps) if approved_steps is not None else [])
     lines = _logged([f"approved by {answer.who()} (requested by {requester or 'unknown'})", plan.describe()])
-    plan.apply()
+    plan.apply(approval)
     return lines

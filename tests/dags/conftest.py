@@ -146,15 +146,20 @@ def responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator
     """Respond to the DAG's pending Required Actions while the block runs, as a person would
     in the UI: through Airflow's own REST API."""
     api = rest_api()
-    done, failures, seen = threading.Event(), [], set()
+    done, failures = threading.Event(), []
+
+    def pending_actions() -> list[dict]:
+        pending = api.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails", params={"response_received": False})
+        pending.raise_for_status()
+        return pending.json()["hitl_details"]
+
+    # left unanswered by earlier runs (a task marked success by hand): not this block's to answer
+    seen = {action["task_instance"]["id"] for action in pending_actions()}
 
     def poll() -> None:
         try:
             while not done.wait(0.5):
-                pending = api.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails",
-                                  params={"response_received": False})
-                pending.raise_for_status()
-                for action in pending.json()["hitl_details"]:
+                for action in pending_actions():
                     ti = action["task_instance"]
                     if ti["id"] not in seen:  # once: marking the task done leaves it unanswered
                         seen.add(ti["id"])

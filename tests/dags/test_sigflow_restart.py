@@ -154,6 +154,10 @@ def test_the_page_approved_is_the_plan_not_an_edited_xcom_and_four_eyes_hold(spa
     assert state == "success" and set(tasks.values()) == {"success"}, tasks
     assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[-1] and shown[-1] == shown[0]
     assert len(checkpoint.identity()["rewinds"]) == 1
+    audited = table(s, "restart_audit").sort_values("applied_at")
+    assert audited[["requested_by", "approved_by", "outcome"]].values.tolist() == [
+        ["dag_test", "dag_test", "refused"], ["dag_test", "mallory", "refused"], ["dag_test", "carol", "applied"]]
+    assert "cannot approve it too" in audited.detail.iloc[0] and "not in restart_approvers" in audited.detail.iloc[1]
 
 
 def test_an_unsafe_request_fails_at_the_plan_with_nothing_changed(spark, settings, dag_env):

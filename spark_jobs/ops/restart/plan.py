@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
-from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, RESTART_AUDIT
+from spark_jobs.errors import CheckpointDamaged, JobAlreadyRunning, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.ops import status
+from spark_jobs.ops.restart import audit
+from spark_jobs.ops.restart.audit import Approval
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
@@ -21,6 +24,7 @@ from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 
+log = logging.getLogger("sigflow.restart")
 RUNBOOK = "docs/runbooks/rewind-and-reprocess.md"
 RECOVER_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
 
@@ -41,6 +45,7 @@ class Plan:
     command: str = ""
     # the same request planned again; ``apply`` calls it once it holds the lease
     replan: Callable[[], Plan] | None = field(default=None, repr=False)
+    audit_uri: str = ""  # restart_audit, where each apply is recorded
 
     def step(self, text: str, change: Callable[[], object]) -> None:
         self.steps.append(text)
@@ -89,16 +94,42 @@ class Plan:
             lines += ["", "Then:", *(f"- {text}" for text in self.afterwards)]
         return "\n".join([*lines, "", f"Runbook: `{self.runbook}`."])
 
-    def apply(self) -> None:
-        """Make every change in order, holding the job's lease after any stop: a run (the
-        scheduler's, a CLI's) cannot start on a checkpoint being changed under it, and an
-        apply does not start while a run holds it (refused, naming the run).
+    def apply(self, approval: Approval | None = None) -> None:
+        """Make every change in order (see ``_apply``), and append what happened to
+        restart_audit: applied, refused (nothing changed) or failed, with who requested and
+        who approved it (``approval``; the CLI's by default)."""
+        approval = approval or Approval.cli()
+        try:
+            self._apply()
+        except (PlanRefused, JobAlreadyRunning) as refused:
+            self._audit(approval, audit.REFUSED, str(refused))
+            raise
+        except BaseException as failure:
+            self._audit(approval, audit.FAILED, f"{type(failure).__name__}: {failure}")
+            raise
+        self._audit(approval, audit.APPLIED)
+
+    def _audit(self, approval: Approval, outcome: str, detail: str = "") -> None:
+        if not self.audit_uri:
+            return
+        try:
+            audit.record(self.audit_uri, self, approval, outcome, detail)
+        except Exception:
+            if outcome == audit.APPLIED:
+                raise  # applied, not recorded: the operator must know
+            log.warning("restart_audit: the %s row of %s %s could not be written", outcome, self.action, self.job,
+                        exc_info=True)
+
+    def _apply(self) -> None:
+        """Hold the job's lease after any stop: a run (the scheduler's, a CLI's) cannot start
+        on a checkpoint being changed under it, and an apply does not start while a run
+        holds it (refused, naming the run).
 
         Holding the lease, the request is planned again and applied only if that plan is
         this one: a run that committed between planning and the lease (a scheduled run, a
         CLI's) would otherwise be undone or skipped by changes planned without it."""
         if self.refusals:
-            raise SigflowError(
+            raise PlanRefused(
                 f"refusing to {self.action} {self.job}: " + "; ".join(self.refusals), f"see {self.runbook}"
             )
         for change in self.changes[:self.stops]:
@@ -108,7 +139,7 @@ class Plan:
             if now is not self:
                 moved = now.changes_since(self.steps[self.stops:])
                 if moved:
-                    raise SigflowError(
+                    raise PlanRefused(
                         f"{self.action} {self.job} not applied: the job's state moved between planning "
                         "and taking its lease; nothing was changed",
                         f"plan it again (`{self.command.removesuffix(' --yes')}`) and check the new plan",
@@ -123,11 +154,16 @@ class Plan:
                 self.lease.clear_intent()
 
 
+class PlanRefused(SigflowError):
+    """An apply that changed nothing: the plan refuses, or the state moved since it was made."""
+
+
 def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan, lease: Lease | None = None) -> Plan:
     """``plan``, applied holding the job's lease (see ``Plan.apply``): ``lease`` when it is
     planned again by the apply that holds it, else a new one."""
     plan.lease = lease or Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name,
                                 settings.operations.lease_ttl.seconds, purpose=plan.action)
+    plan.audit_uri = settings.table_uri(RESTART_AUDIT.name)
     return plan
 
 

@@ -59,7 +59,9 @@ def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -
     if problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
         plan.runbook = RECOVER_RUNBOOK
-    last = checkpoint.last_committed()
-    where = f"after committed batch {last}" if last is not None else "from the start (no checkpoint yet)"
+    # no batch number: a running job commits while the plan waits for approval, and what is
+    # approved (the page, digest included) must not move with it
+    where = "after its last committed batch" if checkpoint.last_committed() is not None else \
+        "from the start (no checkpoint yet)"
     plan.afterwards.append(f"run {job.name} from its checkpoint, {where}")
     return plan

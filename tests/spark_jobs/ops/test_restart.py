@@ -1,5 +1,6 @@
 """On-call operations: rewind and recover give the tables an uninterrupted run gives."""
 
+import getpass
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -349,6 +350,11 @@ def test_a_recover_killed_after_moving_the_checkpoint_aside_blocks_resume_and_ru
     assert finished.returncode == 0, finished.stdout + finished.stderr
     run_job(spark, settings, "ingest")
     assert Counter(table(settings, "device_events_raw")["value"]) == Counter(r.value for r in records)
+    # the killed apply left no row (its intent said it instead); the one that finished it did
+    audited = table(settings, "restart_audit")
+    assert audited[["action", "approved_by", "outcome", "command"]].values.tolist() == [
+        ["recover", "CLI --yes", "applied", command]]
+    assert audited.requested_by[0] == getpass.getuser()
 
 
 @pytest.mark.parametrize("content", ['{"action": "recover", "job": "ing', "null", "[]", '{"steps": 5}', "\xff"])

@@ -31,7 +31,7 @@ class EventTimeOracle:
     watermark_ms: int = 0  # offset-log entry of the next batch
     previous_watermark_ms: int = 0  # entry of the batch before: the late-row threshold
     max_event_ms: int | None = None
-    dedup_expiry: dict[str, int] = field(default_factory=dict)
+    dedup_expiry: dict[tuple[str, str], int] = field(default_factory=dict)  # (device_id, event_id)
     open_windows: dict[tuple, list[float]] = field(default_factory=lambda: defaultdict(list))
     emitted: dict[tuple, list[float]] = field(default_factory=dict)
     late: list[tuple[Event, int]] = field(default_factory=list)  # (event, watermark missed)
@@ -52,10 +52,10 @@ class EventTimeOracle:
                 self.max_event_ms = event.t_ms
             if event.t_ms <= wm:
                 self.late.append((event, wm))
-            elif event.event_id in self.dedup_expiry:
+            elif (event.device_id, event.event_id) in self.dedup_expiry:
                 self.duplicates.append(event)
             else:
-                self.dedup_expiry[event.event_id] = event.t_ms + self.delay_ms
+                self.dedup_expiry[(event.device_id, event.event_id)] = event.t_ms + self.delay_ms
                 self.kept.append(event)
                 for kind, start, end in self.windows_of(event.t_ms):
                     self.open_windows[(event.device_id, kind, start, end)].append(event.signal)

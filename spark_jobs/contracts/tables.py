@@ -107,7 +107,7 @@ EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
     f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}",
-    "Valid device events with duplicates (same event_id within the watermark) removed.",
+    "Valid device events with duplicates (a device's event_id again within the watermark) removed.",
 )
 DEVICE_SIGNAL_AVERAGES = TableSpec(
     "device_signal_averages",

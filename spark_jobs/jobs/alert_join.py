@@ -23,7 +23,7 @@ from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
@@ -100,5 +100,6 @@ ALERT_JOIN = StreamingJob(
     tables=JOB_TABLES["alert-join"],
     late_rule=dropped_by_the_join,
     checkpoint_settings=("alert_context", "multiple_watermark_policy"),
-    state_format=2,  # 2: alerts deduplicated by alert_id before the join
+    # 2: alerts deduplicated by alert_id before the join; 3: events by device and id
+    state_format=DEDUP_BY_DEVICE,
 )

@@ -8,7 +8,7 @@ from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
 
 
 def split(settings: StreamingSettings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
@@ -17,10 +17,11 @@ def split(settings: StreamingSettings, deduped: DataFrame, batch: BatchContext) 
 
 DEDUP = StreamingJob(
     name="dedup",
-    summary="device events without repeats of an event_id -> device_events_deduplicated",
+    summary="device events without repeats of a device's event_id -> device_events_deduplicated",
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: deduplicate(settings, valid_events(settings, records)),
     split=split,
     tables=JOB_TABLES["dedup"],
     late_rule=behind_watermark,
+    state_format=DEDUP_BY_DEVICE,
 )

@@ -18,15 +18,22 @@ def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     return parse_device_events(records, settings.max_clock_ahead)[0]
 
 
-def deduplicate(settings: StreamingSettings, events: DataFrame) -> DataFrame:
-    """Drop repeats of an event_id seen within the watermark delay.
+# An event is a device's: its id is unique per device, not across devices (firmware numbers
+# its events from 1), so two devices' events with one id are two events.
+EVENT_KEY = ["device_id", "event_id"]
+# the state layout of a job that deduplicates by EVENT_KEY (1 and 2 keyed by event_id alone)
+DEDUP_BY_DEVICE = 3
 
-    State per id lives until the watermark passes its first event_time + delay, so it stays
+
+def deduplicate(settings: StreamingSettings, events: DataFrame) -> DataFrame:
+    """Drop repeats of a device's event_id seen within the watermark delay.
+
+    State per key lives until the watermark passes its first event_time + delay, so it stays
     bounded. An id re-sent after that is treated as a new event (documented in
     docs/jobs/dedup.md); one re-sent behind the watermark is late and goes to late_events.
     """
     delay = settings.watermark_delay.spark
-    return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["event_id"])
+    return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(EVENT_KEY)
 
 
 def tumbling(settings: StreamingSettings, time_col: str | Column = "event_time") -> Column:

@@ -15,6 +15,7 @@ from spark_jobs.contracts.tables import FLEET_SIGNAL_ROLLUPS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
+    DEDUP_BY_DEVICE,
     behind_watermark,
     deduplicate,
     flatten_window,
@@ -47,4 +48,5 @@ FLEET_ROLLUP = StreamingJob(
     tables=JOB_TABLES["fleet-rollup"],
     late_rule=behind_watermark,
     checkpoint_settings=("tumbling_window", "fleet_window"),
+    state_format=DEDUP_BY_DEVICE,  # 1 and 2 deduplicated events by event_id alone
 )

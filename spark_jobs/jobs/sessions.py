@@ -32,7 +32,7 @@ from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_SESSIONS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.jobs.event_time import behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
 
 # One device's open sessions, ordered by start, as a JSON list of Session fields. Not typed
 # arrays: PySpark 4.2's worker cannot read an ARRAY field back from a state schema
@@ -153,5 +153,7 @@ SESSIONS = StreamingJob(
     tables=JOB_TABLES["sessions"],
     late_rule=behind_watermark,
     checkpoint_settings=("session_gap",),
-    state_format=2,  # 2: a device's open sessions as one JSON list (1: a single session's fields)
+    # 1: a single session's fields; 2: a device's open sessions as one JSON list; 3: events
+    # deduplicated by device and id
+    state_format=DEDUP_BY_DEVICE,
 )

@@ -21,6 +21,7 @@ from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import (
+    DEDUP_BY_DEVICE,
     behind_watermark,
     deduplicate,
     flatten_window,
@@ -107,6 +108,6 @@ WINDOWED_AVERAGES = StreamingJob(
     tables=JOB_TABLES["windowed-averages"],
     late_rule=behind_watermark,
     checkpoint_settings=("tumbling_window", "sliding_window", "sliding_step"),
-    state_format=2,
+    state_format=DEDUP_BY_DEVICE,  # 2: panes; 3: events deduplicated by device and id
     branches=lambda settings: 1 if from_panes(settings) else 2,
 )

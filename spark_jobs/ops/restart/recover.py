@@ -36,7 +36,7 @@ from spark_jobs.runtime.metrics.progress import end_offsets
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {
-    "dedup": "event ids seen before the recovery point are forgotten, so re-sent copies of "
+    "dedup": "events seen before the recovery point are forgotten, so re-sent copies of "
     "them within the watermark delay are written again to device_events_deduplicated",
     "windowed-averages": "windows open at the recovery point are emitted with only the events "
     "after it (low event_count), in device_signal_averages",

@@ -93,3 +93,23 @@ def test_partitions_added_between_runs_are_read_once_and_late_events_still_liste
     listed = table(s, "late_events")
     assert sorted(listed.event_id) == sorted(e.event_id for e in late)
     assert listed.partition.nunique() > 2  # late events from the new partitions too
+
+
+def test_two_devices_that_number_their_events_alike_keep_each_others_readings(spark, settings):
+    """Firmware numbers its events from 1: device d1's event 1 and d2's event 1 are two
+    readings. Both are kept and counted in their own device's windows; a re-send of either
+    is still a duplicate."""
+    s = single_partition(settings)
+    d1 = [Event(str(n), "d1", at(9, 0) + n * 10_000, 1.0) for n in range(1, 4)]
+    d2 = [Event(str(n), "d2", at(9, 0) + n * 10_000, 5.0) for n in range(1, 4)]
+    send(s, d1 + d2 + d1[:1])
+    run_job(spark, s, "dedup")
+    run_job(spark, s, "windowed-averages")
+    send(s, [Event("9", "d1", at(9, 30), 1.0)])  # moves the watermark past the first windows
+    run_job(spark, s, "windowed-averages")
+    kept = table(s, "device_events_deduplicated")
+    assert sorted(zip(kept.device_id, kept.event_id)) == sorted((e.device_id, e.event_id) for e in d1 + d2)
+    windows = table(s, "device_signal_averages")
+    tumbling = windows[windows.window_kind == "tumbling"]
+    first = tumbling[tumbling.window_start == tumbling.window_start.min()]
+    assert dict(zip(first.device_id, first.event_count)) == {"d1": 3, "d2": 3}

@@ -252,10 +252,10 @@ def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_run
     run_job(spark, settings, "sessions")
     checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
     identity = checkpoint.identity()
-    assert identity["settings"]["state_format"] == "2"
+    assert identity["settings"]["state_format"] == "3"
     del identity["settings"]["state_format"]  # as a sigflow before state formats recorded it
     checkpoint.save_identity(identity)
-    with pytest.raises(SigflowError, match="state_format was '1', now '2'") as err:
+    with pytest.raises(SigflowError, match="state_format was '1', now '3'") as err:
         JobRun(get_job("sessions"), settings, spark)
     assert "incompatible-change.md" in err.value.hint
 

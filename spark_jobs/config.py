@@ -187,6 +187,10 @@ class KafkaSettings(_Group):
     # big batch and a tiny one of fixed cost.
     max_offsets_per_trigger: Annotated[int, Field(ge=0)] = 250_000
     fail_on_data_loss: bool = True
+    # A job refuses a source topic stamped with the producer's clock (CreateTime): a producer
+    # clock ahead would carry event time past max_clock_ahead and move every watermark.
+    # True runs on such a topic anyway, saying so at the start of each run.
+    accept_producer_time: bool = _flat(False, "kafka_accept_producer_time")
     read_timeout_s: float = _flat(30.0, "kafka_read_timeout_s")
     # How long a running job waits for an unreachable Kafka to return (retrying with
     # backoff) before it stops; 0 stops at the first failure.

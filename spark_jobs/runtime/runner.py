@@ -98,6 +98,8 @@ class JobRun:
         kafka_client.check_reachable(self.kafka)
         for topic in job.topics(settings.streaming):
             kafka_client.topic_partitions(self.kafka, topic)
+        checkpoint_guards.check_broker_time(job, settings, kafka_client.timestamp_types(
+            self.kafka, job.topics(settings.streaming)))
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch

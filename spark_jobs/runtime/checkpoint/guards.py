@@ -3,10 +3,13 @@ settings its state was built with unchanged. Either refusal names the fix."""
 
 from __future__ import annotations
 
+import logging
+
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.kafka.client import BROKER_TIME
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
 
 
@@ -31,6 +34,24 @@ def check_no_unfinished_restart(intent: RestartIntent | None, job: str) -> None:
         )
 
 
+def check_broker_time(job: StreamingJob, settings: Settings, timestamp_types: dict[str, str]) -> None:
+    """Refuse source topics stamped with the producer's clock: the contract bounds event time
+    by the record's Kafka timestamp, which such a producer sets itself (docs/semantics.md)."""
+    producer_time = sorted(topic for topic, kind in timestamp_types.items() if kind != BROKER_TIME)
+    if not producer_time:
+        return
+    if settings.kafka.accept_producer_time:
+        log.warning("%s: topic %s stamped by the producer's clock (accept_producer_time): a producer clock "
+                    "ahead moves the watermark", job.name, ", ".join(producer_time))
+        return
+    raise SigflowError(
+        f"{job.name}: topic {', '.join(producer_time)} is stamped with the producer's clock (CreateTime), which "
+        "bounds event time: one producer's clock ahead would move every watermark",
+        f"switch it to the broker's clock: `sigflow topics use-broker-time` (from its next record on); "
+        f"or set kafka_accept_producer_time=true to run anyway")
+
+
+log = logging.getLogger("sigflow.runner")
 INCOMPATIBLE_RUNBOOK = "docs/runbooks/incompatible-change.md"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -24,7 +25,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.errors import BrokerUnavailable, ConfigError, SigflowError
 from spark_jobs.local import broker_tls
 from spark_jobs.local.private import write_private
 from spark_jobs.runtime import classpath
@@ -87,8 +88,23 @@ def _broker_password(settings: Settings) -> str:
 
 
 def _jaas(module: str, **options: str) -> str:
-    quoted = " ".join(f'{k}="{v}"' for k, v in options.items())
+    """A JAAS line whose option values are quoted and escaped (Kafka's JAAS parser takes
+    backslash escapes in quoted strings): a quote in a password cannot end it and add a
+    user. Names are sigflow's or a checked username, never quoted."""
+    for name, value in options.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
+            raise ConfigError(f"the broker cannot take the user name in {name!r}",
+                              "kafka_username: letters, digits and _ . @ - only")
+        if any(ord(char) < 32 or ord(char) == 127 for char in value):
+            raise ConfigError(f"a Kafka password of the embedded broker ({name}) has a control character "
+                              "(a newline?), which the broker's configuration cannot hold",
+                              "set kafka_password (or the file kafka_password_file names) without one")
+    quoted = " ".join(f'{k}="{_jaas_escaped(v)}"' for k, v in options.items())
     return f"org.apache.kafka.common.security.{module} required {quoted};"
+
+
+def _jaas_escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _security_properties(settings: Settings) -> dict[str, str]:
@@ -147,7 +163,8 @@ def server_properties(settings: Settings, client_port: int, controller_port: int
         "group.initial.rebalance.delay.ms": "0",
         "log.retention.check.interval.ms": "5000",
     }
-    return "".join(f"{k}={v}\n" for k, v in lines.items())
+    # java.util.Properties reads a backslash as an escape: each one written doubled
+    return "".join(f"{k}={v.replace(chr(92), chr(92) * 2)}\n" for k, v in lines.items())
 
 
 LOG4J2 = """\

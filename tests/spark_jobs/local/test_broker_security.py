@@ -115,3 +115,28 @@ def test_the_password_file_and_a_restart_with_a_changed_password(secured_broker,
     finally:
         broker.stop(changed)
         broker.start(home)
+
+
+def test_a_password_with_quotes_and_backslashes_is_one_password_not_a_second_user(secured_broker):
+    """The embedded broker writes the client's password into its JAAS line: a quote in it
+    once ended the value and could add a user. Quoted and escaped, the whole text is the
+    password (PLAIN and SCRAM take it), no user is added, and a newline is refused."""
+    from spark_jobs.errors import ConfigError
+
+    s, _, _ = secured_broker
+    home = load_settings(env={}, overrides={**s.flat(), "kafka_bootstrap_servers": ""})
+    tricky = home.replace(kafka_password='pw\\" user_mallory="stolen" x="' + secrets.token_urlsafe(8))
+    broker.stop(home)
+    try:
+        broker.start(tricky)
+        for mechanism in ("PLAIN", "SCRAM-SHA-512"):
+            kafka_client.check_reachable(kafka_address.connection(tricky.replace(kafka_sasl_mechanism=mechanism)))
+        mallory = tricky.replace(kafka_username="mallory", kafka_password="stolen", kafka_sasl_mechanism="PLAIN")
+        with pytest.raises(KafkaRefused, match="refused the credentials"):
+            kafka_client.check_reachable(kafka_address.connection(mallory))
+        broker.stop(tricky)
+        with pytest.raises(ConfigError, match="control character"):
+            broker.start(home.replace(kafka_password="first\nuser_mallory=stolen"))
+    finally:
+        broker.stop(tricky)
+        broker.start(home)

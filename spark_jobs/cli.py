@@ -60,7 +60,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         info = cluster.start(settings)
         return [f"Spark master {info.master_url} with {len(info.worker_pids)} workers (UI {info.ui_url}, "
                 f"logs in {cluster.cluster_dir(settings)})",
-                f"  submit jobs there: export SIGFLOW_SPARK_MASTER={info.master_url}"]
+                f"  submit jobs there: export SIGFLOW_SPARK_MASTER={info.master_url}",
+                f"  (from another data_dir also SIGFLOW_SPARK_AUTH_SECRET_FILE={cluster.auth_secret_file(settings)})"]
 
     return _service(args.action, "Spark cluster", start, lambda: cluster.stop(settings),
                     lambda: cluster.describe(settings) if cluster.recorded(settings) else [])

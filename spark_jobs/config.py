@@ -265,6 +265,10 @@ class SparkSettings(_Group):
     # `sigflow cluster start` runs). Executors then read Kafka and write Delta, so the data
     # and checkpoint roots must be paths every worker reaches.
     master: str = _flat("local[2]", "spark_master")
+    # The file holding a standalone cluster's shared secret (spark.authenticate): a driver
+    # without it cannot register. Empty: the loopback cluster's own under data_dir when
+    # master is on 127.0.0.1, else none (a cluster's spark-defaults.conf may hold it).
+    auth_secret_file: str = _flat("", "spark_auth_secret_file")
     executor_memory: JvmMemory = _flat("1g", "spark_executor_memory")  # per executor, on a cluster
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
     # --driver-memory wins); in local mode the executors' tasks run in it too.

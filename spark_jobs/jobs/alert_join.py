@@ -23,7 +23,12 @@ from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import (
+    DEDUP_BY_DEVICE,
+    behind_watermark,
+    deduplicate,
+    valid_events,
+)
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 

@@ -8,7 +8,12 @@ from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import (
+    DEDUP_BY_DEVICE,
+    behind_watermark,
+    deduplicate,
+    valid_events,
+)
 
 
 def split(settings: StreamingSettings, deduped: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:

@@ -32,7 +32,12 @@ from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_SESSIONS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.jobs.event_time import DEDUP_BY_DEVICE, behind_watermark, deduplicate, valid_events
+from spark_jobs.jobs.event_time import (
+    DEDUP_BY_DEVICE,
+    behind_watermark,
+    deduplicate,
+    valid_events,
+)
 
 # One device's open sessions, ordered by start, as a JSON list of Session fields. Not typed
 # arrays: PySpark 4.2's worker cannot read an ARRAY field back from a state schema

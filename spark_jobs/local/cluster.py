@@ -9,12 +9,19 @@ on the workers read Kafka and write Delta. Each worker has one core and a capped
 Logs, work directories and ``cluster.json`` (the addresses and pids) live under
 ``<data_dir>/cluster/``; ``stop`` only signals processes recorded there that still are a
 Spark master or worker.
+
+As compose's cluster, it takes only applications that hold its shared secret
+(``spark.authenticate``): generated at the first start into ``<data_dir>/cluster/auth_secret``
+(0600), given to the daemons in a configuration folder only this user reads, never on a
+command line. A co-tenant of the host cannot submit an application whose executors would
+run as this user with the workers' environment (Kafka's password, object-store keys).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import urllib.request
@@ -24,7 +31,9 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
+from spark_jobs.local.private import private_dir, write_private
 from spark_jobs.runtime.processes import is_recorded_process, start_time
+from spark_jobs.runtime.spark import LOOPBACK_CLUSTER_SECRET
 from spark_jobs.runtime.waiting import wait_until
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -65,6 +74,24 @@ def recorded(settings: Settings) -> ClusterInfo | None:
     return info if info.runs(info.master_pid, MASTER_CLASS) else None
 
 
+def auth_secret_file(settings: Settings) -> Path:
+    """The cluster's shared secret, made at its first start (0600): what drivers read
+    (spark_auth_secret_file; a driver with this data_dir finds it by itself)."""
+    path = cluster_dir(settings).joinpath(*LOOPBACK_CLUSTER_SECRET[1:])
+    if not path.exists():
+        write_private(path, secrets.token_hex(32))
+    return path
+
+
+def _daemon_conf(settings: Settings) -> Path:
+    """SPARK_CONF_DIR of the daemons: spark-defaults.conf with the shared secret, in a
+    folder only this user enters."""
+    conf = private_dir(cluster_dir(settings) / "conf")
+    write_private(conf / "spark-defaults.conf", "spark.authenticate true\n"
+                  f"spark.authenticate.secret {auth_secret_file(settings).read_text().strip()}\n")
+    return conf
+
+
 def _spark_home(settings: Settings) -> Path:
     """A SPARK_HOME for the daemons: pyspark's own jars, bin and python, and the RELEASE
     marker pip's pyspark lacks: without it a worker looks for the JARs of a source build."""
@@ -91,7 +118,7 @@ def _daemon(settings: Settings, main: str, log_name: str, *args: str) -> subproc
     # SPARK_SCALA_VERSION: without it the launcher that builds executor commands looks for a
     # source tree's build directories before it looks at RELEASE (Spark's AbstractCommandBuilder).
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.13", "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_LOG_DIR": str(cluster_dir(settings))}
+           "SPARK_LOG_DIR": str(cluster_dir(settings)), "SPARK_CONF_DIR": str(_daemon_conf(settings))}
     command = [
         str(Path(os.environ["JAVA_HOME"], "bin", "java")), f"-Xmx{DAEMON_HEAP}",
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", "-Duser.timezone=UTC", *settings.spark.java_options.split(),
@@ -121,7 +148,7 @@ def _wait(what: str, ready, processes: list[subprocess.Popen], settings: Setting
 def start(settings: Settings, timeout_s: float = 90.0) -> ClusterInfo:
     """Start the master and ``cluster_workers`` workers, or the workers missing from a
     recorded cluster (a killed worker comes back). Returns when every worker is registered."""
-    cluster_dir(settings).mkdir(parents=True, exist_ok=True)
+    private_dir(cluster_dir(settings))  # its secret, and its executors' work directories
     info = recorded(settings)
     started: list[subprocess.Popen] = []
     if info is None:

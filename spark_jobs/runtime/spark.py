@@ -12,7 +12,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, on_local_disk
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import ConfigError, SigflowError
 from spark_jobs.runtime import class_data
 from spark_jobs.runtime.jvm_options import java_options_conf
 from spark_jobs.runtime.lineage import spark_listener_conf
@@ -104,7 +104,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
 
         SparkContext._ensure_initialized()  # noqa: SLF001 - the JVM spark-submit started, whose properties hold --jars
         classpath.require_submitted(SparkConf().get("spark.jars", "").split(","), "openlineage")
-    builder = builder.config(map=spark_listener_conf(settings, app_name))
+    builder = builder.config(map=spark_listener_conf(settings, app_name)).config(map=auth_conf(settings))
     spark = builder.getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
         from spark_jobs.runtime import classpath
@@ -118,6 +118,27 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         accumulators.handle_error = lambda request, client_address: None
     configure_session(spark, settings)
     return spark
+
+
+LOOPBACK_CLUSTER_SECRET = ("cluster", "auth_secret")  # under data_dir, written by `sigflow cluster start`
+
+
+def auth_conf(settings: Settings) -> dict[str, str]:
+    """Spark's shared-secret authentication for a standalone cluster that asks for it: the
+    secret read from its file into the driver's configuration (through the gateway, never a
+    command line); the cluster hands it to the executors it starts."""
+    path = settings.spark.auth_secret_file
+    if not path and settings.spark.master.startswith("spark://127.0.0.1:"):
+        loopback = Path(settings.data_dir, *LOOPBACK_CLUSTER_SECRET)
+        path = str(loopback) if loopback.exists() else ""
+    if not path:
+        return {}
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"spark_auth_secret_file {path} cannot be read ({exc.strerror})",
+                          "point it at the cluster's shared secret file") from None
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret}
 
 
 def jar_conf(settings: Settings) -> dict[str, str]:

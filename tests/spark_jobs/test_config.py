@@ -143,7 +143,7 @@ FLAT_SAMPLES = {
     "critical_severities": ("critical, warning", "critical,warning"), "critical_kinds": ("smoke", "smoke"),
     "real_time_checkpoint_interval": ("30 seconds", 30), "lineage_url": ("http://marquez:5000/", "http://marquez:5000"),
     "lineage_spark_listener": ("true", True),
-    "spark_master": ("spark://m:7077", "spark://m:7077"),
+    "spark_master": ("spark://m:7077", "spark://m:7077"), "spark_auth_secret_file": ("/run/s", "/run/s"),
     "spark_executor_memory": ("4g", "4g"), "spark_driver_memory": ("3g", "3g"), "jvm_options": ("-Xss4m", "-Xss4m"),
     "jit": ("quick", "quick"), "class_data_sharing": ("false", False), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
     "spark_ui": ("true", True), "spark_ui_port": ("4050", 4050), "spark_log_level": ("WARN", "WARN"),

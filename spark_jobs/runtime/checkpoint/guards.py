@@ -9,8 +9,8 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.kafka.client import BROKER_TIME
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
+from spark_jobs.runtime.kafka.client import BROKER_TIME
 
 
 def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
@@ -47,8 +47,8 @@ def check_broker_time(job: StreamingJob, settings: Settings, timestamp_types: di
     raise SigflowError(
         f"{job.name}: topic {', '.join(producer_time)} is stamped with the producer's clock (CreateTime), which "
         "bounds event time: one producer's clock ahead would move every watermark",
-        f"switch it to the broker's clock: `sigflow topics use-broker-time` (from its next record on); "
-        f"or set kafka_accept_producer_time=true to run anyway")
+        "switch it to the broker's clock: `sigflow topics use-broker-time` (from its next record on); "
+        "or set kafka_accept_producer_time=true to run anyway")
 
 
 log = logging.getLogger("sigflow.runner")

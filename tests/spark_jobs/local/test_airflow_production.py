@@ -34,7 +34,8 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
     s = settings.replace(data_dir=str(data), spark_master=master, max_offsets_per_trigger=300)
     records = generate_events(900, seed=31, malformed_ratio=0.02)
     produce(s, records)
-    env = {**settings_env(s), "SIGFLOW_SPARK_MASTER": master, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g"}
+    env = {**settings_env(s), "SIGFLOW_SPARK_MASTER": master, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g",
+           "SIGFLOW_SPARK_AUTH_SECRET_FILE": str(cluster.auth_secret_file(spark_cluster))}
     apps_before = len(cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"])
 
     airflow = airflow_local.start_production(s, port=free_port(), extra_env=env)

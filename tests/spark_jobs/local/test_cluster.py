@@ -29,7 +29,8 @@ COMPARED = ("device_events", "quarantined_events", "device_signal_averages")
 def _on_cluster(spark_cluster, settings, name: str):
     """These settings with their own data directory, and the environment that submits to the cluster."""
     s = settings.replace(data_dir=str(settings.data_dir) + f"-{name}")
-    env = {"SIGFLOW_SPARK_MASTER": cluster.recorded(spark_cluster).master_url, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g"}
+    env = {"SIGFLOW_SPARK_MASTER": cluster.recorded(spark_cluster).master_url, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g",
+           "SIGFLOW_SPARK_AUTH_SECRET_FILE": str(cluster.auth_secret_file(spark_cluster))}
     return s, env
 
 
@@ -76,3 +77,27 @@ def test_jobs_on_the_cluster_losing_a_worker_mid_run_write_the_tables_a_local_ru
     info = cluster.start(spark_cluster)  # the worker comes back and registers
     assert len(info.workers_alive()) == 2
     assert set(info.process_started) == {str(pid) for pid in (info.master_pid, *info.worker_pids)}
+
+
+def test_a_driver_without_the_clusters_secret_is_refused(spark_cluster, tmp_path):
+    """A co-tenant of the host submits an application without the cluster's shared secret:
+    the master refuses its connection (the driver never registers, no executor starts as
+    this user); the secret file is this user's only."""
+    from pathlib import Path
+
+    info = cluster.recorded(spark_cluster)
+    secret = cluster.auth_secret_file(spark_cluster)
+    assert secret.stat().st_mode & 0o077 == 0 and secret.parent.stat().st_mode & 0o077 == 0
+    log = Path(cluster.cluster_dir(spark_cluster), "master.log")
+    seen = log.read_text().count("Expected SaslMessage")
+    code = ("from pyspark.sql import SparkSession; "
+            f"SparkSession.builder.master({info.master_url!r}).appName('co-tenant').getOrCreate().range(1).count()")
+    intruder = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**cli_env(None), "SPARK_LOCAL_IP": "127.0.0.1"})
+    try:
+        wait_for(lambda: log.read_text().count("Expected SaslMessage") > seen, timeout_s=120,
+                 watched=(intruder,), what="the master refusing the unauthenticated driver")
+    finally:
+        intruder.kill()
+        intruder.wait()
+    assert "co-tenant" not in [app["name"] for app in _apps(spark_cluster)]

@@ -206,8 +206,9 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             status.behind = sum(status.lag.values())
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
+    left_held = lease is not None and not lease.released and not running  # a run that died holding it
     status.verdict = verdict(
-        job, running=running, last_batch=last, planned_batch=planned, stale_lease=lease is not None and not running,
+        job, running=running, last_batch=last, planned_batch=planned, stale_lease=left_held,
         behind=status.behind, age_s=status.age_s, trigger_s=_commit_interval_s(settings, job),
         batch_records=settings.kafka.max_offsets_per_trigger)
     return status

@@ -273,3 +273,46 @@ def test_every_spark_process_authenticates_with_the_shared_secret_from_a_file(tm
     assert ran.stdout.split() == ["700", "600"]
     conf = (conf_dir / "spark-defaults.conf").read_text().splitlines()
     assert conf == ["spark.sql.session.timeZone UTC", "spark.authenticate true", "spark.authenticate.secret s3cr3t-shared"]
+
+
+def _run_one_shot(service: str, tmp_path, env: dict[str, str], fakes: dict[str, str]) -> None:
+    """Run a one-shot service's shell command as its container would, with each program in
+    ``fakes`` replaced by a script that logs its arguments and standard input."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    if not (bin_dir / "python").exists():
+        (bin_dir / "python").symlink_to(sys.executable)
+    command = SERVICES[service]["command"][-1].replace("$$", "$")  # compose's escape of a shell $
+    subprocess.run(["/bin/sh", "-c", command], env={"PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+                   cwd=tmp_path, check=True, timeout=60)
+
+
+def test_the_one_shot_services_pass_passwords_by_environment_or_stdin_never_as_arguments(tmp_path):
+    """minio-init hands the jobs' S3 key to mc on its standard input, airflow-init writes the
+    users' passwords from its environment into a file only its owner reads: no password is
+    in any program's arguments (what `ps` shows)."""
+    import json
+
+    log = tmp_path / "calls.log"
+    record = f'echo "ARGS $*" >> {log}; if [ ! -t 0 ]; then echo "STDIN $(cat)" >> {log}; fi'
+    _run_one_shot("minio-init", tmp_path, {"SIGFLOW_S3_USER": "jobs", "SIGFLOW_S3_PASSWORD": "s3-pw-1",
+                                           "MC_HOST_local": "http://root:root-pw@minio:9000"}, {"mc": record})
+    calls = log.read_text().splitlines()
+    assert "ARGS admin user add local jobs" in calls and "STDIN s3-pw-1" in calls
+    assert not [line for line in calls if line.startswith("ARGS") and ("s3-pw-1" in line or "root-pw" in line)]
+
+    passwords = tmp_path / "auth" / "passwords.json"
+    passwords.parent.mkdir()
+    users = {"AIRFLOW_ADMIN_PASSWORD": "a-pw", "AIRFLOW_OPERATOR_PASSWORD": "o-pw", "AIRFLOW_REVIEWER_PASSWORD": "r-pw"}
+    _run_one_shot("airflow-init", tmp_path, {**users, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)},
+                  {"airflow": record})
+    assert json.loads(passwords.read_text()) == {"admin": "a-pw", "operator": "o-pw", "reviewer": "r-pw"}
+    assert passwords.stat().st_mode & 0o077 == 0
+    assert not [line for line in log.read_text().splitlines() if line.startswith("ARGS") and "-pw" in line]

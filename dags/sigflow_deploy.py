@@ -20,21 +20,12 @@ By hand: `sigflow topics create`, then `sigflow run <job> [--processing-time 10s
 
 from __future__ import annotations
 
-import os
-import sys
 from datetime import datetime
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, task
 
-import spark_jobs.cli
+from spark_jobs.airflow.operators import SigflowSubmitOperator
 from spark_jobs.jobs import ALL_JOB_NAMES
-from spark_jobs.runtime import class_data, classpath
-from spark_jobs.runtime.jvm_options import java_options_conf
-
-# The pinned JARs (Spark's Kafka source, delta-spark) and Delta's session settings for the
-# submitted driver; empty when none is installed (the job then stops, saying to fetch them).
-SUBMIT_JARS, SUBMIT_CONF = classpath.submit_options()
 
 RUN_MODE = (
     "{{ '--available-now' if params.mode == 'available-now' "
@@ -44,21 +35,21 @@ RUN_MODE = (
 
 @task(show_return_value_in_logs=False)  # its lines are in the log once already
 def validate_config() -> list[str]:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.describe_settings()
 
 
 @task(show_return_value_in_logs=False)
 def ensure_topics() -> list[str]:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.ensure_topics()
 
 
 @task(show_return_value_in_logs=False)
 def ensure_tables() -> list[str]:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.ensure_tables()
 
@@ -91,19 +82,4 @@ with DAG(
     chosen = choose_jobs()
     validate_config() >> ensure_topics() >> ensure_tables() >> chosen
     for name in ALL_JOB_NAMES:
-        chosen >> SparkSubmitOperator(
-            task_id=f"start_{name.replace('-', '_')}",
-            application=spark_jobs.cli.__file__,
-            application_args=["run", name, RUN_MODE],
-            conn_id="spark_default",
-            name=f"sigflow-{name}",
-            # sigflow's Java options, log4j2 settings and the drivers' class archive: the driver's
-            # JVM starts before sigflow does, so SIGFLOW_JVM_OPTIONS is read here, from the DAG
-            # processor's environment
-            conf={"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable), **SUBMIT_CONF,
-                  **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""), class_data.submit_options(os.environ))},
-            jars=SUBMIT_JARS or None,
-            # the task run and the DAG run, in the job's Spark properties: its lineage events
-            # name them as parent and root (docs/lineage.md)
-            openlineage_inject_parent_job_info=True,
-        )
+        chosen >> SigflowSubmitOperator(task_id=f"start_{name.replace('-', '_')}", job=name, mode=RUN_MODE)

@@ -16,7 +16,7 @@ from airflow.sdk import DAG, task
 
 @task
 def maintain_tables_and_checkpoints() -> list[str]:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.maintain()
 

@@ -19,7 +19,7 @@ from spark_jobs.ops.quality import CHECKED_TABLES
 
 @task
 def check_table(table: str) -> str:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.check_table(table)
 

@@ -27,12 +27,11 @@ then `sigflow run JOB`. Runbooks: docs/runbooks/.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import TaskAwaitingInput
 
+from spark_jobs.airflow.operators import PlanApprovalOperator
 from spark_jobs.jobs import JOB_NAMES
 
 
@@ -42,7 +41,7 @@ def plan(params=None) -> None:
     anyone is asked."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     planned = tasks.restart_plan(params)
     print(planned.describe(), flush=True)
@@ -50,47 +49,9 @@ def plan(params=None) -> None:
         raise AirflowFailException(f"refused: {'; '.join(planned.refusals)} (see {planned.runbook})")
 
 
-class PlanApproval(ApprovalOperator):
-    """Waits for Approve or Reject of a plan it makes itself, then applies the plan approved.
-
-    The page shown is made here from a fresh plan, never from `plan`'s XCom (which whoever
-    may trigger a run may also edit), and its digest travels with the waiting task (its
-    resume arguments). Once answered, the answer is read from Airflow's own record of the
-    human response (the HITL detail: who answered, what, when), which only the response
-    endpoint writes; marking this task success by hand records no answer, so nothing is
-    applied."""
-
-    def execute(self, context):
-        from spark_jobs.ops import tasks
-
-        self.response_timeout = timedelta(minutes=context["params"]["approve_within_minutes"])
-        self.body, digest, commitments = tasks.approval_page(context["params"])
-        self.assigned_users = tasks.restart_approvers() or None
-        try:
-            return super().execute(context)
-        except TaskAwaitingInput as waiting:
-            waiting.kwargs = {**(waiting.kwargs or {}), "plan_digest": digest, "commitments": commitments}
-            raise
-
-    def execute_complete(self, context, event, plan_digest=None, commitments=None):
-        from spark_jobs.ops import tasks
-        from spark_jobs.ops.restart.approval import APPROVE, Answer
-
-        # the event is the triggerer's reading of Airflow's record of the response; it reaches
-        # this task through the task's own resume state, which no API a user calls writes
-        answered = super().execute_complete(context, event)  # a Reject skips what follows here
-        if answered["chosen_options"] != [APPROVE]:
-            return None
-        responder = answered.get("responded_by_user") or {}
-        answer = Answer(list(answered["chosen_options"]), responder.get("id"), responder.get("name"),
-                        answered.get("responded_at"))
-        return tasks.apply_approved_restart(context["params"], answer, plan_digest,
-                                            context["dag_run"].triggering_user_name, commitments)
-
-
 @task
 def run_job(params=None) -> str:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.run_job(params["job"])
 
@@ -120,6 +81,6 @@ with DAG(
                                         description="no answer by then fails the approval; nothing changes"),
     },
 ) as dag:
-    approve_and_apply = PlanApproval(task_id="approve_and_apply",
+    approve_and_apply = PlanApprovalOperator(task_id="approve_and_apply",
                                      subject="{{ params.action }} {{ params.job }}: apply this plan?")
     plan() >> approve_and_apply >> run_job()

@@ -22,7 +22,7 @@ TABLE_ASSETS = {
 
 @task
 def run_job(job: str) -> str:
-    from spark_jobs.ops import tasks
+    from spark_jobs.airflow import tasks
 
     return tasks.run_job(job)
 

@@ -1,4 +1,4 @@
-"""Layers point one way: dags -> cli -> ops -> install -> runtime -> jobs -> contracts -> config
+"""Layers point one way: dags -> airflow -> cli -> ops -> install -> runtime -> jobs -> contracts -> config
 (errors beside config). A module may import its own layer and the ones after it, never one
 before it, at the top of the file or inside a function.
 
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["dags", "cli", "ops", "install", "runtime", "jobs", "contracts", "config"]
+LAYERS = ["dags", "airflow", "cli", "ops", "install", "runtime", "jobs", "contracts", "config"]
 SIDE_WING = "local"
 # where the side wing sits for its own imports, and who may import it
 SIDE_WING_BESIDE = "runtime"

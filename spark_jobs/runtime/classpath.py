@@ -177,17 +177,23 @@ def verified_paths(sets: tuple[str, ...] | list[str], dest: Path | None = None) 
     return [path_of(jar, dest) for jar in jars]
 
 
-def submit_options(dest: Path | None = None) -> tuple[str, dict[str, str]]:
-    """``--jars`` and the Delta ``--conf`` for a spark-submit of a sigflow job, from the
-    installed JARs (checked for presence only: cheap enough for a DAG file; the submitted
-    driver hashes each before it starts a query, ``verify_classpath``); nothing when none is
-    installed, and the submitted job then stops saying to fetch them."""
-    dest = dest or Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
-    present = [path_of(j, dest) for j in locked(SPARK_CLASSPATH_SETS) if path_of(j, dest).exists()]
-    if not any(p.parent.name == "spark" for p in present):
-        return "", {}
-    present += [logstore_jar(dest)] if logstore_jar(dest).exists() else []
-    return ",".join(map(str, present)), {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
+def submit_dir() -> Path:
+    """Where the JARs of a spark-submit on this machine are (SIGFLOW_JARS_DIR, else the default)."""
+    return Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
+
+
+def verified_submit_jars(dest: Path) -> str:
+    """``--jars`` for a spark-submit of a sigflow job: the installed JARs (openlineage's too
+    when fetched: the driver's settings decide whether its listener runs), each hashed
+    against its pin before the driver's JVM loads them (raises naming the first missing or
+    corrupt one)."""
+    fetched = tuple(name for name in ("openlineage",) if any(path_of(j, dest).exists() for j in locked((name,))))
+    return ",".join(map(str, spark_jar_paths(dest, required=fetched)))
+
+
+def submit_conf(dest: Path) -> dict[str, str]:
+    """Delta's session settings and the object store's, as a spark-submit's ``--conf``."""
+    return {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
 
 
 def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) -> list[Path]:

@@ -86,8 +86,8 @@ def test_parsing_a_dag_file_imports_no_spark_pandas_or_arrow(airflow_home):
 
 
 def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(airflow_home, tmp_path, monkeypatch):
-    """spark-submit starts the driver's JVM before sigflow runs, so the DAG names the drivers'
-    class archive in its Java options, from the DAG processor's environment; none when the
+    """spark-submit starts the driver's JVM before sigflow runs, so the submit names the
+    drivers' class archive in its Java options, from the worker's environment; none when the
     archive is not whole."""
     from spark_jobs.runtime import class_data
 
@@ -100,8 +100,27 @@ def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(ai
     class_data.adopt(tmp_path / "dump", archive)
 
     def driver_options() -> str:
-        return _bag().get_dag("sigflow_deploy").get_task("start_ingest").conf["spark.driver.extraJavaOptions"]
+        return _bag().get_dag("sigflow_deploy").get_task("start_ingest").spark_properties()[
+            "spark.driver.extraJavaOptions"]
 
     assert f"-XX:SharedArchiveFile={archive} " in driver_options()
     archive.write_bytes(b"\0" * 100)  # not the size recorded
     assert "SharedArchiveFile" not in driver_options()
+
+
+def test_the_deploy_submit_hashes_its_jars_before_spark_submit_loads_them(airflow_home, tmp_path, monkeypatch):
+    """spark-submit's JVM loads delta-spark's session extension from --jars before sigflow
+    runs: a JAR that differs from its pin fails the task, naming it, before spark-submit starts."""
+    import shutil
+
+    from spark_jobs.install import jars
+    from spark_jobs.runtime.classpath import JarError
+
+    spark_set = tmp_path / "jars" / "spark"
+    shutil.copytree(jars.default_dir() / "spark", spark_set, symlinks=False)
+    tampered = next(spark_set.glob("delta-spark_*.jar"))
+    tampered.write_bytes(tampered.read_bytes() + b"\0")
+    monkeypatch.setenv("SIGFLOW_JARS_DIR", str(tmp_path / "jars"))
+    task = _bag().get_dag("sigflow_deploy").get_task("start_ingest")
+    with pytest.raises(JarError, match="delta-spark_.* is corrupt"):  # before spark-submit starts
+        task.execute({})

@@ -126,5 +126,22 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
     assert {s.streaming.events_topic, s.streaming.alerts_topic} <= set(topics)
     logged = capfd.readouterr()
     assert f"kafka_username = '{SECURED_USER}'" in logged.out + logged.err  # validate_config's listing ran
+
+    # the submitted driver authenticates with the connection's credentials too: they reach it
+    # in its environment, the password as a private file, never on its command line
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    records = generate_events(40, seed=12)
+    from spark_jobs.local.simulate import produce_records
+
+    produce_records(kafka_address.connection(s.replace(kafka_username=SECURED_USER, kafka_password=password)),
+                    s.streaming.events_topic, [(r.key, r.value) for r in records])
+    state, tasks = run_dag("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
+    assert state == "success" and tasks["start_ingest"] == "success", tasks
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records)
+
+    logged = capfd.readouterr()
     assert password not in logged.out + logged.err
     assert [p for p in Path(airflow_home).rglob("*.log") if password in p.read_text(errors="replace")] == []
+    assert [p for p in Path(s.data_dir).rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []

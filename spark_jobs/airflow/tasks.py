@@ -1,6 +1,6 @@
 """What each sigflow Airflow task runs: an ops function with the settings of the task's
-environment. Its lines go to the task log and are returned (the task's XCom), so a DAG
-task is one call and the CLI and the DAGs cannot drift apart.
+environment (``hooks.load_settings``). Its lines go to the task log and are returned (the
+task's XCom), so a DAG task is one call and the CLI and the DAGs cannot drift apart.
 
 Imported inside the task functions, never at DAG parse time.
 """
@@ -9,36 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from spark_jobs.airflow.hooks import load_settings
 from spark_jobs.config import Settings
-from spark_jobs.config import load_settings as _load_from_environment
-
-# The Airflow connection that may hold Kafka's credentials (docs/security.md).
-KAFKA_CONNECTION = "sigflow_kafka"
-
-
-def load_settings() -> Settings:
-    """The task environment's settings, with Kafka's credentials from the Airflow connection
-    ``sigflow_kafka`` when one is defined: Airflow then masks its password in task logs."""
-    return _load_from_environment(overrides=_kafka_connection())
-
-
-def _kafka_connection() -> dict[str, Any]:
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(KAFKA_CONNECTION)
-    except AirflowNotFoundException:
-        return {}
-    overrides: dict[str, Any] = {}
-    if conn.login:
-        overrides["kafka_username"] = conn.login
-    if conn.password:  # it replaces a password file the environment may name
-        overrides.update(kafka_password=conn.password, kafka_password_file="")
-    for key in ("security_protocol", "sasl_mechanism", "ca_file"):
-        if key in conn.extra_dejson:
-            overrides[f"kafka_{key}"] = conn.extra_dejson[key]
-    return overrides
 
 
 def _logged(lines: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,34 @@ def test_the_one_shot_services_pass_passwords_by_environment_or_stdin_never_as_a
     assert json.loads(passwords.read_text()) == {"admin": "a-pw", "operator": "o-pw", "reviewer": "r-pw"}
     assert passwords.stat().st_mode & 0o077 == 0
     assert not [line for line in log.read_text().splitlines() if line.startswith("ARGS") and "-pw" in line]
+
+
+@pytest.mark.parametrize("dockerfile", ["infra/spark/Dockerfile", "infra/airflow/Dockerfile"])
+def test_images_install_exactly_the_lock(dockerfile, tmp_path):
+    """Both images install the versions and hashes of uv.lock, as `make install` does, not
+    whatever pyproject.toml's ranges resolve to on the day of the build: the export command
+    they run is run here for real on the repository, and gives every locked package pinned
+    with its hashes."""
+    import shlex
+    import sys
+
+    text = (REPO / dockerfile).read_text()
+    uv_pin = re.search(r"'uv==([\d.]+)'", (REPO / "Makefile").read_text()).group(1)
+    assert f"uv=={uv_pin}" in text  # the version that wrote the lock
+    export = re.search(r"(uv export [^\n\\]+)", text).group(1)
+    assert "--frozen" in export and "--require-hashes -r /tmp/locked.txt" in text and "--no-deps -e /opt/sigflow" in text
+    args = shlex.split(export.replace("/opt/sigflow", str(REPO)).replace("/tmp/locked.txt", str(tmp_path / "locked.txt")))
+    subprocess.run([str(Path(sys.executable).parent / "uv"), *args[1:]], check=True, capture_output=True)
+    locked = (tmp_path / "locked.txt").read_text()
+    requirements: dict[str, list[str]] = {}  # "name==version" -> its hashes
+    for line in locked.splitlines():
+        if re.match(r"[a-z0-9]", line):
+            current = requirements.setdefault(line.split()[0].split(";")[0], [])
+        elif line.strip().startswith("--hash=sha256:"):
+            current.append(line.split()[0])
+    assert requirements and all(requirements.values())  # each one pinned with its hashes
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    versions = {package["name"]: package["version"] for package in lock["package"] if "version" in package}
+    pins = dict(requirement.split("==") for requirement in requirements)
+    for name in ("pyspark", "delta-spark", "apache-airflow", "great-expectations", "kafka-python"):
+        assert pins[name] == versions[name], name

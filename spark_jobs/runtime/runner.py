@@ -36,7 +36,7 @@ from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from spark_jobs.runtime.delta.batch_writer import BatchWriter
+from spark_jobs.runtime.commit import BatchCommit
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
@@ -69,7 +69,7 @@ class JobRun:
     """One job's streaming query, from its checkpoint: the checks before it starts, the
     wiring (source, trigger, checkpoint, sinks) and its supervision (failures explained,
     Kafka outages waited out, a graceful stop on signals). Each batch is written by a
-    ``BatchWriter``; pipeline_metrics by a ``MetricsRecorder``. It holds the checkpoint's
+    ``BatchCommit`` (runtime/commit.py: the commit protocol); pipeline_metrics by a ``MetricsRecorder``. It holds the checkpoint's
     lease (``lease.Lease``) from its construction until its run ends."""
 
     def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
@@ -113,11 +113,7 @@ class JobRun:
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary)
-        self.write_batch = BatchWriter(
-            job, settings, self.spark, self.sink, self.checkpoint, self.kafka, self.tables,
-            self.app_id, self.checkpoint_id, self.summary, self.recorder, before_batch=self._catch_up,
-            lease=self.lease,
-        )
+        self.commit_batch = BatchCommit(self, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
         self.query = None
 
@@ -137,13 +133,11 @@ class JobRun:
             self.recorder.record(self.query)
 
     def start(self, trigger_interval: str):
-        # the batches an earlier query planned are the only ones that can be replays
-        batches = self.checkpoint.offset_batches()
-        self.write_batch.replayable_upto = batches[-1] if batches else -1
+        self.commit_batch.query_starting()
         self.query = (
             self.plan()
             .writeStream.queryName(query_name(self.job.name))
-            .foreachBatch(self.write_batch)
+            .foreachBatch(self.commit_batch)
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)
             .start()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.runtime.delta.commit_info import METADATA_KEY, CommitInfo
 from spark_jobs.runtime.identifiers import checked
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
 # the key of sigflow's entry in a Delta commit's metadata (job, batch, Kafka offsets)
-METADATA_KEY = "sigflow"
 
 
 def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
@@ -186,22 +185,15 @@ def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None
 
 
 def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """sigflow metadata of each commit of a table (of its newest ``limit`` commits), newest
-    first (version included); commits without it (another writer's, whatever their
-    userMetadata says) are left out."""
+    """The sigflow record (``CommitInfo``) of each commit of a table (of its newest ``limit``
+    commits), newest first, with the commit's version and timestamp; commits without one
+    (another writer's, whatever their userMetadata says) are left out."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(uri)
     found = []
-    for entry in table.history(limit):
-        raw = entry.get(METADATA_KEY) or (entry.get("userMetadata") or None)
-        if not raw:
-            continue
-        try:
-            parsed = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:  # another writer's free text: not a sigflow commit, as one without any
-            continue
-        meta = parsed.get(METADATA_KEY, parsed) if isinstance(parsed, dict) else None
-        if isinstance(meta, dict):
-            found.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"), **meta})
+    for entry in DeltaTable(uri).history(limit):
+        info = CommitInfo.parse(entry.get(METADATA_KEY) or entry.get("userMetadata") or None)
+        if info is not None:
+            found.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"),
+                          **info.model_dump(exclude_none=True)})
     return found

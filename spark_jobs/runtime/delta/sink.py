@@ -10,7 +10,6 @@ batch that committed to Delta but not to Spark's commit log is not written twice
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -21,7 +20,8 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
 from spark_jobs.runtime.delta import schema
-from spark_jobs.runtime.delta.delta_rs import METADATA_KEY, commit_metadata
+from spark_jobs.runtime.delta.commit_info import CommitInfo
+from spark_jobs.runtime.delta.delta_rs import commit_metadata
 
 log = logging.getLogger("sigflow.delta")
 
@@ -66,10 +66,7 @@ class DeltaSink:
             return True
         return False
 
-    def append(
-        self, df: DataFrame, spec: TableSpec, app_id: str, batch_id: int, metadata: dict[str, Any],
-        replay_possible: bool = True,
-    ) -> int | None:
+    def append(self, df: DataFrame, spec: TableSpec, info: CommitInfo, replay_possible: bool = True) -> int | None:
         """Append one batch's rows. Returns the rows written, or None when already written.
 
         Only a batch that an earlier run planned can be a replay: it is checked against the
@@ -78,18 +75,18 @@ class DeltaSink:
         construction, since the checkpoint's lease admits one run at a time: it is appended
         without the lookup, its (app id, batch id) in the commit's metadata, where the replay
         check of a later run finds it (docs/semantics.md)."""
-        commit_info = json.dumps({METADATA_KEY: metadata})
+        commit_info = info.user_metadata()
         if not replay_possible:
-            return self._append(df, spec, None, batch_id, commit_info)
-        if self._already_committed(spec, app_id, batch_id, self.committed_batch(spec, app_id)):
+            return self._append(df, spec, None, info.batch_id, commit_info)
+        if self._already_committed(spec, info.app_id, info.batch_id, self.committed_batch(spec, info.app_id)):
             return None
-        return self._append(df, spec, app_id, batch_id, commit_info)
+        return self._append(df, spec, info.app_id, info.batch_id, commit_info)
 
-    def rows_written_before(self, spec: TableSpec, metadata: dict[str, Any]) -> int:
+    def rows_written_before(self, spec: TableSpec, info: CommitInfo) -> int:
         """The rows an earlier attempt of this batch committed (a replay writes none, but its
         pipeline_metrics row reports the batch's real output): 0 when no longer in the
         table's recent history."""
-        return _rows_committed(self.uri(spec), json.dumps({METADATA_KEY: metadata})) or 0
+        return _rows_committed(self.uri(spec), info.user_metadata()) or 0
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str | None, batch_id: int, commit_info: str) -> int | None:
         uri = self.uri(spec)
@@ -100,7 +97,7 @@ class DeltaSink:
         return _rows_committed(uri, commit_info)
 
     def append_rows(
-        self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, metadata: dict[str, Any]
+        self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, info: CommitInfo
     ) -> int | None:
         """Append rows the driver already holds (a run's pipeline_metrics rows) with delta-rs,
         under the same application transaction as ``append``. Returns the rows written, or
@@ -125,7 +122,7 @@ class DeltaSink:
                 write_deltalake(
                     self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)), mode="append",
                     commit_properties=CommitProperties(
-                        custom_metadata={"userMetadata": json.dumps({METADATA_KEY: metadata})},
+                        custom_metadata={"userMetadata": info.user_metadata()},
                         app_transactions=[Transaction(app_id, version)]),
                 )
         return len(rows)

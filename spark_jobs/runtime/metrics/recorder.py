@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from spark_jobs.contracts.tables import PIPELINE_METRICS
+from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row
 from spark_jobs.runtime.metrics.summary import RunSummary
@@ -62,7 +63,7 @@ class MetricsRecorder:
             unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
             if unwritten:
                 last = max(r["batch_id"] for r in unwritten)
-                self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, {"job": self.job})
+                self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, CommitInfo(job=self.job))
         self.examined_through = examined
         for row in fresh:
             self.rows[row["batch_id"]] = row

@@ -3,10 +3,12 @@
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_jobs.contracts.tables import QUARANTINED_EVENTS, TableSpec
 from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.delta_rs import (
     commit_metadata,
     count_matching,
@@ -28,6 +30,10 @@ def test_table_is_created_empty_with_its_schema(spark, settings):
     assert count_matching(table.table_uri) == 0
 
 
+def _info(app_id: str, batch_id: int) -> CommitInfo:
+    return CommitInfo(job="readings-writer", app_id=app_id, batch_id=batch_id)
+
+
 def _checkpoints(uri: str) -> list[str]:
     return sorted(p.name for p in (Path(uri) / "_delta_log").glob("*.checkpoint*.parquet"))
 
@@ -41,7 +47,7 @@ def test_sigflow_tables_take_a_delta_checkpoint_every_100_commits_not_every_10(s
     write_deltalake(plain_uri, pa.Table.from_pylist([], schema=arrow_schema(READINGS)))
     row = spark.createDataFrame([("d1", 1.0)], READINGS.schema)
     for version in range(1, 11):
-        sink.append(row, READINGS, "app", version, {}, replay_possible=False)
+        sink.append(row, READINGS, _info("app", version), replay_possible=False)
         row.write.format("delta").mode("append").save(plain_uri)
     assert _checkpoints(plain_uri) == ["00000000000000000010.checkpoint.parquet"]
     assert _checkpoints(settings.table_uri("readings")) == []
@@ -62,9 +68,9 @@ def test_a_replayed_batch_is_written_once(spark, settings):
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0), ("d2", 2.0)], READINGS.schema)
-    assert sink.append(batch, READINGS, "app-a", 0, {"batch_id": 0}) == 2
-    assert sink.append(batch, READINGS, "app-a", 0, {"batch_id": 0}) is None
-    assert sink.append(batch, READINGS, "app-b", 0, {"batch_id": 0}) == 2  # another checkpoint
+    assert sink.append(batch, READINGS, _info("app-a", 0)) == 2
+    assert sink.append(batch, READINGS, _info("app-a", 0)) is None
+    assert sink.append(batch, READINGS, _info("app-b", 0)) == 2  # another checkpoint
     assert count_matching(settings.table_uri("readings")) == 4
     assert sink.committed_version(READINGS, "app-a") == 0
     assert [m["batch_id"] for m in commit_metadata(settings.table_uri("readings"))] == [0, 0]
@@ -78,15 +84,12 @@ def test_a_batch_appended_without_a_transaction_is_found_by_a_later_runs_replay_
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0), ("d2", 2.0)], READINGS.schema)
 
-    def meta(app, batch_id):
-        return {"app_id": app, "batch_id": batch_id}
-
-    assert sink.append(batch, READINGS, "app-a", 0, meta("app-a", 0), replay_possible=False) == 2
-    assert sink.append(batch, READINGS, "app-a", 1, meta("app-a", 1), replay_possible=False) == 2
-    assert sink.append(batch, READINGS, "app-b", 5, meta("app-b", 5), replay_possible=False) == 2
+    assert sink.append(batch, READINGS, _info("app-a", 0), replay_possible=False) == 2
+    assert sink.append(batch, READINGS, _info("app-a", 1), replay_possible=False) == 2
+    assert sink.append(batch, READINGS, _info("app-b", 5), replay_possible=False) == 2
     assert sink.committed_version(READINGS, "app-a") is None  # no transaction recorded
-    assert sink.append(batch, READINGS, "app-a", 1, meta("app-a", 1)) is None  # the replay
-    assert sink.append(batch, READINGS, "app-a", 2, meta("app-a", 2)) == 2
+    assert sink.append(batch, READINGS, _info("app-a", 1)) is None  # the replay
+    assert sink.append(batch, READINGS, _info("app-a", 2)) == 2
     assert count_matching(settings.table_uri("readings")) == 8
 
 
@@ -106,13 +109,13 @@ def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_
     (app id, version) across both writers, and Spark reads every row."""
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
-    assert sink.append(spark.createDataFrame([("d1", 1.0)], READINGS.schema), READINGS, "app", 0, {"batch_id": 0}) == 1
+    assert sink.append(spark.createDataFrame([("d1", 1.0)], READINGS.schema), READINGS, _info("app", 0)) == 1
     rows = [{"device_id": "d2", "value": 2.0}, {"device_id": "d3", "value": 3.0}]
-    assert sink.append_rows(rows, READINGS, "app", 0, {"batch_id": 0}) is None  # Spark's commit holds 0
-    assert sink.append_rows(rows, READINGS, "app", 1, {"batch_id": 1}) == 2
-    assert sink.append_rows(rows, READINGS, "app", 1, {"batch_id": 1}) is None  # the replay
+    assert sink.append_rows(rows, READINGS, "app", 0, _info("app", 0)) is None  # Spark's commit holds 0
+    assert sink.append_rows(rows, READINGS, "app", 1, _info("app", 1)) == 2
+    assert sink.append_rows(rows, READINGS, "app", 1, _info("app", 1)) is None  # the replay
     assert sink.committed_version(READINGS, "app") == 1
-    assert sink.append(spark.createDataFrame([("d4", 4.0)], READINGS.schema), READINGS, "app", 1, {}) is None
+    assert sink.append(spark.createDataFrame([("d4", 4.0)], READINGS.schema), READINGS, _info("app", 1)) is None
     read_by_spark = spark.read.format("delta").load(settings.table_uri("readings"))
     assert sorted(r.device_id for r in read_by_spark.collect()) == ["d1", "d2", "d3"]
     assert [m["batch_id"] for m in commit_metadata(settings.table_uri("readings"))] == [1, 0]
@@ -121,14 +124,14 @@ def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_
 def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings):
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
-    sink.append(spark.createDataFrame([("d1", 1.0), ("d2", -3.0)], READINGS.schema), READINGS, "app", 0, {})
+    sink.append(spark.createDataFrame([("d1", 1.0), ("d2", -3.0)], READINGS.schema), READINGS, _info("app", 0))
     grown = TableSpec("readings", "sign STRING, device_id STRING, value DOUBLE", "test table",
                       backfill=(("sign", "CASE WHEN value < 0 THEN 'negative' ELSE 'positive' END"),))
 
     assert sink.ensure_table(grown) == "exists, added column(s) sign, 2 rows filled"
     assert sink.ensure_table(grown) == "exists"
     # the writer appends in the spec's column order to a table that has the column last
-    sink.append(spark.createDataFrame([("positive", "d3", 5.0)], grown.schema), grown, "app", 1, {})
+    sink.append(spark.createDataFrame([("positive", "d3", 5.0)], grown.schema), grown, _info("app", 1))
     rows = read_pandas(settings.table_uri("readings")).sort_values("device_id")
     assert rows[["device_id", "sign"]].values.tolist() == [["d1", "positive"], ["d2", "negative"], ["d3", "positive"]]
 
@@ -174,7 +177,7 @@ def test_driver_rows_appended_while_another_writer_deletes_rows_are_all_committe
     deleting = threading.Thread(target=rewinds)
     deleting.start()
     try:
-        written = [sink.append_rows([{"device_id": "mine", "value": float(v)}], READINGS, "app", v, {"batch_id": v})
+        written = [sink.append_rows([{"device_id": "mine", "value": float(v)}], READINGS, "app", v, _info("app", v))
                    for v in range(25)]
     finally:
         stop.set()
@@ -183,3 +186,16 @@ def test_driver_rows_appended_while_another_writer_deletes_rows_are_all_committe
     assert written == [1] * 25
     rows = DeltaTable(uri).to_pyarrow_table().to_pylist()
     assert sorted(r["value"] for r in rows if r["device_id"] == "mine") == [float(v) for v in range(25)]
+
+
+@pytest.mark.parametrize("metadata", [
+    "manual fix, see ticket", "null", "[]", '{"sigflow": {"job": "ingest", "batch_id": "seven"}}',
+    '{"sigflow": {"job": "ingest", "batch_id": -1}}', '{"sigflow": {"batch_id": 3}}',
+    '{"sigflow": {"job": "ingest", "kafka_end_offsets": {"events": {"0": "end"}}}}'])
+def test_a_commit_whose_metadata_is_not_a_sigflow_record_is_not_a_sigflow_commit(metadata):
+    """Parsed in one place: free text, the wrong shape, a batch id that is no batch id, or
+    offsets that are no offsets make no record (the replay check, recover and lineage then
+    see no sigflow commit), never a crash or a wrong batch further on."""
+    assert CommitInfo.parse(metadata) is None
+    written = CommitInfo(job="ingest", app_id="a1", batch_id=3, watermark_ms=0, kafka_end_offsets={"t": {"0": 5}})
+    assert CommitInfo.parse(written.user_metadata()) == written

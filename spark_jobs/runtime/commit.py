@@ -1,5 +1,28 @@
-"""One micro-batch: its rows split into the job's tables, its late events found again when
-Spark dropped some, each table appended once per (app id, batch id) (``foreachBatch``)."""
+"""How a micro-batch commits exactly once: the protocol, in the order it runs.
+
+``BatchCommit`` is the ``foreachBatch`` function of a job's query. For batch N:
+
+1. **Lease.** Stop unless this run still holds the checkpoint's lease: a run that lost it
+   (another took over while this one stalled) must not write beside its successor. Checked
+   again before each table's commit (step 4).
+2. **Offsets.** Batch N's entry of the offset log and N-1's: its Kafka range, the watermark
+   it ran with, and whether an earlier query planned it. Only such a batch can be a replay
+   (the lease admits one run, so a batch this query planned is new by construction).
+3. **Split.** The job's pure split of the batch into rows per table (``StreamingJob.split``).
+4. **Appends.** Every table with rows, at once, one commit each, each carrying the batch's
+   ``CommitInfo`` (job, checkpoint id, app id, batch id, watermark, Kafka end offsets). A
+   batch that may be a replay is checked against the table and appended under Delta's
+   application transaction (txnAppId = app id, txnVersion = N), so Delta itself refuses a
+   second copy; a new batch skips that lookup, which rebuilds the table's state on every
+   append (``sink.DeltaSink.append``). A table without rows gets no commit.
+5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
+   own count): the batch's Kafka range read again and the job's lateness rule applied, the
+   rows appended to late_events as in step 4.
+6. **Metrics row.** The batch's pipeline_metrics row (``MetricsRecorder``), appended under
+   its own application transaction: its presence says every table of the batch was written.
+7. **Spark's commit.** Returning lets Spark write ``commits/N``. A crash anywhere before it
+   re-runs batch N in the next run, whose step 4 finds what was already committed.
+"""
 
 from __future__ import annotations
 
@@ -7,55 +30,91 @@ import logging
 import threading
 import time
 from functools import partial
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
-from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.base import BatchContext
 from spark_jobs.runtime import failpoints
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import concurrent_writes
-from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.kafka import source as kafka_source
-from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.metrics import progress as metrics
-from spark_jobs.runtime.metrics.recorder import MetricsRecorder
-from spark_jobs.runtime.metrics.summary import RunSummary
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.runner import JobRun
 
 log = logging.getLogger("sigflow.runner")
 
 
-class BatchWriter:
-    """The ``foreachBatch`` function of a job's query."""
+class BatchCommit:
+    """The ``foreachBatch`` function of a job's query: the protocol above, for one run."""
 
-    def __init__(
-        self, job: StreamingJob, settings: Settings, spark: SparkSession, sink: DeltaSink,
-        checkpoint: Checkpoint, kafka: KafkaConnection, tables: tuple[TableSpec, ...], app_id: str, checkpoint_id: str,
-        summary: RunSummary, recorder: MetricsRecorder, before_batch: Callable[[], None], lease: Lease,
-    ):
-        self.job, self.settings, self.spark, self.sink = job, settings, spark, sink
-        self.checkpoint, self.kafka, self.tables = checkpoint, kafka, tables
-        self.app_id, self.checkpoint_id = app_id, checkpoint_id
-        self.summary, self.recorder = summary, recorder
+    def __init__(self, run: JobRun, before_batch: Callable[[], None]):
+        self.job, self.settings, self.spark, self.sink = run.job, run.settings, run.spark, run.sink
+        self.checkpoint, self.lease, self.kafka, self.tables = run.checkpoint, run.lease, run.kafka, run.tables
+        self.app_id, self.checkpoint_id = run.app_id, run.checkpoint_id
+        self.summary, self.recorder = run.summary, run.recorder
         self.before_batch = before_batch  # the recorder catching up on the batches before
-        self.lease = lease
-        self.replayable_upto = -1  # the last batch an earlier query planned (set at each start)
+        self.replayable_upto = -1  # the last batch an earlier query planned
+
+    def query_starting(self) -> None:
+        """At each start of the query: the batches already in the offset log are the only
+        ones that can be replays (step 2)."""
+        batches = self.checkpoint.offset_batches()
+        self.replayable_upto = batches[-1] if batches else -1
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        self.lease.check()  # a run that lost its lease must not write beside its successor
+        # 1. lease
+        self.lease.check()
         self.before_batch()
+        # 2. offsets
         offsets = self.checkpoint.offsets(batch_id)
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
+        self._note_offsets(offsets, previous)
+        context = self._context(batch_id, offsets, previous)
+        info = CommitInfo(job=self.job.name, checkpoint_id=self.checkpoint_id, app_id=self.app_id, batch_id=batch_id,
+                          watermark_ms=context.watermark_ms, kafka_end_offsets=context.kafka_end_offsets)
+        write_tasks = self._write_tasks(offsets, previous)
+        self.first_commit = threading.Lock()  # taken by the batch's first table commit
+        batch_df.persist()
+        try:
+            # 3. split
+            outputs = self.job.split(self.settings.streaming, batch_df, context)
+            failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
+            if not outputs:
+                # the batch's plan must run: stateful operators commit their state for the
+                # batch only then, and Spark counts the batch's input from it
+                batch_df.count()
+            # 4. appends
+            job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
+            written = self._write_tables(outputs, set(), job_tables, batch_id, info, write_tasks)
+            # 5. late events
+            if self.job.late_rule:
+                no_input = offsets is not None and _read_nothing(offsets, previous)
+                late = {} if no_input or not self._dropped_late() else {
+                    LATE_EVENTS.name: self.late_events(context, previous)}
+                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, info, write_tasks)
+            failpoints.hit("after_delta_commit", batch_id, self.job.name)
+        finally:
+            for frame in context.cached:
+                frame.unpersist()
+            batch_df.unpersist()
+        # 6. metrics row
+        self._record(batch_id, info, written)
+        # 7. Spark's commit: on return
+
+    def _note_offsets(self, offsets, previous) -> None:
         if not self.settings.kafka.fail_on_data_loss and offsets and previous:
             self._report_skipped_offsets(offsets, previous)
         if previous and offsets and previous.watermark_ms > 0 and offsets.sources != previous.sources:
             self.summary.batches_behind_a_watermark += 1
-        context = BatchContext(
+
+    def _context(self, batch_id: int, offsets, previous) -> BatchContext:
+        return BatchContext(
             job=self.job.name,
             batch_id=batch_id,
             watermark_ms=offsets.watermark_ms if offsets else 0,
@@ -64,39 +123,12 @@ class BatchWriter:
             previous_watermark_ms=previous.watermark_ms if previous else 0,
             read_table=lambda name: self.spark.read.format("delta").load(self.settings.table_uri(name)),
         )
-        metadata = {
-            "job": self.job.name,
-            "checkpoint_id": self.checkpoint_id,
-            "app_id": self.app_id,
-            "batch_id": batch_id,
-            "watermark_ms": context.watermark_ms,
-            "kafka_end_offsets": context.kafka_end_offsets,
-        }
-        no_input = offsets is not None and _read_nothing(offsets, previous)
-        write_tasks = self._write_tasks(offsets, previous)
-        self.first_commit = threading.Lock()  # taken by the batch's first table commit
-        batch_df.persist()
-        try:
-            outputs = self.job.split(self.settings.streaming, batch_df, context)
-            failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
-            if not outputs:
-                # the batch's plan must run: stateful operators commit their state for the
-                # batch only then, and Spark counts the batch's input from it
-                batch_df.count()
-            job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
-            written = self._write_tables(outputs, set(), job_tables, batch_id, metadata, write_tasks)
-            if self.job.late_rule:
-                late = {} if no_input or not self._dropped_late() else {
-                    LATE_EVENTS.name: self.late_events(context, previous)}
-                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, metadata, write_tasks)
-            failpoints.hit("after_delta_commit", batch_id, self.job.name)
-        finally:
-            for frame in context.cached:
-                frame.unpersist()
-            batch_df.unpersist()
+
+    def _record(self, batch_id: int, info: CommitInfo, written: dict[str, int | None]) -> None:
+        """The batch's metrics row and the run's summary; a replayed batch's row counts what
+        its first attempt wrote."""
         self.summary.batches += 1
-        # a replayed batch's metrics row counts what its first attempt wrote
-        counted = {spec.name: self.sink.rows_written_before(spec, metadata) if written[spec.name] is None
+        counted = {spec.name: self.sink.rows_written_before(spec, info) if written[spec.name] is None
                    else written[spec.name] for spec in self.tables}
         late = counted.get(LATE_EVENTS.name, 0)
         self.recorder.batch_written(batch_id, sum(counted.values()) - late, late)
@@ -104,9 +136,7 @@ class BatchWriter:
             self.summary.batches_skipped += 1  # a replay: what had rows was already committed
         for table, rows in written.items():
             self.summary.add(table, rows or 0)
-        described = ", ".join(
-            f"{t} {'already written' if n is None else n}" for t, n in written.items()
-        )
+        described = ", ".join(f"{t} {'already written' if n is None else n}" for t, n in written.items())
         # detail for -v: the per-batch line people read is the progress sentence (metrics)
         log.debug("%s batch %d -> %s", self.job.name, batch_id, described)
 
@@ -134,7 +164,7 @@ class BatchWriter:
         return dropped is None or dropped > 0
 
     def _write_tables(self, outputs: dict[str, DataFrame], with_rows: set[str], tables, batch_id: int,
-                      metadata: dict, write_tasks: int | None) -> dict[str, int | None]:
+                      info: CommitInfo, write_tasks: int | None) -> dict[str, int | None]:
         """Append the rows of each of ``tables`` at once (``concurrent_writes``), each in
         ``write_tasks`` tasks when known: rows written per table, None where the batch was
         already committed.
@@ -155,7 +185,7 @@ class BatchWriter:
             if has_rows:
                 if write_tasks:
                     frame = frame.coalesce(write_tasks)
-                rows = self.sink.append(frame, spec, self.app_id, batch_id, metadata, replay_possible)
+                rows = self.sink.append(frame, spec, info, replay_possible)
             if not has_rows or (rows is None and not replay_possible):
                 rows = 0
             # the crash point between tables: once the first of them has committed, while

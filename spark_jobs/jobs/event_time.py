@@ -25,15 +25,25 @@ EVENT_KEY = ["device_id", "event_id"]
 DEDUP_BY_DEVICE = 3
 
 
-def deduplicate(settings: StreamingSettings, events: DataFrame) -> DataFrame:
+def with_event_watermark(settings: StreamingSettings, events: DataFrame) -> DataFrame:
+    """The watermark every event job runs with: the newest event_time seen, less
+    ``watermark_delay`` (docs/semantics.md)."""
+    return events.withWatermark("event_time", settings.watermark_delay.spark)
+
+
+def drop_repeats(events: DataFrame) -> DataFrame:
     """Drop repeats of a device's event_id seen within the watermark delay.
 
     State per key lives until the watermark passes its first event_time + delay, so it stays
     bounded. An id re-sent after that is treated as a new event (documented in
     docs/jobs/dedup.md); one re-sent behind the watermark is late and goes to late_events.
     """
-    delay = settings.watermark_delay.spark
-    return events.withWatermark("event_time", delay).dropDuplicatesWithinWatermark(EVENT_KEY)
+    return events.dropDuplicatesWithinWatermark(EVENT_KEY)
+
+
+def deduplicate(settings: StreamingSettings, events: DataFrame) -> DataFrame:
+    """Events with a watermark, their repeats dropped: what every stateful event job reads."""
+    return drop_repeats(with_event_watermark(settings, events))
 
 
 def tumbling(settings: StreamingSettings, time_col: str | Column = "event_time") -> Column:

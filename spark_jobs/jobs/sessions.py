@@ -35,8 +35,9 @@ from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.event_time import (
     DEDUP_BY_DEVICE,
     behind_watermark,
-    deduplicate,
+    drop_repeats,
     valid_events,
+    with_event_watermark,
 )
 
 # One device's open sessions, ordered by start, as a JSON list of Session fields. Not typed
@@ -135,8 +136,10 @@ def session_updater(gap_ms: int, timeout_from: str = "event_time"):
 
 def device_sessions(settings: StreamingSettings, events: DataFrame, timeout_from: str = "event_time") -> DataFrame:
     gap_ms = settings.session_gap.ms
+    # the watermark the sessions' event-time timeouts fire on, and the lateness rule's
+    watermarked = with_event_watermark(settings, events)
     return (
-        deduplicate(settings, events)
+        drop_repeats(watermarked)
         .select("device_id", "event_time", "signal")
         .groupBy("device_id")
         .applyInPandasWithState(

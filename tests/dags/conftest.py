@@ -108,7 +108,11 @@ def continue_run(dag_id: str, run_id: str):
             ti.try_number += 1
             ti.state = TaskInstanceState.SCHEDULED
         session.commit()
-        for ti in [ti for ti in run.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]:
+        scheduled = [ti for ti in run.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]
+        if not scheduled and run.state == DagRunState.RUNNING:
+            # nothing left to run, yet not finished (a task left waiting): say so, never spin
+            raise AssertionError(f"{dag_id} run {run_id} cannot go on: {_states(run)[1]}")
+        for ti in scheduled:
             try:
                 _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
             except Exception:  # a failed task: its state says so, as in dag.test()

@@ -12,10 +12,6 @@ from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.dags.conftest import (
     answer_as,
-    clear_tasks,
-    continue_run,
-    last_run_id,
-    responding,
     run_dag,
 )
 from tests.helpers import REPO, at, cli_env, produce, run_job, table, wait_for
@@ -68,16 +64,14 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
     assert _dedup_rows(s) == uninterrupted
     assert Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"][0]["to_batch"] == ends[0]
 
-    # the approved run's approval cleared after more batches: it shows the plan made again
-    # (the new batches) and waits for a new answer; a Reject applies nothing
-    approved = last_run_id("sigflow_restart")
+    # more batches after the approved rewind: a new request shows the plan made from the
+    # state as it is now (the new batches), and a Reject of it changes nothing
     fourth = [Event(f"e{n}", f"d{n % 3}", at(10, 15) + n * 15_000, float(n)) for n in range(20)]
     ends.extend(_run_chunks(spark, s, [fourth]))
     committed = Checkpoint(s.checkpoint_uri("dedup")).last_committed()
-    clear_tasks("sigflow_restart", approved, ["approve_and_apply", "run_job"])
-    with responding("sigflow_restart", lambda api, action: answer_as(api, "sigflow_restart", action, "Reject")):
-        state, tasks = continue_run("sigflow_restart", approved)
+    state, tasks = run_dag("sigflow_restart", conf, answer=reject)
     assert tasks["approve_and_apply"] == "success" and tasks["run_job"] != "success", tasks
+    assert f"delete checkpoint batches {ends[0] + 1}..{committed}" in shown[-1]["body"]
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == committed
     assert len(Checkpoint(s.checkpoint_uri("dedup")).identity()["rewinds"]) == 1
 
@@ -133,7 +127,6 @@ def test_the_page_approved_is_the_plan_not_an_edited_xcom_and_four_eyes_hold(spa
     assert tasks["approve_and_apply"] == "failed" and tasks["run_job"] != "success", tasks
     assert checkpoint.last_committed() == ends[1] and "rewinds" not in checkpoint.identity()
 
-    refused = last_run_id("sigflow_restart")
     monkeypatch.setenv("SIGFLOW_RESTART_APPROVERS", "carol")
 
     def approve_as(user):
@@ -143,14 +136,10 @@ def test_the_page_approved_is_the_plan_not_an_edited_xcom_and_four_eyes_hold(spa
         return respond
 
     # this test app lets any user answer (all admins): sigflow's own check refuses mallory
-    clear_tasks("sigflow_restart", refused, ["approve_and_apply", "run_job"])
-    with responding("sigflow_restart", approve_as("mallory")):
-        state, tasks = continue_run("sigflow_restart", refused)
+    state, tasks = run_dag("sigflow_restart", conf, respond=approve_as("mallory"))
     assert tasks["approve_and_apply"] == "failed" and "rewinds" not in checkpoint.identity(), tasks
 
-    clear_tasks("sigflow_restart", refused, ["approve_and_apply", "run_job"])
-    with responding("sigflow_restart", approve_as("carol")):
-        state, tasks = continue_run("sigflow_restart", refused)
+    state, tasks = run_dag("sigflow_restart", conf, respond=approve_as("carol"))
     assert state == "success" and set(tasks.values()) == {"success"}, tasks
     assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[-1] and shown[-1] == shown[0]
     assert len(checkpoint.identity()["rewinds"]) == 1

@@ -48,7 +48,7 @@ def run_dag(dag_id: str, conf: dict | None = None, answer: Callable[[dict], str]
     if respond is None:
         run = dag.test(run_conf=conf)
     else:
-        with responding(dag_id, respond):
+        with _responding(dag_id, respond):
             run = dag.test(run_conf=conf)
     return _states(run)
 
@@ -74,50 +74,6 @@ def last_run_id(dag_id: str) -> str:
     runs = rest_api().get(f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 1})
     runs.raise_for_status()
     return runs.json()["dag_runs"][0]["dag_run_id"]
-
-
-def clear_tasks(dag_id: str, run_id: str, task_ids: list[str]) -> None:
-    """Clear these tasks of a run, and only these, as the UI's Clear does."""
-    rest_api().post(f"/api/v2/dags/{dag_id}/clearTaskInstances", json={
-        "dag_run_id": run_id, "task_ids": task_ids, "dry_run": False, "only_failed": False,
-        "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
-    }).raise_for_status()
-
-
-def continue_run(dag_id: str, run_id: str):
-    """Run what a clear left to do in an existing run, task by task as dag.test() does (it
-    only starts new runs); returns the run's state and each task's state."""
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.models.dagrun import DagRun
-    from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
-    from airflow.settings import Session
-    from airflow.utils.state import DagRunState, TaskInstanceState
-    from sqlalchemy import select
-
-    dag = DagBag(dag_folder=str(DAGS)).get_dag(dag_id)
-    session = Session()
-    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-    run.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
-    run.state = DagRunState.RUNNING  # the scheduler's step from queued
-    session.commit()
-    while run.state == DagRunState.RUNNING:
-        session.expire_all()
-        schedulable, _ = run.update_state(session=session)
-        for ti in schedulable:
-            ti.try_number += 1
-            ti.state = TaskInstanceState.SCHEDULED
-        session.commit()
-        scheduled = [ti for ti in run.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]
-        if not scheduled and run.state == DagRunState.RUNNING:
-            # nothing left to run, yet not finished (a task left waiting): say so, never spin
-            raise AssertionError(f"{dag_id} run {run_id} cannot go on: {_states(run)[1]}")
-        for ti in scheduled:
-            try:
-                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
-            except Exception:  # a failed task: its state says so, as in dag.test()
-                pass
-    return _states(run)
 
 
 def as_user(user: str) -> dict[str, str]:
@@ -146,7 +102,7 @@ def _choosing(dag_id: str, answer: Callable[[dict], str]) -> Callable[[object, d
 
 
 @contextmanager
-def responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator[None]:
+def _responding(dag_id: str, respond: Callable[[object, dict], None]) -> Iterator[None]:
     """Respond to the DAG's pending Required Actions while the block runs, as a person would
     in the UI: through Airflow's own REST API."""
     api = rest_api()

@@ -235,7 +235,7 @@ class Lease:
         """Raise LeaseLost unless this run still holds the lease (before each batch's writes,
         and before each table's commit)."""
         current = self.holder()
-        if current is None or current.owner != self.owner:
+        if current is None or current.owner != self.owner or current.released:
             taker = f": {current.describe()} holds it" if current else ""
             raise LeaseLost(
                 f"{self.job} lost its lease on {self.checkpoint.uri}{taker}; this run stopped before "

@@ -5,7 +5,7 @@ import pytest
 
 from spark_jobs.config import load_settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.ops.restart.approval import Answer, page_digest, refusal
+from spark_jobs.ops.restart.approval import Answer, refusal
 
 DIGEST = "a" * 64
 
@@ -22,11 +22,6 @@ def test_only_an_approve_of_the_plan_as_it_stands_is_applied():
     assert "digest aaaaaaaaaaaa) is not the plan now (digest bbbbbbbbbbbb)" in refusal(
         answered(), DIGEST, "b" * 64, "bob", [], False)
     assert "digest none" in refusal(answered(), None, DIGEST, "bob", [], False)
-
-
-def test_a_page_with_other_words_for_the_same_plan_does_not_match():
-    page = "1. restore device_events to version 3\n\nPlan digest: `" + DIGEST + "`"
-    assert page_digest(page) != page_digest(page.replace("restore", "keep"))
 
 
 def test_with_approvers_set_only_they_approve():

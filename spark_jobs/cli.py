@@ -12,7 +12,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
-from spark_jobs.ops.printable import TerminalStream, terminal
+from spark_jobs.ops.terminal_text import TerminalStream, terminal
 from spark_jobs.runtime.kafka import address as kafka_address
 
 
@@ -90,9 +90,9 @@ def cmd_jars(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.action == "archive":
-        from spark_jobs.local import class_data
+        from spark_jobs.local import class_archive_build
 
-        print(class_data.build(settings).line())
+        print(class_archive_build.build(settings).line())
         return 0
     if args.action == "pin":
         lock = jars.pin()
@@ -267,7 +267,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     settings = _settings(args)
     get_job(args.job)
     if args.action == "inspect" and args.state:
-        from spark_jobs.ops.state import read_state
+        from spark_jobs.ops.operator_state import read_state
         from spark_jobs.runtime.spark import get_spark
 
         report = read_state(get_spark(settings, f"sigflow-state-{args.job}"), settings, args.job,
@@ -326,7 +326,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from spark_jobs.ops.lineage import table_lineage
+    from spark_jobs.ops.table_lineage import table_lineage
 
     print("\n".join(table_lineage(_settings(args), args.table).lines(limit=args.runs)))
     return 0

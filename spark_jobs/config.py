@@ -282,7 +282,7 @@ class SparkSettings(_Group):
     jit: Literal["tiered", "quick"] = "tiered"
     # A driver this machine starts maps the class archive `sigflow jars archive` wrote for
     # its Java and pyspark (make install), when there is one: a third less CPU per driver
-    # (runtime/class_data.py). Off: every driver loads its classes from the JARs.
+    # (runtime/class_archive.py). Off: every driver loads its classes from the JARs.
     class_data_sharing: bool = True
     # The state of every stateful operator is split into this many partitions, each loaded and
     # committed every batch: the embedded default's 2 cores (make run's jobs took 105 s at 2

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from spark_jobs.local.simulate import event_payload, iso
-from spark_jobs.runtime.delta.delta_rs import dataset, history
+from spark_jobs.runtime.delta.table_access import dataset, history
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import REPO, cli_env

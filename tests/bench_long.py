@@ -56,7 +56,7 @@ def window_figures(settings, since_s: float, until_s: float) -> dict[str, tuple[
     """Per job: batches with rows that started in [since, until), their p50 and p95 ms."""
     import pandas as pd
 
-    from spark_jobs.runtime.delta.delta_rs import read_pandas
+    from spark_jobs.runtime.delta.table_access import read_pandas
 
     metrics = read_pandas(settings.table_uri("pipeline_metrics"), ["job", "batch_time", "duration_ms", "input_rows"])
     started = (metrics.batch_time - pd.Timestamp(0, tz="UTC")).dt.total_seconds()

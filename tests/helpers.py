@@ -18,7 +18,7 @@ from spark_jobs.config import Settings
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
-from spark_jobs.runtime.delta.delta_rs import read_pandas
+from spark_jobs.runtime.delta.table_access import read_pandas
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.runner import JobRun

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from spark_jobs.runtime.delta.delta_rs import count_rows, read_pandas
+from spark_jobs.runtime.delta.table_access import count_rows, read_pandas
 from tests import bench
 
 MEASURED = ("ingest", "windowed-averages")

@@ -73,12 +73,12 @@ class SigflowSubmitOperator(SparkSubmitOperator):
         """The driver's Spark properties, from this worker's environment: Delta's and the
         object store's settings, sigflow's JVM options (SIGFLOW_JVM_OPTIONS) and the drivers'
         class archive of this machine."""
-        from spark_jobs.runtime import class_data, classpath
+        from spark_jobs.runtime import class_archive, classpath
         from spark_jobs.runtime.jvm_options import java_options_conf
 
         return {"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
                 **classpath.submit_conf(classpath.submit_dir()),
-                **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""), class_data.submit_options(os.environ))}
+                **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""), class_archive.submit_options(os.environ))}
 
     def execute(self, context) -> None:
         from spark_jobs.airflow.hooks import SigflowKafkaHook

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.local.private import private_dir, write_private
+from spark_jobs.local.private_files import private_dir, write_private
 from spark_jobs.runtime.waiting import wait_until
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -92,7 +92,7 @@ def environment(settings: Settings, port: int) -> dict[str, str]:
 
 def airflow_lineage_env(settings: Settings) -> dict[str, str]:
     """Airflow's OpenLineage provider configured to write where `sigflow lineage` reads."""
-    from spark_jobs.runtime.lineage import transport
+    from spark_jobs.runtime.lineage_events import transport
 
     settings.lineage_path.mkdir(parents=True, exist_ok=True)
     return {

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, ConfigError, SigflowError
 from spark_jobs.local import broker_tls
-from spark_jobs.local.private import write_private
+from spark_jobs.local.private_files import write_private
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.kafka.address import (
     MAIN_CLASS,

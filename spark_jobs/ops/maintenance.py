@@ -25,7 +25,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.delta.delta_rs import count_matching
+from spark_jobs.runtime.delta.table_access import count_matching
 
 log = logging.getLogger("sigflow.maintenance")
 

@@ -257,7 +257,7 @@ def _last_passed(results_uri: str, table: str) -> int | None:
     bad are checked again until they are repaired."""
     import pyarrow.dataset as ds
 
-    from spark_jobs.runtime.delta.delta_rs import read_pandas
+    from spark_jobs.runtime.delta.table_access import read_pandas
 
     runs = read_pandas(results_uri, ["run_id", "table_version", "severity", "success"],
                        where=ds.field("table_name") == table)

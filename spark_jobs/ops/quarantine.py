@@ -9,8 +9,8 @@ import re
 from datetime import datetime, timezone
 
 from spark_jobs.config import Settings, duration_seconds
-from spark_jobs.ops.printable import terminal
-from spark_jobs.runtime.delta.delta_rs import read_pandas
+from spark_jobs.ops.terminal_text import terminal
+from spark_jobs.runtime.delta.table_access import read_pandas
 
 RUNBOOK = "docs/runbooks/malformed-surge.md"
 SAMPLE_CHARS = 100

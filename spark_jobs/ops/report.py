@@ -18,7 +18,7 @@ import pandas as pd
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.runtime.delta.delta_rs import read_pandas
+from spark_jobs.runtime.delta.table_access import read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
 log = logging.getLogger("sigflow.report")

@@ -17,7 +17,7 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 def java_options_conf(extra: str = "", driver_only: str = "") -> dict[str, str]:
     """The driver's and the executors' Java options: time zone, out-of-memory exit, logging,
     then the settings' ``java_options`` (``extra``), and the driver's own (``driver_only``:
-    its class archive, runtime/class_data.py)."""
+    its class archive, runtime/class_archive.py)."""
     common = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {extra}".strip()
     return {
         "spark.driver.extraJavaOptions": f"{DRIVER_JAVA_OPTIONS} {common} {driver_only}".strip(),

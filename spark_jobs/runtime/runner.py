@@ -41,7 +41,11 @@ from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.kafka import source as kafka_source
-from spark_jobs.runtime.lineage import PARENT_PROPERTIES, RunLineage, topic_dataset
+from spark_jobs.runtime.lineage_events import (
+    PARENT_PROPERTIES,
+    RunLineage,
+    topic_dataset,
+)
 from spark_jobs.runtime.metrics.progress import (
     Counting,
     listen,

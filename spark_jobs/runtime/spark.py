@@ -13,9 +13,9 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, on_local_disk
 from spark_jobs.errors import ConfigError, SigflowError
-from spark_jobs.runtime import class_data
+from spark_jobs.runtime import class_archive
 from spark_jobs.runtime.jvm_options import java_options_conf
-from spark_jobs.runtime.lineage import spark_listener_conf
+from spark_jobs.runtime.lineage_events import spark_listener_conf
 
 SUPPORTED_JAVA = (17, 21)
 
@@ -83,7 +83,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.spark.java_options, class_data.driver_options(
+        .config(map=java_options_conf(settings.spark.java_options, class_archive.driver_options(
             settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME"))))
         .config("spark.driver.memory", settings.spark.driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)

@@ -89,15 +89,15 @@ def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(ai
     """spark-submit starts the driver's JVM before sigflow runs, so the submit names the
     drivers' class archive in its Java options, from the worker's environment; none when the
     archive is not whole."""
-    from spark_jobs.runtime import class_data
+    from spark_jobs.runtime import class_archive
 
     java_home, jars = "/opt/some-jdk", tmp_path / "jars"
     monkeypatch.setenv("JAVA_HOME", java_home)
     monkeypatch.setenv("SIGFLOW_JARS_DIR", str(jars))
-    archive = class_data.archive_path(jars, java_home)
+    archive = class_archive.archive_path(jars, java_home)
     archive.parent.mkdir(parents=True)
     (tmp_path / "dump").write_bytes(b"\0" * 4096)
-    class_data.adopt(tmp_path / "dump", archive)
+    class_archive.adopt(tmp_path / "dump", archive)
 
     def driver_options() -> str:
         return _bag().get_dag("sigflow_deploy").get_task("start_ingest").spark_properties()[

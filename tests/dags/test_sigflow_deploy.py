@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_alerts, generate_events
-from spark_jobs.ops.lineage import table_lineage
+from spark_jobs.ops.table_lineage import table_lineage
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.conftest import SECURED_USER

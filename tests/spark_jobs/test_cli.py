@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import load_settings
-from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
+from spark_jobs.runtime.delta.table_access import count_matching, read_pandas
 from tests.helpers import sigflow
 
 

@@ -23,7 +23,7 @@ from spark_jobs.ops.restart.plan import (
 )
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from spark_jobs.runtime.delta.delta_rs import (
+from spark_jobs.runtime.delta.table_access import (
     count_rows,
     delete_rows,
     has_its_files,

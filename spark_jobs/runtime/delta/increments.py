@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.runtime.delta.delta_rs import dataset
+from spark_jobs.runtime.delta.table_access import dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -21,7 +21,7 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
 from spark_jobs.runtime.delta import schema
 from spark_jobs.runtime.delta.commit_info import CommitInfo
-from spark_jobs.runtime.delta.delta_rs import commit_metadata
+from spark_jobs.runtime.delta.table_access import commit_metadata
 
 log = logging.getLogger("sigflow.delta")
 

@@ -1,6 +1,6 @@
 """Job dedup: repeats removed within the watermark, state bounded, re-sends after expiry late."""
 
-from spark_jobs.runtime.delta.delta_rs import commit_metadata
+from spark_jobs.runtime.delta.table_access import commit_metadata
 from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
-from spark_jobs.runtime.delta.delta_rs import commit_metadata
+from spark_jobs.runtime.delta.table_access import commit_metadata
 from spark_jobs.runtime.kafka import client as kafka_client
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event

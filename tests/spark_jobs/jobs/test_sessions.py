@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from spark_jobs.cli import main
 from spark_jobs.jobs.event_time import valid_events
 from spark_jobs.jobs.sessions import SESSIONS, device_sessions
-from spark_jobs.ops.state import read_state
+from spark_jobs.ops.operator_state import read_state
 from tests.helpers import at, cli_env, run_job, send, single_partition, table
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
 

@@ -12,7 +12,7 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import maintenance, restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from spark_jobs.runtime.delta.delta_rs import commit_metadata
+from spark_jobs.runtime.delta.table_access import commit_metadata
 from tests.helpers import at, produce, run_job, send, sigflow, single_partition, table
 from tests.oracle import Event
 

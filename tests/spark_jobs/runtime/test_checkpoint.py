@@ -70,7 +70,7 @@ def test_an_edited_checkpoint_id_never_reaches_a_delete_predicate(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
     from spark_jobs.errors import SigflowError
-    from spark_jobs.runtime.delta.delta_rs import delete_rows
+    from spark_jobs.runtime.delta.table_access import delete_rows
 
     checkpoint = Checkpoint(str(tmp_path / "ck"))
     checkpoint.save_identity({"app_id": "sigflow-ingest-0123456789ab", "checkpoint_id": "x' OR '1'='1", "job": "ingest"})

@@ -9,13 +9,13 @@ from deltalake import DeltaTable, write_deltalake
 from spark_jobs.contracts.tables import QUARANTINED_EVENTS, TableSpec
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta.commit_info import CommitInfo
-from spark_jobs.runtime.delta.delta_rs import (
+from spark_jobs.runtime.delta.schema import arrow_schema, create_table
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.delta.table_access import (
     commit_metadata,
     count_matching,
     read_pandas,
 )
-from spark_jobs.runtime.delta.schema import arrow_schema, create_table
-from spark_jobs.runtime.delta.sink import DeltaSink
 from tests.helpers import produce, run_job
 
 READINGS = TableSpec("readings", "device_id STRING, value DOUBLE", "test table")

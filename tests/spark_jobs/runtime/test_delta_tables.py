@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
+from spark_jobs.runtime.delta.table_access import count_matching, read_pandas
 
 pytestmark = pytest.mark.slow  # sixteen fresh Python processes
 
@@ -17,7 +17,7 @@ FRESH_PROCESSES = 16
 READ_IN_A_FRESH_PROCESS = """
 import sys
 import pyarrow.dataset as ds
-from spark_jobs.runtime.delta.delta_rs import count_matching, read_pandas
+from spark_jobs.runtime.delta.table_access import count_matching, read_pandas
 for uri in sys.argv[1:]:  # the whole table is read last: the process ends right after a scan
     rows = count_matching(uri)
     recent = read_pandas(uri, columns=["device_id"], where=ds.field("n") >= 1)

@@ -9,8 +9,8 @@ import threading
 
 from deltalake import DeltaTable
 
-from spark_jobs.ops.lineage import table_lineage
-from spark_jobs.runtime.lineage import RunLineage, events_file
+from spark_jobs.ops.table_lineage import table_lineage
+from spark_jobs.runtime.lineage_events import RunLineage, events_file
 from tests.helpers import at, json_lines, run_job, send, table
 from tests.oracle import Event
 from tests.spark_jobs.jobs.test_alert_join import alert

@@ -14,7 +14,7 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime import runner
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.lineage import events_file, table_dataset
+from spark_jobs.runtime.lineage_events import events_file, table_dataset
 from tests.helpers import contents, produce, run_job, table
 
 # what says when or under which checkpoint a row was written, not what it holds

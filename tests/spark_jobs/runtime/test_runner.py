@@ -20,7 +20,7 @@ from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
 from spark_jobs.runtime.kafka import client as kafka_client
-from spark_jobs.runtime.lineage import events_file
+from spark_jobs.runtime.lineage_events import events_file
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
 from tests.conftest import make_settings

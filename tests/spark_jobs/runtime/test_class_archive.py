@@ -1,4 +1,4 @@
-"""The Spark drivers' class archive (runtime/class_data.py): a driver maps the one make
+"""The Spark drivers' class archive (runtime/class_archive.py): a driver maps the one make
 install built, and never one that is not whole."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from spark_jobs.config import default_jars_dir
-from spark_jobs.runtime import class_data
+from spark_jobs.runtime import class_archive
 from spark_jobs.runtime.spark import ensure_java
 from tests.helpers import REPO, cli_env
 
@@ -26,8 +26,8 @@ spark.range(3).write.format("delta").save(sys.argv[1])
 @pytest.mark.slow
 def test_a_driver_loads_sparks_and_deltas_classes_from_the_archive_make_install_built(tmp_path):
     ensure_java()
-    archive = class_data.archive_path(default_jars_dir(), os.environ["JAVA_HOME"])
-    assert class_data.usable(archive), f"no class archive at {archive}: make install builds it"
+    archive = class_archive.archive_path(default_jars_dir(), os.environ["JAVA_HOME"])
+    assert class_archive.usable(archive), f"no class archive at {archive}: make install builds it"
     loaded = tmp_path / "class-load.log"
     env = cli_env(None, {"SIGFLOW_JVM_OPTIONS": f"-Xlog:class+load=info:file={loaded}"})
     ran = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "table")], env=env, cwd=REPO,
@@ -50,15 +50,15 @@ def test_an_archive_whose_size_is_not_the_one_recorded_is_never_mapped(tmp_path)
     """A truncated archive crashes the JVM that maps it (SIGBUS, measured): only an archive
     of the size recorded as it was put in place is named to the driver."""
     jars, java_home = tmp_path / "jars", "/opt/some-jdk"
-    archive = class_data.archive_path(jars, java_home)
+    archive = class_archive.archive_path(jars, java_home)
     archive.parent.mkdir(parents=True)
     written = archive.with_name("dump.partial")
     written.write_bytes(b"\0" * 4096)
-    assert class_data.driver_options(jars, True, java_home) == ""  # none yet
-    class_data.adopt(written, archive)
-    assert class_data.driver_options(jars, True, java_home).startswith(f"-XX:SharedArchiveFile={archive} ")
-    assert class_data.driver_options(jars, False, java_home) == ""  # class_data_sharing off
+    assert class_archive.driver_options(jars, True, java_home) == ""  # none yet
+    class_archive.adopt(written, archive)
+    assert class_archive.driver_options(jars, True, java_home).startswith(f"-XX:SharedArchiveFile={archive} ")
+    assert class_archive.driver_options(jars, False, java_home) == ""  # class_data_sharing off
     with archive.open("r+b") as cut:
         cut.truncate(2048)
-    assert class_data.driver_options(jars, True, java_home) == ""
-    assert class_data.archive_path(jars, "/opt/another-jdk") != archive  # another Java: another archive
+    assert class_archive.driver_options(jars, True, java_home) == ""
+    assert class_archive.archive_path(jars, "/opt/another-jdk") != archive  # another Java: another archive

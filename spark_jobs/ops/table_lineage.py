@@ -1,6 +1,6 @@
 """`sigflow lineage TABLE`: which job, which Airflow DAG run and which Kafka topics produced
 a table, up to which version, from the OpenLineage events under lineage_dir (the jobs'
-own, ``runtime/lineage.py``, and Airflow's when its OpenLineage provider writes there)."""
+own, ``runtime/lineage_events.py``, and Airflow's when its OpenLineage provider writes there)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import ConfigError
-from spark_jobs.runtime.lineage import table_dataset
+from spark_jobs.runtime.lineage_events import table_dataset
 
 log = logging.getLogger("sigflow.lineage")
 

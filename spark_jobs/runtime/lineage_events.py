@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from spark_jobs.config import Settings
-from spark_jobs.runtime.delta import delta_rs
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 
 log = logging.getLogger("sigflow.lineage")
@@ -199,7 +199,7 @@ def _short(exc: BaseException) -> str:
 def _version(uri: str) -> int | None:
     """The table's version, or None when it cannot be read now (the event goes without it)."""
     try:
-        return delta_rs.table_version(uri)
+        return table_access.table_version(uri)
     except Exception as exc:
         log.warning("lineage: the version of %s was not read (%s)", uri, str(exc).splitlines()[0] if str(exc) else exc)
         return None

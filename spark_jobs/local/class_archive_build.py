@@ -1,4 +1,4 @@
-"""Builds the Spark drivers' class archive (runtime/class_data.py) on this machine: a real
+"""Builds the Spark drivers' class archive (runtime/class_archive.py) on this machine: a real
 pipeline of every job, on a broker of its own with a few hundred simulated records, in a
 driver that writes the archive of the classes it loaded as it exits."""
 
@@ -17,7 +17,7 @@ import psutil
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local import broker, simulate
-from spark_jobs.runtime import class_data
+from spark_jobs.runtime import class_archive
 from spark_jobs.runtime.kafka import client as kafka_client
 from spark_jobs.runtime.spark import ensure_java
 from spark_jobs.runtime.waiting import wait_until
@@ -40,8 +40,8 @@ class ArchiveResult:
 def build(settings: Settings) -> ArchiveResult:
     """The archive for this Java and pyspark, built unless a whole one is there."""
     ensure_java()
-    archive = class_data.archive_path(settings.jars_path, os.environ["JAVA_HOME"])
-    if class_data.usable(archive):
+    archive = class_archive.archive_path(settings.jars_path, os.environ["JAVA_HOME"])
+    if class_archive.usable(archive):
         return ArchiveResult(archive, None)
     archive.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
@@ -49,7 +49,7 @@ def build(settings: Settings) -> ArchiveResult:
         written = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
         try:
             _train(settings, Path(work), written)
-            class_data.adopt(written, archive)
+            class_archive.adopt(written, archive)
         finally:
             written.unlink(missing_ok=True)
     for older in archive.parent.glob("spark-driver-*.jsa*"):  # another Java's or pyspark's
@@ -73,7 +73,7 @@ def _train(settings: Settings, work: Path, written: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
         env.update(SIGFLOW_DATA_DIR=str(work), KAFKA_BOOTSTRAP_SERVERS=info.bootstrap_servers,
                    SIGFLOW_JARS_DIR=str(settings.jars_path), SIGFLOW_JIT="quick", SIGFLOW_CLASS_DATA_SHARING="false",
-                   SIGFLOW_JVM_OPTIONS=class_data.dump_options(written))
+                   SIGFLOW_JVM_OPTIONS=class_archive.dump_options(written))
         log = work / "pipeline.log"
         with log.open("w") as out:
             ran = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "pipeline"], env=env, stdout=out,

@@ -97,3 +97,13 @@ def test_the_side_wing_sits_beside_runtime():
         "spark_jobs.local.broker:1 imports spark_jobs.ops (ops is above local)",
         "spark_jobs.local.broker:1 imports spark_jobs.ops.status (ops is above local)",
     ]
+
+
+# one module speaks delta-rs; everything else outside Spark reads and writes tables through it
+DELTA_RS_MODULE = "spark_jobs.runtime.delta.table_access"
+
+
+def test_only_table_access_imports_delta_rs():
+    importers = sorted(module_name(path) for path in sources()
+                       if any(name.split(".")[0] == "deltalake" for _, name in imported_modules(ast.parse(path.read_text()))))
+    assert importers == [DELTA_RS_MODULE]

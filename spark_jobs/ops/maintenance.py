@@ -25,6 +25,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.table_access import count_matching
 
 log = logging.getLogger("sigflow.maintenance")
@@ -46,15 +47,13 @@ class TableUpkeep:
 
 def run(settings: Settings, dry_run: bool = False) -> list[str]:
     """Maintain every table and checkpoint; one line per thing done (or that would be)."""
-    from deltalake import DeltaTable
-
     lines = []
     retention_hours = vacuum_retention_hours(settings)
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
-        if not DeltaTable.is_deltatable(uri):
+        if not table_access.exists(uri):
             continue
-        table = DeltaTable(uri)
+        table = table_access.open_table(uri)
         before = len(table.file_uris())
         pruned = 0
         if name == QUARANTINED_EVENTS.name:
@@ -64,7 +63,7 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
         vacuumed = table.vacuum(
             retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=False,
         )
-        after = len(DeltaTable(uri).file_uris())
+        after = len(table_access.open_table(uri).file_uris())
         lines.append(TableUpkeep(name, before, after, len(vacuumed), pruned).line())
     for job in JOBS:
         lines.append(_prune_checkpoint(settings, job, dry_run))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.config import Settings
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.increments import CHUNK_ROWS
 
 # what `sigflow status` shows of a job's latest batch
@@ -34,11 +35,9 @@ class MetricsTotals:
 
     def refresh(self) -> dict[str, JobFigures]:
         """The figures as of the table's current version; {} before the table exists."""
-        from deltalake import DeltaTable
-
         from spark_jobs.runtime.delta.increments import added_since, chunks
 
-        if not DeltaTable.is_deltatable(self.uri):
+        if not table_access.exists(self.uri):
             return {}
         increment = added_since(self.uri, self.version)
         if increment.removed:

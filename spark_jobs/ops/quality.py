@@ -30,6 +30,7 @@ from spark_jobs.contracts.reasons import REASON_CODES
 from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
 from spark_jobs.errors import SigflowError
 from spark_jobs.install import datadocs_assets
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.increments import ROWS_IN_FILE, Increment
 
 if TYPE_CHECKING:
@@ -207,7 +208,6 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     """Validate the tables (all with a suite, or those named): the rows each gained since
     its last passing run, or every row when ``full``. Raises QualityFailed on a failed
     critical expectation, after every table was checked and every result recorded."""
-    from deltalake import DeltaTable
     from tqdm import tqdm
 
     from spark_jobs.runtime.delta import increments
@@ -225,7 +225,7 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     # A bar on a terminal only: Airflow task logs and pipes get the result lines alone.
     for name in tqdm(tables or list(all_suites), desc="quality", unit=" table", disable=None, leave=False):
         uri = settings.table_uri(name)
-        if not DeltaTable.is_deltatable(uri):
+        if not table_access.exists(uri):
             log.info("%s: no table yet, skipped", name)
             continue
         increment = increments.added_since(uri, None if full else _last_passed(results_uri, name))
@@ -411,7 +411,6 @@ def _plain(rows: list[dict]) -> list[dict]:
 
 def _record(results_uri: str, run_id: str, run_time: datetime, reports: list[TableReport]) -> None:
     import pyarrow as pa
-    from deltalake import write_deltalake
 
     from spark_jobs.runtime.delta.schema import arrow_schema
 
@@ -426,4 +425,4 @@ def _record(results_uri: str, run_id: str, run_time: datetime, reports: list[Tab
         for r in reports for o in r.outcomes
     ]
     if rows:
-        write_deltalake(results_uri, pa.Table.from_pylist(rows, schema=arrow_schema(DQ_RESULTS)), mode="append")
+        table_access.append(results_uri, pa.Table.from_pylist(rows, schema=arrow_schema(DQ_RESULTS)))

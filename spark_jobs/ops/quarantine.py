@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.ops.terminal_text import terminal
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.table_access import read_pandas
 
 RUNBOOK = "docs/runbooks/malformed-surge.md"
@@ -51,12 +52,10 @@ def counts_by_reason(settings: Settings) -> dict[str, int]:
     column read in chunks, so memory does not follow the table."""
     from collections import Counter
 
-    from deltalake import DeltaTable
-
     from spark_jobs.runtime.delta.increments import CHUNK_ROWS, added_since, chunks
 
     uri = settings.table_uri("quarantined_events")
-    if not DeltaTable.is_deltatable(uri):
+    if not table_access.exists(uri):
         return {}
     counts: Counter = Counter()
     for chunk in chunks(added_since(uri, None), CHUNK_ROWS, ["reason_code"]):
@@ -67,10 +66,9 @@ def counts_by_reason(settings: Settings) -> dict[str, int]:
 def summary(settings: Settings, since: str = "24 hours", samples: int = 3, by: tuple[str, ...] = ()) -> list[str]:
     """Reasons by count, most first, with samples; topic partitions; per device or key."""
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
     uri = settings.table_uri("quarantined_events")
-    if not DeltaTable.is_deltatable(uri):
+    if not table_access.exists(uri):
         return ["quarantined_events: no table yet (ingest has not run)"]
     cutoff = datetime.now(timezone.utc).timestamp() - duration_seconds(since, "since")
     recent = read_pandas(uri, columns=["reason_code", "reason", "payload_text", "key", "topic", "partition", "offset"],

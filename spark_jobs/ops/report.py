@@ -18,6 +18,7 @@ import pandas as pd
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.table_access import read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
@@ -30,12 +31,11 @@ def recent(settings: Settings, name: str, columns: list[str], time_column: str, 
     still shows a stopped pipeline's last hours."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
     from spark_jobs.runtime.delta.increments import file_statistics
 
     uri = settings.table_uri(name)
-    if not DeltaTable.is_deltatable(uri):
+    if not table_access.exists(uri):
         return pd.DataFrame(columns=columns)
     newest = pc.max(file_statistics(uri, [time_column]).column(time_column)).as_py()
     if newest is None:
@@ -112,14 +112,12 @@ def _stacked(frame: pd.DataFrame, time_column: str, by: str, xlabel: str, ylabel
 
 def _counts(settings: Settings) -> pd.DataFrame:
     """Each table's rows and version, from its files' statistics: no row is read."""
-    from deltalake import DeltaTable
-
     from spark_jobs.runtime.delta.increments import added_since
 
     rows = []
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
-        if DeltaTable.is_deltatable(uri):
+        if table_access.exists(uri):
             whole = added_since(uri, None)
             rows.append((name, whole.rows, whole.version))
     return pd.DataFrame(rows, columns=["table", "rows", "version"])

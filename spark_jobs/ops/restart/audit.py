@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from spark_jobs.contracts.tables import RESTART_AUDIT
+from spark_jobs.runtime.delta import table_access
 
 CLI_APPROVAL = "CLI --yes"
 APPLIED, REFUSED, FAILED = "applied", "refused", "failed"
@@ -35,7 +36,6 @@ class Approval:
 def record(uri: str, plan, approval: Approval, outcome: str, detail: str = "") -> None:
     """Append one row for ``plan``'s apply (created with the table when missing)."""
     import pyarrow as pa
-    from deltalake import write_deltalake
 
     from spark_jobs.runtime.delta.schema import arrow_schema, create_table
 
@@ -44,4 +44,4 @@ def record(uri: str, plan, approval: Approval, outcome: str, detail: str = "") -
            "requested_by": approval.requested_by, "approved_by": approval.approved_by,
            "plan_digest": plan.digest(), "steps": json.dumps(plan.steps), "outcome": outcome,
            "detail": detail[:2000], "command": plan.command}
-    write_deltalake(uri, pa.Table.from_pylist([row], schema=arrow_schema(RESTART_AUDIT)), mode="append")
+    table_access.append(uri, pa.Table.from_pylist([row], schema=arrow_schema(RESTART_AUDIT)))

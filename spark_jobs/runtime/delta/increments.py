@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.table_access import dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
 log = logging.getLogger("sigflow.delta")
 ROWS_IN_FILE = "rows_in_file"  # a file's row count, in file_statistics
@@ -43,9 +43,7 @@ def added_since(uri: str, since: int | None) -> Increment:
     """The table's current version against ``since``. A ``since`` the table cannot show (a
     newer version than it has, so it was created anew, or one whose log is gone) counts as
     none: every file is new."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(uri)
+    table = table_access.open_table(uri)
     current = _files(table)
     older: set[str] = set()
     if since is not None and since > table.version():
@@ -53,7 +51,7 @@ def added_since(uri: str, since: int | None) -> Increment:
         since = None
     elif since is not None:
         try:
-            older = set(_files(DeltaTable(uri, version=since)))
+            older = set(_files(table_access.open_table(uri, since)))
         except Exception as error:  # a version vacuumed out of the log: read whole
             log.info("%s: version %d cannot be loaded (%s), so read whole", uri, since, error)
             since = None
@@ -94,18 +92,15 @@ def chunks(increment: Increment, rows: int, columns: list[str] | None = None,
 
 def older_files(increment: Increment) -> frozenset[str]:
     """The files of the increment's version that were there before it (what was checked)."""
-    from deltalake import DeltaTable
-
-    return frozenset(_files(DeltaTable(increment.uri, version=increment.version))) - increment.files
+    return frozenset(_files(table_access.open_table(increment.uri, increment.version))) - increment.files
 
 
 def file_statistics(uri: str, columns: list[str], version: int | None = None) -> pa.Table:
     """One row per data file of the version (else the current one): ``rows_in_file``, then each of
     ``columns`` holding the file's largest value (null where the writer kept none)."""
     import pyarrow as pa
-    from deltalake import DeltaTable
 
-    actions = pa.table(DeltaTable(uri, version=version).get_add_actions(flatten=True))
+    actions = pa.table(table_access.open_table(uri, version).get_add_actions(flatten=True))
     out = {ROWS_IN_FILE: actions.column("num_records")}
     for column in columns:
         name = f"max.{column}"
@@ -113,7 +108,7 @@ def file_statistics(uri: str, columns: list[str], version: int | None = None) ->
     return pa.table(out)
 
 
-def _files(table: DeltaTable) -> dict[str, int]:
+def _files(table) -> dict[str, int]:
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=False))

@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from spark_jobs.contracts.tables import TABLE_PROPERTIES, TableSpec
+from spark_jobs.runtime.delta import table_access
 
 log = logging.getLogger("sigflow.delta")
 
@@ -49,10 +50,7 @@ def create_table(uri: str, spec: TableSpec) -> str:
 
 
 def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
-    from deltalake import DeltaTable
-
-    DeltaTable.create(uri, schema=arrow_schema(spec), partition_by=list(spec.partition_by) or None, mode="ignore",
-                      configuration=TABLE_PROPERTIES)
+    table_access.create(uri, arrow_schema(spec), list(spec.partition_by) or None, TABLE_PROPERTIES)
 
 
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
@@ -71,9 +69,7 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
 
 
 def _table_exists(uri: str) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(uri)
+    return table_access.exists(uri)
 
 
 def migrate_table(uri: str, spec: TableSpec) -> str:
@@ -82,15 +78,13 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
     table does not set are set (a value an operator chose stays). Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
-    from deltalake import DeltaTable, Field
-
-    table = DeltaTable(uri)
+    table = table_access.open_table(uri)
     unset = _unset_properties(table)
     if unset:
         try:
             table.alter.set_table_properties(unset)
         except Exception:
-            table = DeltaTable(uri)
+            table = table_access.open_table(uri)
             if _unset_properties(table):  # not a second driver migrating the same table at once
                 raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
@@ -100,18 +94,18 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
     if not missing:
         return done
     try:
-        table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in missing])
+        table_access.add_nullable_columns(uri, missing)
     except Exception:
         # quality's tasks run at once, each migrating dq_results: the one that lost found
         # the columns added by another
-        if {field.name for field in missing} - {field.name for field in DeltaTable(uri).schema().fields}:
+        if {field.name for field in missing} - {field.name for field in table_access.open_table(uri).schema().fields}:
             raise
         return done
     added = [field.name for field in missing]
     fills = {column: sql for column, sql in spec.backfill if column in added}
     filled = ""
     if fills:
-        metrics = DeltaTable(uri).update(
+        metrics = table_access.open_table(uri).update(
             updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
         filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
     log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
-from spark_jobs.runtime.delta import schema
+from spark_jobs.runtime.delta import schema, table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.table_access import commit_metadata
 
@@ -42,9 +42,7 @@ class DeltaSink:
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest version the table's application transaction of ``app_id`` holds."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.uri(spec)).transaction_version(app_id)
+        return table_access.open_table(self.uri(spec)).transaction_version(app_id)
 
     def committed_batch(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest batch of ``app_id`` the table holds: from its application transaction,
@@ -106,25 +104,18 @@ class DeltaSink:
         A Spark write of a few rows cost one to two seconds per batch, most of it Delta
         rebuilding the table state to look up the transaction (docs/streaming-facts.md);
         delta-rs reads the transaction from the log it has already loaded."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
-        from deltalake.exceptions import CommitFailedError
-
         # delta-rs takes an append for a read of every file, so another writer's delete (a
         # rewind removing one job's rows from pipeline_metrics) fails it, though its rows
         # depend on nothing it read (Spark's Delta lets such a blind append through). Each
         # attempt reads the table afresh and checks the transaction again.
-        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
+        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(table_access.CommitConflict),
                                          wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(10),
                                          reraise=True):
             with attempt:
                 if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
                     return None
-                write_deltalake(
-                    self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)), mode="append",
-                    commit_properties=CommitProperties(
-                        custom_metadata={"userMetadata": info.user_metadata()},
-                        app_transactions=[Transaction(app_id, version)]),
-                )
+                table_access.append(self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)),
+                                    info.user_metadata(), (app_id, version))
         return len(rows)
 
 
@@ -132,9 +123,7 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
     """The rows our commit wrote, from its commit info (no second Spark job to count them);
     None when there is no such commit: Delta found the transaction already applied.
     Other drivers may have committed since (shared tables): ours carries our metadata."""
-    from deltalake import DeltaTable
-
-    for entry in DeltaTable(uri).history(20):
+    for entry in table_access.open_table(uri).history(20):
         if entry.get("userMetadata") == commit_info:
             return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
     return None

@@ -1,6 +1,8 @@
-"""Reading and repairing sigflow's Delta tables outside Spark (delta-rs): commit history,
-versions, restores, row counts and deletes. The on-call operations use these; the
-streaming writes themselves go through ``sink``."""
+"""sigflow's Delta tables outside Spark, through delta-rs: the one module that imports
+``deltalake``. Reads (rows, files, commit history, versions), the small appends made without
+Spark (pipeline metrics, quality results, the restart audit) and the repairs the on-call
+operations make (restores, deletes, compaction). The jobs' own writes go through Spark
+(``sink``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,52 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-# the key of sigflow's entry in a Delta commit's metadata (job, batch, Kafka offsets)
+
+
+class CommitConflict(Exception):
+    """Another writer committed what this commit read; the append may be tried again."""
+
+
+def exists(uri: str) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(uri)
+
+
+def open_table(uri: str, version: int | None = None):
+    """The table (at ``version``, else the current one) as delta-rs's ``DeltaTable``."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(uri, version=version)
+
+
+def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str]) -> None:
+    """Create the table when missing (a table already there is left as it is)."""
+    from deltalake import DeltaTable
+
+    DeltaTable.create(uri, schema=schema, partition_by=partition_by, mode="ignore", configuration=configuration)
+
+
+def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:
+    from deltalake import Field
+
+    open_table(uri).alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in fields])
+
+
+def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
+           transaction: tuple[str, int] | None = None) -> None:
+    """Append Arrow rows; with ``transaction`` (app id, version) under Delta's application
+    transaction. Raises CommitConflict when another writer's commit conflicts with it."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    properties = CommitProperties(
+        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None,
+        app_transactions=[Transaction(*transaction)] if transaction else None)
+    try:
+        write_deltalake(uri, rows, mode="append", commit_properties=properties)
+    except CommitFailedError as exc:
+        raise CommitConflict(str(exc)) from exc
 
 
 def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
@@ -30,9 +77,7 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
     2 of 12 to 26 of 40 fresh processes, measured on a 6-row table; the
     single-threaded scan never did (docs/streaming-facts.md, tests/spark_jobs/runtime/test_delta_tables.py).
     """
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(uri):
+    if not exists(uri):
         import pyarrow as pa
 
         return pa.table({})
@@ -49,15 +94,14 @@ def dataset(uri: str, version: int | None = None) -> ds.Dataset:
     from urllib.parse import urlparse
 
     import pyarrow.fs as pa_fs
-    from deltalake import DeltaTable
 
     collect_before_exit()
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         root = os.path.abspath(parsed.path if parsed.scheme else uri)
         local = pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem())
-        return DeltaTable(uri, version=version).to_pyarrow_dataset(filesystem=local)
-    return DeltaTable(uri, version=version).to_pyarrow_dataset()
+        return open_table(uri, version).to_pyarrow_dataset(filesystem=local)
+    return open_table(uri, version).to_pyarrow_dataset()
 
 
 @functools.cache
@@ -81,17 +125,13 @@ def read_pandas(uri: str, columns: list[str] | None = None, where: ds.Expression
 def count_matching(uri: str, where: ds.Expression | None = None) -> int:
     """Rows of the table matching ``where`` (all rows without it), scanned single-threaded
     like ``read_arrow``; 0 if there is no table."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(uri):
+    if not exists(uri):
         return 0
     return dataset(uri).count_rows(filter=where, use_threads=False)
 
 
 def history(uri: str) -> list[dict]:
-    from deltalake import DeltaTable
-
-    return commit_metadata(uri) if DeltaTable.is_deltatable(uri) else []
+    return commit_metadata(uri) if exists(uri) else []
 
 
 def version_left_by(uri: str, job: str, checkpoint_id: str, batch_id: int) -> int | None:
@@ -126,15 +166,11 @@ def has_its_files(uri: str, version: int) -> bool:
 
 
 def table_version(uri: str) -> int | None:
-    from deltalake import DeltaTable
-
-    return DeltaTable(uri).version() if DeltaTable.is_deltatable(uri) else None
+    return open_table(uri).version() if exists(uri) else None
 
 
 def restore(uri: str, version: int) -> None:
-    from deltalake import DeltaTable
-
-    DeltaTable(uri).restore(version)
+    open_table(uri).restore(version)
 
 
 def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: int | None):
@@ -145,7 +181,6 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
     current checkpoint's, as every row did then. A table not yet migrated has no such rows.
     """
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
     arrow, sql = [], []
     job = job and checked(job, "job name", uri)
@@ -153,7 +188,7 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
     if job:
         arrow.append(ds.field("job") == job)
         sql.append(f"job = '{job}'")
-    if checkpoint_id and "checkpoint_id" in {f.name for f in DeltaTable(uri).schema().fields}:
+    if checkpoint_id and "checkpoint_id" in {f.name for f in open_table(uri).schema().fields}:
         arrow.append((ds.field("checkpoint_id") == checkpoint_id) | ds.field("checkpoint_id").is_null())
         sql.append(f"(checkpoint_id = '{checkpoint_id}' OR checkpoint_id IS NULL)")
     if after_batch is not None:
@@ -169,29 +204,23 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
 
 def count_rows(uri: str, job: str | None = None, after_batch: int | None = None,
                checkpoint_id: str | None = None) -> int:
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(uri):
+    if not exists(uri):
         return 0
     return count_matching(uri, _rows_of(uri, job, checkpoint_id, after_batch)[0])
 
 
 def delete_rows(uri: str, job: str | None = None, after_batch: int | None = None,
                 checkpoint_id: str | None = None) -> None:
-    from deltalake import DeltaTable
-
-    if DeltaTable.is_deltatable(uri):
-        DeltaTable(uri).delete(_rows_of(uri, job, checkpoint_id, after_batch)[1])
+    if exists(uri):
+        open_table(uri).delete(_rows_of(uri, job, checkpoint_id, after_batch)[1])
 
 
 def commit_metadata(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The sigflow record (``CommitInfo``) of each commit of a table (of its newest ``limit``
     commits), newest first, with the commit's version and timestamp; commits without one
     (another writer's, whatever their userMetadata says) are left out."""
-    from deltalake import DeltaTable
-
     found = []
-    for entry in DeltaTable(uri).history(limit):
+    for entry in open_table(uri).history(limit):
         info = CommitInfo.parse(entry.get(METADATA_KEY) or entry.get("userMetadata") or None)
         if info is not None:
             found.append({"version": entry.get("version"), "timestamp": entry.get("timestamp"),

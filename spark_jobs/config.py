@@ -19,6 +19,7 @@ import os
 import re
 import sys
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping
 
@@ -528,6 +529,26 @@ FLAT_NAMES: tuple[str, ...] = tuple(
 
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """Where S3 is, from the AWS SDKs' own variables (AWS_ENDPOINT_URL, AWS_REGION or
+    AWS_DEFAULT_REGION): the ones delta-rs, pyarrow and boto3 read themselves, so Spark's S3A
+    and sigflow's own S3 calls are pointed by the same ones. Empty: AWS's own S3."""
+
+    endpoint_url: str = ""
+    region: str = ""
+
+
+def object_store(environ: Mapping[str, str] | None = None) -> ObjectStore:
+    env = os.environ if environ is None else environ
+    return ObjectStore(env.get("AWS_ENDPOINT_URL", ""), env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION", ""))
+
+
+def armed_failpoints() -> str:
+    """SIGFLOW_FAILPOINTS: the crash points fault tests arm in a job they start (runtime/failpoints.py)."""
+    return os.environ.get("SIGFLOW_FAILPOINTS", "")
 
 
 def default_jars_dir() -> Path:

@@ -7,6 +7,7 @@ wing beside runtime: it may import runtime and what runtime may, and of sigflow'
 the CLI imports it (tests do too). Production code never does."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +108,14 @@ def test_only_table_access_imports_delta_rs():
     importers = sorted(module_name(path) for path in sources()
                        if any(name.split(".")[0] == "deltalake" for _, name in imported_modules(ast.parse(path.read_text()))))
     assert importers == [DELTA_RS_MODULE]
+
+
+def test_settings_and_the_aws_variables_are_read_in_config_alone():
+    """A sigflow setting (SIGFLOW_*) or the object store's variables (AWS_*) read from the
+    environment anywhere but config.py would escape its validation; the one-machine stand-ins
+    and the process plumbing (JAVA_HOME, PYSPARK_*) are not settings."""
+    read_elsewhere = re.compile(r"""environ(?:\.get)?[\[(]\s*["'](?:SIGFLOW_|AWS_)""")
+    found = [module_name(path) for path in sources()
+             if layer_of(module_name(path)) not in (None, SIDE_WING) and not path.name == "config.py"
+             and read_elsewhere.search(path.read_text())]
+    assert found == []

@@ -10,10 +10,14 @@ import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import TaskAwaitingInput
+
+if TYPE_CHECKING:
+    from spark_jobs.config import Settings
 
 # the driver runs `sigflow run <job>`: the CLI's file, found without importing it
 CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
@@ -69,23 +73,27 @@ class SigflowSubmitOperator(SparkSubmitOperator):
         super().__init__(application=CLI, application_args=["run", job, mode], name=f"sigflow-{job}",
                          conn_id="spark_default", openlineage_inject_parent_job_info=True, **kwargs)
 
-    def spark_properties(self) -> dict[str, str]:
-        """The driver's Spark properties, from this worker's environment: Delta's and the
-        object store's settings, sigflow's JVM options (SIGFLOW_JVM_OPTIONS) and the drivers'
-        class archive of this machine."""
+    def spark_properties(self, settings: Settings) -> dict[str, str]:
+        """The driver's Spark properties, from this worker's settings: Delta's and the object
+        store's, sigflow's JVM options and the drivers' class archive of this machine."""
+        from spark_jobs.config import object_store
         from spark_jobs.runtime import class_archive, classpath
         from spark_jobs.runtime.jvm_options import java_options_conf
 
+        archive = class_archive.driver_options(settings.jars_path, settings.spark.class_data_sharing,
+                                               os.environ.get("JAVA_HOME"))
         return {"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
-                **classpath.submit_conf(classpath.submit_dir()),
-                **java_options_conf(os.environ.get("SIGFLOW_JVM_OPTIONS", ""), class_archive.submit_options(os.environ))}
+                **classpath.submit_conf(settings.jars_path, object_store()),
+                **java_options_conf(settings.spark.java_options, archive)}
 
     def execute(self, context) -> None:
         from spark_jobs.airflow.hooks import SigflowKafkaHook
+        from spark_jobs.config import load_settings
         from spark_jobs.runtime import classpath
 
-        self.jars = classpath.verified_submit_jars(classpath.submit_dir())
-        self.conf = {**self.spark_properties(), **(self.conf or {})}
+        settings = load_settings()
+        self.jars = classpath.verified_submit_jars(settings.jars_path)
+        self.conf = {**self.spark_properties(settings), **(self.conf or {})}
         kafka = SigflowKafkaHook().settings_overrides()
         with tempfile.TemporaryDirectory(prefix="sigflow-submit-") as private:  # 0700
             self.env_vars = {**(self.env_vars or {}), **_driver_env(kafka, Path(private))}

@@ -15,12 +15,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
-
-from pydantic import TypeAdapter
-
-from spark_jobs.config import default_jars_dir
 
 # A mismatch (a JAR added to the driver's classpath) makes the JVM skip the archive and load
 # classes as usual; it would say so in a warning line nobody can act on.
@@ -69,15 +64,6 @@ def driver_options(jars_path: Path, enabled: bool, java_home: str | None) -> str
         return ""
     archive = archive_path(jars_path, java_home)
     return f"-XX:SharedArchiveFile={archive} {QUIET}" if usable(archive) else ""
-
-
-def submit_options(environ: Mapping[str, str]) -> str:
-    """The same for a driver spark-submit starts on this machine (the deploy DAG's), from the
-    environment of the process that builds its command (SIGFLOW_JARS_DIR,
-    SIGFLOW_CLASS_DATA_SHARING, JAVA_HOME)."""
-    jars_path = Path(environ.get("SIGFLOW_JARS_DIR") or default_jars_dir())
-    return driver_options(jars_path, TypeAdapter(bool).validate_python(environ.get("SIGFLOW_CLASS_DATA_SHARING", True)),
-                          environ.get("JAVA_HOME"))
 
 
 def dump_options(written: Path) -> str:

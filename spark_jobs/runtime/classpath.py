@@ -5,10 +5,10 @@ Fetching and pinning them is install tooling (``spark_jobs.install.jars``)."""
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_jobs.config import ObjectStore
 from spark_jobs.config import default_jars_dir as default_dir
 from spark_jobs.errors import SigflowError
 
@@ -62,11 +62,11 @@ def verified_logstore(dest: Path) -> Path:
     return path
 
 
-def object_store_conf(dest: Path, environ) -> dict[str, str]:
+def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
     """Spark's settings for s3a:// tables: sigflow's log store when the s3 set is installed, and
     S3A pointed at the environment's endpoint. Embedded sessions and spark-submit get the same."""
     log_store = {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if logstore_jar(dest).exists() else {}
-    return {**log_store, **s3a_conf(environ)}
+    return {**log_store, **s3a_conf(store)}
 
 
 def require_s3_log_store(delta_root: str, configured_log_store: str | None) -> None:
@@ -83,16 +83,16 @@ def require_s3_log_store(delta_root: str, configured_log_store: str | None) -> N
         )
 
 
-def s3a_conf(environ) -> dict[str, str]:
-    """S3A pointed where the AWS SDKs and delta-rs look (AWS_ENDPOINT_URL, AWS_REGION), with the
-    credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: one set of variables for Spark,
-    delta-rs and pyarrow. Nothing when no endpoint is set (AWS's own S3)."""
-    endpoint = environ.get("AWS_ENDPOINT_URL", "")
+def s3a_conf(store: ObjectStore) -> dict[str, str]:
+    """S3A pointed where the AWS SDKs and delta-rs look, with the credentials from
+    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: one set of variables for Spark, delta-rs and
+    pyarrow. Nothing when no endpoint is set (AWS's own S3)."""
+    endpoint = store.endpoint_url
     if not endpoint:
         return {}
     return {
         "spark.hadoop.fs.s3a.endpoint": endpoint,
-        "spark.hadoop.fs.s3a.endpoint.region": environ.get("AWS_REGION", "us-east-1"),
+        "spark.hadoop.fs.s3a.endpoint.region": store.region or "us-east-1",
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
         "spark.hadoop.fs.s3a.aws.credentials.provider":
@@ -177,11 +177,6 @@ def verified_paths(sets: tuple[str, ...] | list[str], dest: Path | None = None) 
     return [path_of(jar, dest) for jar in jars]
 
 
-def submit_dir() -> Path:
-    """Where the JARs of a spark-submit on this machine are (SIGFLOW_JARS_DIR, else the default)."""
-    return Path(os.environ.get("SIGFLOW_JARS_DIR") or default_dir())
-
-
 def verified_submit_jars(dest: Path) -> str:
     """``--jars`` for a spark-submit of a sigflow job: the installed JARs (openlineage's too
     when fetched: the driver's settings decide whether its listener runs), each hashed
@@ -191,9 +186,9 @@ def verified_submit_jars(dest: Path) -> str:
     return ",".join(map(str, spark_jar_paths(dest, required=fetched)))
 
 
-def submit_conf(dest: Path) -> dict[str, str]:
+def submit_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
     """Delta's session settings and the object store's, as a spark-submit's ``--conf``."""
-    return {**DELTA_SESSION_CONF, **object_store_conf(dest, os.environ)}
+    return {**DELTA_SESSION_CONF, **object_store_conf(dest, store)}
 
 
 def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) -> list[Path]:

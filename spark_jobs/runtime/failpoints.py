@@ -14,6 +14,8 @@ import signal
 import sys
 import time
 
+from spark_jobs.config import armed_failpoints
+
 POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")  # a batch's points
 # and a restart's: ``ingest/after_restart_step:1`` kills its apply after its first change
 PAUSE_S = 5.0
@@ -21,7 +23,7 @@ PAUSE_S = 5.0
 
 def _armed() -> dict[tuple[str, str], tuple[int, str]]:
     armed = {}
-    for item in filter(None, os.environ.get("SIGFLOW_FAILPOINTS", "").split(",")):
+    for item in filter(None, armed_failpoints().split(",")):
         where, _, batch = item.partition(":")
         batch, _, victim = batch.partition("@")
         job, _, point = where.strip().rpartition("/")

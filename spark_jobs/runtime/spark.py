@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.config import Settings, on_local_disk
+from spark_jobs.config import Settings, object_store, on_local_disk
 from spark_jobs.errors import ConfigError, SigflowError
 from spark_jobs.runtime import class_archive
 from spark_jobs.runtime.jvm_options import java_options_conf
@@ -149,7 +149,7 @@ def jar_conf(settings: Settings) -> dict[str, str]:
     listener = ("openlineage",) if settings.operations.lineage_spark_listener else ()
     paths = classpath.spark_jar_paths(settings.jars_path, required=listener)
     return {"spark.jars": ",".join(str(p) for p in paths), **classpath.DELTA_SESSION_CONF,
-            **classpath.object_store_conf(settings.jars_path, os.environ)}
+            **classpath.object_store_conf(settings.jars_path, object_store())}
 
 
 # Spark's default checkpoint writer goes through Hadoop's FileContext, whose rename asks

@@ -89,6 +89,7 @@ def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(ai
     """spark-submit starts the driver's JVM before sigflow runs, so the submit names the
     drivers' class archive in its Java options, from the worker's environment; none when the
     archive is not whole."""
+    from spark_jobs.config import load_settings
     from spark_jobs.runtime import class_archive
 
     java_home, jars = "/opt/some-jdk", tmp_path / "jars"
@@ -100,7 +101,7 @@ def test_deploy_hands_its_submitted_drivers_the_class_archive_of_this_machine(ai
     class_archive.adopt(tmp_path / "dump", archive)
 
     def driver_options() -> str:
-        return _bag().get_dag("sigflow_deploy").get_task("start_ingest").spark_properties()[
+        return _bag().get_dag("sigflow_deploy").get_task("start_ingest").spark_properties(load_settings())[
             "spark.driver.extraJavaOptions"]
 
     assert f"-XX:SharedArchiveFile={archive} " in driver_options()

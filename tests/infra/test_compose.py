@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs.config import load_settings
+from spark_jobs.config import load_settings, object_store
 from spark_jobs.runtime.classpath import SPARK_CLASSPATH_SETS
 from spark_jobs.runtime.kafka.source import kafka_options
 from tests.helpers import system_tool
@@ -151,7 +151,7 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
     installed = Path(__import__("tempfile").mkdtemp())
     classpath.logstore_jar(installed).parent.mkdir(parents=True)
     classpath.logstore_jar(installed).touch()  # as the image has it
-    expected = {**classpath.DELTA_SESSION_CONF, **classpath.object_store_conf(installed, _env("spark-master"))}
+    expected = {**classpath.DELTA_SESSION_CONF, **classpath.object_store_conf(installed, object_store(_env("spark-master")))}
     assert expected["spark.delta.logStore.s3a.impl"] == classpath.LOGSTORE_CLASS
     assert {key: conf.get(key) for key in expected} == expected
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from spark_jobs.config import load_settings
+from spark_jobs.config import load_settings, object_store
 from spark_jobs.install import jars
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.spark import jar_conf
@@ -91,7 +91,7 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     """The s3 set absent: the session gets no conditional-put log store, and a job whose tables
     are on s3a:// refuses to start rather than fall back to delta-spark's single-driver one."""
     key = "spark.delta.logStore.s3a.impl"
-    without = classpath.object_store_conf(tmp_path / "no-s3-set", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    without = classpath.object_store_conf(tmp_path / "no-s3-set", object_store({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}))
     assert key not in without
     with pytest.raises(classpath.JarError, match="would lose commits") as err:
         classpath.require_s3_log_store("s3a://lake/delta", without.get(key))
@@ -100,7 +100,7 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     installed = tmp_path / "with-s3-set"
     classpath.logstore_jar(installed).parent.mkdir(parents=True)
     classpath.logstore_jar(installed).touch()
-    classpath.require_s3_log_store("s3a://lake/delta", classpath.object_store_conf(installed, {}).get(key))
+    classpath.require_s3_log_store("s3a://lake/delta", classpath.object_store_conf(installed, object_store({})).get(key))
 
 
 def test_the_spark_lineage_listener_without_its_jar_is_refused_naming_the_fetch(jars_copy):

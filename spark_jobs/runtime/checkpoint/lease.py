@@ -45,6 +45,7 @@ import tenacity
 from pyarrow import fs as pafs
 from pydantic import TypeAdapter
 
+from spark_jobs.config import object_store
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint import intent as intents
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -325,8 +326,8 @@ def _s3_put_if_absent(path: str, data: bytes) -> bool:
     import boto3
 
     bucket, _, key = path.partition("/")
-    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
-                          region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    store = object_store()
+    client = boto3.client("s3", endpoint_url=store.endpoint_url or None, region_name=store.region or None)
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         return True

@@ -138,14 +138,15 @@ def _contract_of(settings: Settings, topic: str):
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from spark_jobs.local import simulate
+    from spark_jobs.contracts import file_check
+    from spark_jobs.runtime.kafka import producer
 
     settings = _settings(args)
     topic = args.topic or settings.streaming.events_topic
     if not Path(args.file).is_file():
         raise SigflowError(f"{args.file}: no such file", "give the path of a file of JSON lines, one record each")
     if args.validate:
-        check = simulate.check_file(args.file, _contract_of(settings, topic), settings.streaming.max_clock_ahead.ms)
+        check = file_check.check_file(args.file, _contract_of(settings, topic), settings.streaming.max_clock_ahead.ms)
         if check.failed:
             for line in check.describe():
                 print(line)
@@ -157,8 +158,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
             )
         print(f"{check.lines:,} lines meet the {check.contract} contract")
     bootstrap = kafka_address.connection(settings)
-    records = simulate.FileRecords(args.file)
-    sent = simulate.produce_records(bootstrap, topic, records, progress=True)
+    records = producer.FileRecords(args.file)
+    sent = producer.produce_records(bootstrap, topic, records, progress=True)
     for line in records.refused:
         print(line)
     unkeyed = f" ({records.unkeyed:,} unkeyed: no string device_id found)" if records.unkeyed else ""
@@ -169,6 +170,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from spark_jobs.local import simulate
+    from spark_jobs.runtime.kafka import producer
 
     settings = _settings(args)
     bootstrap = kafka_address.connection(settings)
@@ -178,7 +180,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         late_ratio=args.late, out_of_order_ratio=args.out_of_order,
         duplicate_ratio=args.duplicates, malformed_ratio=args.malformed,
     )
-    sent = simulate.produce_records(
+    sent = producer.produce_records(
         bootstrap, settings.streaming.events_topic, ((r.key, r.value) for r in records),
         rate_per_s=None if args.events else args.rate, total=len(records), progress=True,
     )
@@ -190,7 +192,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"{kinds['duplicate']} duplicates, {malformed} malformed"
     )
     alerts = simulate.generate_alerts(records, every=args.alert_every, seed=args.seed)
-    simulate.produce_records(bootstrap, settings.streaming.alerts_topic, ((r.key, r.value) for r in alerts))
+    producer.produce_records(bootstrap, settings.streaming.alerts_topic, ((r.key, r.value) for r in alerts))
     akinds = Counter(r.kind for r in alerts)
     print(
         f"produced {len(alerts)} alerts to {settings.streaming.alerts_topic}: {akinds['silent_alert']} for "

@@ -40,9 +40,10 @@ from spark_jobs.local.simulate import (
     MALFORMED_KINDS,
     generate_alerts,
     generate_events,
-    produce_records,
 )
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
+from spark_jobs.runtime.kafka.producer import produce_records
 from tests import bench_alerts, bench_handwritten
 from tests.helpers import confluent_produce
 
@@ -63,9 +64,9 @@ def _rate(count: int, seconds: float) -> float:
 def consume_all(bootstrap: str, topic: str) -> int:
     from confluent_kafka import TopicPartition
 
-    partitions = kafka_client.topic_partitions(bootstrap, topic)
-    ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
-    consumer = kafka_client.consumer(bootstrap, **{"fetch.max.bytes": 52428800})
+    partitions = kafka_admin.topic_partitions(bootstrap, topic)
+    ends = kafka_offsets.offset_bounds(bootstrap, topic, partitions)
+    consumer = kafka_offsets.consumer(bootstrap, **{"fetch.max.bytes": 52428800})
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen, done = 0, set()
     while len(done) < len(partitions):
@@ -129,8 +130,8 @@ def source_into_spark(spark, settings, topic: str) -> int:
     records reach Spark before any job does anything, so no job can beat it."""
     from spark_jobs.runtime.kafka import source as kafka_source
     bootstrap = settings.kafka.bootstrap_servers
-    partitions = kafka_client.topic_partitions(bootstrap, topic)
-    ends = kafka_client.offset_bounds(bootstrap, topic, partitions)
+    partitions = kafka_admin.topic_partitions(bootstrap, topic)
+    ends = kafka_offsets.offset_bounds(bootstrap, topic, partitions)
     start = {topic: {str(p): ends[p][0] for p in partitions}}
     end = {topic: {str(p): ends[p][1] for p in partitions}}
     return kafka_source.read_range(spark, settings, bootstrap, [topic], start, end).count()
@@ -164,7 +165,7 @@ def _own_topics(settings, name: str, alerts: bool = False):
                          delta_root=f"{settings.delta_root_uri}-{name}",
                          **({"alerts_topic": f"bench-{name}-alerts"} if alerts else {}))
     topics = [s.streaming.events_topic, s.streaming.alerts_topic] if alerts else [s.streaming.events_topic]
-    kafka_client.create_topics(s.kafka.bootstrap_servers, topics, s.kafka.topic_partitions, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, topics, s.kafka.topic_partitions, s.kafka.topic_retention_ms)
     return s
 
 
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
     figures: dict[str, float] = {}
     try:
         s = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-        kafka_client.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic, "bench-kp", "bench-ck"],
+        kafka_admin.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic, "bench-kp", "bench-ck"],
                                    s.kafka.topic_partitions, s.kafka.topic_retention_ms)
         records = generate_events(args.events, devices=args.devices, seed=1, late_ratio=0.01,
                                   duplicate_ratio=0.02, malformed_ratio=0.01)

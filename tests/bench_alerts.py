@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from spark_jobs.local.simulate import event_payload, iso
 from spark_jobs.runtime.delta.table_access import dataset, history
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import REPO, cli_env
 
@@ -93,7 +94,7 @@ def fastpath_latency(settings, rates: list[int], seconds: float, warm_up_s: floa
     s = settings.replace(alerts_topic="bench-fast-alerts", critical_alerts_topic="bench-fast-critical",
                          checkpoint_root=f"{settings.checkpoint_root_uri}-fast", delta_root=f"{settings.delta_root_uri}-fast")
     bootstrap = s.kafka.bootstrap_servers
-    kafka_client.create_topics(bootstrap, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
+    kafka_admin.create_topics(bootstrap, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
                                s.kafka.topic_partitions, s.kafka.topic_retention_ms)
     env = cli_env(s, {"SIGFLOW_JIT": "tiered", "SIGFLOW_CRITICAL_ALERTS_TOPIC": s.streaming.critical_alerts_topic,
                       "SIGFLOW_DELTA_ROOT": s.delta_root_uri, "SIGFLOW_CHECKPOINT_ROOT": s.checkpoint_root_uri,
@@ -102,8 +103,8 @@ def fastpath_latency(settings, rates: list[int], seconds: float, warm_up_s: floa
     job = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "run", "alert-fastpath", "--processing-time", "1s"],
                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     results = []
-    reader = kafka_client.consumer(bootstrap)
-    partitions = kafka_client.topic_partitions(bootstrap, s.streaming.critical_alerts_topic)
+    reader = kafka_offsets.consumer(bootstrap)
+    partitions = kafka_admin.topic_partitions(bootstrap, s.streaming.critical_alerts_topic)
     reader.assign([TopicPartition(s.streaming.critical_alerts_topic, p, 0) for p in partitions])
     arrived: dict[str, float] = {}
     stop = threading.Event()
@@ -154,7 +155,7 @@ def alert_join_latency(spark, settings, rates: list[int], seconds: float, drain_
     s = settings.replace(events_topic="bench-join-events", alerts_topic="bench-join-alerts", trigger_interval="1 second",
                          checkpoint_root=f"{settings.checkpoint_root_uri}-join", delta_root=f"{settings.delta_root_uri}-join")
     bootstrap = s.kafka.bootstrap_servers
-    kafka_client.create_topics(bootstrap, [s.streaming.events_topic, s.streaming.alerts_topic],
+    kafka_admin.create_topics(bootstrap, [s.streaming.events_topic, s.streaming.alerts_topic],
                                s.kafka.topic_partitions, s.kafka.topic_retention_ms)
     run, stop = JobRun(get_job("alert-join"), s, spark), threading.Event()
     worker = threading.Thread(target=run.run_continuous, args=(stop,))
@@ -164,8 +165,8 @@ def alert_join_latency(spark, settings, rates: list[int], seconds: float, drain_
         for n, rate in enumerate(rates):
             sent = offer(bootstrap, s.streaming.alerts_topic, rate, seconds, s.streaming.events_topic, prefix=f"r{n}")
             offered.update({a: at for a, (at, _) in sent.items()})
-            ends = {topic: {p: end for p, (_, end) in kafka_client.offset_bounds(
-                bootstrap, topic, kafka_client.topic_partitions(bootstrap, topic)).items()}
+            ends = {topic: {p: end for p, (_, end) in kafka_offsets.offset_bounds(
+                bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic)).items()}
                 for topic in (s.streaming.events_topic, s.streaming.alerts_topic)}
             if not wait_until(lambda: run.checkpoint.committed_through(ends), timeout_s=drain_s, every_s=1):
                 say(f"  alert-join had not caught up {drain_s:.0f} s after {rate:,} alerts/s stopped")

@@ -26,7 +26,7 @@ import psutil
 from spark_jobs.config import load_settings
 from spark_jobs.local import broker
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import cli_env, confluent_produce
 
 JOBS = ("ingest", "dedup")
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     stop = threading.Event()
     try:
         s = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-        kafka_client.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic],
+        kafka_admin.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic],
                                    s.kafka.topic_partitions, s.kafka.topic_retention_ms)
         env = cli_env(s, {"SIGFLOW_SPARK_MASTER": "local[1]", "SIGFLOW_SPARK_DRIVER_MEMORY": "1g"})
         for job in JOBS:

@@ -19,7 +19,7 @@ import pytest
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker as embedded
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import MULTI_PROCESS, QUICK_JIT, REPO
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
@@ -113,7 +113,7 @@ def make_settings(data_dir, bootstrap: str, **overrides) -> Settings:
 def settings(tmp_path, embedded_broker) -> Settings:
     """Settings with this test's own topics (created) and data directory."""
     s = make_settings(tmp_path / "data", embedded_broker.bootstrap_servers)
-    kafka_client.create_topics(
+    kafka_admin.create_topics(
         s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], s.kafka.topic_partitions, s.kafka.topic_retention_ms
     )
     return s

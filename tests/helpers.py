@@ -17,9 +17,11 @@ import pytest
 from spark_jobs.config import Settings
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.local.simulate import SimRecord, event_payload, produce_records
+from spark_jobs.local.simulate import SimRecord, event_payload
 from spark_jobs.runtime.delta.table_access import read_pandas
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
+from spark_jobs.runtime.kafka.producer import produce_records
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
@@ -43,7 +45,7 @@ def at(hh: int, mm: int, ss: int = 0) -> int:
 def single_partition(settings: Settings) -> Settings:
     """Settings on a one-partition topic, so that batch splits are exactly predictable."""
     s = settings.replace(events_topic=settings.streaming.events_topic + "-p1", topic_partitions=1)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
     return s
 
 
@@ -78,17 +80,17 @@ def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
 
 def records_in(bootstrap: str, topic: str) -> int:
     """How many records a topic holds now (confirmed end minus earliest offset, all partitions)."""
-    partitions = kafka_client.topic_partitions(bootstrap, topic)
-    return sum(end - start for start, end in kafka_client.offset_bounds(bootstrap, topic, partitions).values())
+    partitions = kafka_admin.topic_partitions(bootstrap, topic)
+    return sum(end - start for start, end in kafka_offsets.offset_bounds(bootstrap, topic, partitions).values())
 
 
 def topic_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
     """Every (key, value) a topic holds now, all partitions, each in its partition's order."""
     from confluent_kafka import TopicPartition
 
-    partitions = kafka_client.topic_partitions(bootstrap, topic)
-    bounds = kafka_client.offset_bounds(bootstrap, topic, partitions)
-    reader = kafka_client.consumer(bootstrap)
+    partitions = kafka_admin.topic_partitions(bootstrap, topic)
+    bounds = kafka_offsets.offset_bounds(bootstrap, topic, partitions)
+    reader = kafka_offsets.consumer(bootstrap)
     reader.assign([TopicPartition(topic, p, start) for p, (start, _) in bounds.items()])
     wanted = sum(end - start for start, end in bounds.values())
     out: list[tuple[bytes | None, bytes]] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import QUICK_JIT
 
@@ -100,12 +100,12 @@ class KafkaCluster:
                     node.process.kill()
 
     def leader(self, topic: str, partition: int) -> int:
-        return kafka_client.admin(self.bootstrap_servers).list_topics(topic, timeout=10).topics[topic] \
+        return kafka_admin.admin(self.bootstrap_servers).list_topics(topic, timeout=10).topics[topic] \
             .partitions[partition].leader
 
     def in_sync(self, topic: str) -> dict[int, list[int]]:
         """partition -> its in-sync replicas."""
-        meta = kafka_client.admin(self.bootstrap_servers).list_topics(timeout=10).topics[topic]
+        meta = kafka_admin.admin(self.bootstrap_servers).list_topics(timeout=10).topics[topic]
         return {p: sorted(m.isrs) for p, m in meta.partitions.items()}
 
 
@@ -120,8 +120,8 @@ def start(base: Path, nodes: int = 3, heap: str = "384m", timeout_s: float = 120
     for node in members:
         cluster.launch(node)
     def formed() -> bool:  # every node answers, and the cluster's metadata lists them all
-        registered = kafka_client.admin(cluster.bootstrap_servers).list_topics(timeout=5).brokers
-        return len(registered) == nodes and all(kafka_client.is_reachable(n.address, 2) for n in members)
+        registered = kafka_admin.admin(cluster.bootstrap_servers).list_topics(timeout=5).brokers
+        return len(registered) == nodes and all(kafka_admin.is_reachable(n.address, 2) for n in members)
 
     if not wait_until(formed, timeout_s=timeout_s, every_s=0.5, not_yet=(Exception,),
                       give_up=lambda: any(n.process.poll() is not None for n in members)):

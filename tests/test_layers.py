@@ -93,7 +93,7 @@ def test_production_code_never_imports_the_side_wing_but_the_cli_may():
 
 
 def test_the_side_wing_sits_beside_runtime():
-    assert upward_imports("spark_jobs.local.broker", "from spark_jobs.runtime.kafka import client\n") == []
+    assert upward_imports("spark_jobs.local.broker", "from spark_jobs.runtime.kafka import admin\n") == []
     assert upward_imports("spark_jobs.local.broker", "from spark_jobs.ops import status\n") == [
         "spark_jobs.local.broker:1 imports spark_jobs.ops (ops is above local)",
         "spark_jobs.local.broker:1 imports spark_jobs.ops.status (ops is above local)",

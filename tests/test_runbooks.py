@@ -22,7 +22,7 @@ import pytest
 from spark_jobs.cli import main
 from spark_jobs.local.simulate import event_payload, generate_alerts, generate_events
 from spark_jobs.ops import status
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.conftest import make_settings
 from tests.helpers import REPO, cli_env, produce, run_job, table
 
@@ -42,7 +42,7 @@ def _blocks(path: Path, language: str) -> list[tuple[str, str]]:
 def incident(tmp_path_factory, embedded_broker, spark):
     """A stack mid-life: traffic in Kafka, three jobs with two committed runs each."""
     s = make_settings(tmp_path_factory.mktemp("runbooks") / "data", embedded_broker.bootstrap_servers)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
     records = generate_events(400, devices=5, seed=21, malformed_ratio=0.05)
     alerts = generate_alerts(records, every=40, seed=21)
     produce(s, alerts, s.streaming.alerts_topic)

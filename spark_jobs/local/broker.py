@@ -230,7 +230,7 @@ def _format_storage(settings: Settings) -> None:
 
 def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     """Start the embedded broker (idempotent: a live recorded broker is returned as is)."""
-    from spark_jobs.runtime.kafka import client as kafka_client
+    from spark_jobs.runtime.kafka import admin as kafka_admin
     running = status(settings)
     if running:
         return running
@@ -258,7 +258,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )
     own = _own_connection(settings, address)
-    if not wait_until(lambda: _port_open("127.0.0.1", client_port) and kafka_client.is_reachable(own, 2),
+    if not wait_until(lambda: _port_open("127.0.0.1", client_port) and kafka_admin.is_reachable(own, 2),
                       timeout_s=timeout_s, every_s=0.2, give_up=lambda: proc.poll() is not None):
         proc.kill()
         raise BrokerUnavailable(
@@ -293,9 +293,9 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
         UserScramCredentialUpsertion,
     )
 
-    from spark_jobs.runtime.kafka import client as kafka_client
+    from spark_jobs.runtime.kafka import admin as kafka_admin
     password = settings.kafka.secret.get_secret_value().encode()
-    admin = kafka_client.admin(own)  # kept referenced: a collected client fails its futures
+    admin = kafka_admin.admin(own)  # kept referenced: a collected client fails its futures
     # One request per mechanism: Kafka refuses two changes to one user in a request.
     for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
         upsert = UserScramCredentialUpsertion(settings.kafka.username, ScramCredentialInfo(mechanism, 8192), password)
@@ -304,7 +304,7 @@ def _create_client_user(settings: Settings, own: KafkaConnection, timeout_s: flo
     client = connection(settings.replace(kafka_bootstrap_servers=own.bootstrap_servers,
                                          kafka_ca_file=settings.kafka.ca_file or own.ca_file))
     # the credential reaches the broker through the metadata log, shortly after
-    wait_until(lambda: kafka_client.check_reachable(client, timeout_s=3) or True, timeout_s=timeout_s, every_s=0,
+    wait_until(lambda: kafka_admin.check_reachable(client, timeout_s=3) or True, timeout_s=timeout_s, every_s=0,
                not_yet=(BrokerUnavailable,), reraise=True)
 
 

@@ -18,7 +18,8 @@ from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local import broker, simulate
 from spark_jobs.runtime import class_archive
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka.producer import produce_records
 from spark_jobs.runtime.spark import ensure_java
 from spark_jobs.runtime.waiting import wait_until
 
@@ -64,12 +65,12 @@ def _train(settings: Settings, work: Path, written: Path) -> None:
     info = broker.start(own)
     try:
         streaming = own.streaming
-        kafka_client.create_topics(info.bootstrap_servers, [streaming.events_topic, streaming.alerts_topic],
+        kafka_admin.create_topics(info.bootstrap_servers, [streaming.events_topic, streaming.alerts_topic],
                                    own.kafka.topic_partitions, own.kafka.topic_retention_ms)
         events = simulate.generate_events(TRAINING_EVENTS, devices=8, seed=1)
         for topic, records in ((streaming.events_topic, events), (streaming.alerts_topic,
                                                                   simulate.generate_alerts(events, every=20, seed=1))):
-            simulate.produce_records(info.bootstrap_servers, topic, ((r.key, r.value) for r in records))
+            produce_records(info.bootstrap_servers, topic, ((r.key, r.value) for r in records))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIGFLOW_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
         env.update(SIGFLOW_DATA_DIR=str(work), KAFKA_BOOTSTRAP_SERVERS=info.bootstrap_servers,
                    SIGFLOW_JARS_DIR=str(settings.jars_path), SIGFLOW_JIT="quick", SIGFLOW_CLASS_DATA_SHARING="false",

@@ -11,7 +11,7 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import BrokerUnavailable
 from spark_jobs.runtime.delta.schema import create_table
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 
 
 def describe_settings(settings: Settings) -> list[str]:
@@ -31,8 +31,8 @@ def describe_settings(settings: Settings) -> list[str]:
 
 def ensure_topics(settings: Settings) -> list[str]:
     bootstrap = kafka_address.connection(settings)
-    kafka_client.check_reachable(bootstrap)
-    outcome = kafka_client.create_topics(
+    kafka_admin.check_reachable(bootstrap)
+    outcome = kafka_admin.create_topics(
         bootstrap, [settings.streaming.events_topic, settings.streaming.alerts_topic,
                     settings.streaming.critical_alerts_topic],
         settings.kafka.topic_partitions, settings.kafka.topic_retention_ms,
@@ -44,15 +44,15 @@ def ensure_topics(settings: Settings) -> list[str]:
 def use_broker_time(settings: Settings) -> list[str]:
     """Stamp the configured topics' records with the broker's clock (docs/semantics.md)."""
     bootstrap = kafka_address.connection(settings)
-    kafka_client.check_reachable(bootstrap)
-    return [kafka_client.use_broker_time(bootstrap, topic) for topic in (settings.streaming.events_topic, settings.streaming.alerts_topic)]
+    kafka_admin.check_reachable(bootstrap)
+    return [kafka_admin.use_broker_time(bootstrap, topic) for topic in (settings.streaming.events_topic, settings.streaming.alerts_topic)]
 
 
 def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = None) -> list[str]:
     """Scale topics up to ``partitions`` (docs/runbooks/topic-scale-up.md): what happened to each."""
     bootstrap = kafka_address.connection(settings)
-    kafka_client.check_reachable(bootstrap)
-    return [kafka_client.add_partitions(bootstrap, topic, partitions)
+    kafka_admin.check_reachable(bootstrap)
+    return [kafka_admin.add_partitions(bootstrap, topic, partitions)
             for topic in topics or [settings.streaming.events_topic, settings.streaming.alerts_topic]]
 
 

@@ -17,7 +17,8 @@ from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 
 
 def running_holder(settings: Settings, job: str) -> Holder | None:
@@ -162,9 +163,9 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> 
     bootstrap = kafka_address.connection(settings)
     lag = {}
     for topic in get_any_job(job).topics(settings.streaming):
-        partitions = kafka_client.topic_partitions(bootstrap, topic)
+        partitions = kafka_admin.topic_partitions(bootstrap, topic)
         done = committed.get(topic, {})
-        for p, (earliest, end) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
+        for p, (earliest, end) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
             lag[f"{topic}[{p}]"] = max(end - max(int(done.get(str(p), earliest)), earliest), 0)
     return lag
 
@@ -220,7 +221,7 @@ def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, Job
     metrics = read_metrics(settings) if metrics is None else metrics
     try:
         if with_lag:
-            kafka_client.check_reachable(kafka_address.connection(settings), timeout_s=3)
+            kafka_admin.check_reachable(kafka_address.connection(settings), timeout_s=3)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
     return [job_status(settings, job, metrics, with_lag) for job in ALL_JOBS]

@@ -40,7 +40,7 @@ from spark_jobs.jobs.base import BatchContext
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.delta import concurrent_writes
 from spark_jobs.runtime.delta.commit_info import CommitInfo
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.metrics import progress as metrics
 
@@ -204,7 +204,7 @@ class BatchCommit:
             return
         for topic, parts in offsets.sources[0].items():
             before = previous.sources[0].get(topic, {})
-            earliest = {p: low for p, (low, _) in kafka_client.offset_bounds(
+            earliest = {p: low for p, (low, _) in kafka_offsets.offset_bounds(
                 self.kafka, topic, [int(p) for p in parts]).items()}
             for p, end in parts.items():
                 was = before.get(p)

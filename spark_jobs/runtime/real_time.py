@@ -28,7 +28,8 @@ from spark_jobs.jobs.base import RealTimeJob
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.metrics.progress import (
@@ -62,12 +63,12 @@ class RealTimeRun(JobRun):
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
-        kafka_client.check_reachable(self.kafka)
-        self.partitions = {topic: kafka_client.topic_partitions(self.kafka, topic)
+        kafka_admin.check_reachable(self.kafka)
+        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic)
                            for topic in job.topics(settings.streaming)}
         self.output_topic = job.output_topic(settings.streaming)
         try:
-            kafka_client.topic_partitions(self.kafka, self.output_topic)
+            kafka_admin.topic_partitions(self.kafka, self.output_topic)
         except SigflowError:
             raise ConfigError(
                 f"{job.name}: its output topic {self.output_topic!r} does not exist at {self.kafka}",
@@ -120,7 +121,7 @@ class RealTimeRun(JobRun):
         self.summary.rows_written = {self.output_topic: sum(row["output_rows"] for row in self.recorder.rows.values())}
 
     def run_available_now(self) -> RunSummary:
-        ends = {topic: {p: end for p, (_, end) in kafka_client.offset_bounds(self.kafka, topic, parts).items()}
+        ends = {topic: {p: end for p, (_, end) in kafka_offsets.offset_bounds(self.kafka, topic, parts).items()}
                 for topic, parts in self.partitions.items()}
 
         def drive(query) -> None:

@@ -39,7 +39,7 @@ from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.commit import BatchCommit
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.lineage_events import (
     PARENT_PROPERTIES,
@@ -99,10 +99,10 @@ class JobRun:
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
-        kafka_client.check_reachable(self.kafka)
+        kafka_admin.check_reachable(self.kafka)
         for topic in job.topics(settings.streaming):
-            kafka_client.topic_partitions(self.kafka, topic)
-        checkpoint_guards.check_broker_time(job, settings, kafka_client.timestamp_types(
+            kafka_admin.topic_partitions(self.kafka, topic)
+        checkpoint_guards.check_broker_time(job, settings, kafka_admin.timestamp_types(
             self.kafka, job.topics(settings.streaming)))
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
         configure_session(self.spark, settings)
@@ -177,7 +177,7 @@ class JobRun:
         if "OutOfMemoryError" in str(exc):
             return _jvm_died(self.job.name, self.settings)
         text = str(exc)
-        if kafka_client.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
+        if kafka_admin.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
             return _explain(self.job.name, exc)
         self.record_metrics(query)  # the batches done before Kafka went away
         return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
@@ -242,7 +242,7 @@ class JobRun:
             retry_error_callback=lambda state: False,
         )
         try:
-            back = budget > 0 and waiting(kafka_client.is_reachable, self.kafka, timeout_s=3)
+            back = budget > 0 and waiting(kafka_admin.is_reachable, self.kafka, timeout_s=3)
         except _Stopped:
             return False
         if not back:

@@ -13,7 +13,7 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.ops.table_lineage import table_lineage
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.conftest import SECURED_USER
 from tests.dags.conftest import last_run_id, run_dag
 from tests.helpers import jars_with, json_lines, produce, table, topic_records
@@ -40,7 +40,7 @@ def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settin
     state, tasks = run_dag("sigflow_deploy", {**conf, "jobs": []})  # set-up only: no spark-submit yet
     assert state == "success", tasks
     assert tasks["ensure_tables"] == "success" and tasks["start_ingest"] == "skipped"
-    topics = kafka_client.admin(s.kafka.bootstrap_servers).list_topics(timeout=10).topics
+    topics = kafka_admin.admin(s.kafka.bootstrap_servers).list_topics(timeout=10).topics
     assert len(topics[s.streaming.events_topic].partitions) == 2
     assert all(DeltaTable.is_deltatable(s.table_uri(name)) for name in ALL_TABLES)
 
@@ -122,7 +122,7 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
     state, tasks = run_dag("sigflow_deploy", {"mode": "available-now", "jobs": []})
 
     assert state == "success", tasks
-    topics = kafka_client.admin(kafka_address.connection(s)).list_topics(timeout=10).topics
+    topics = kafka_admin.admin(kafka_address.connection(s)).list_topics(timeout=10).topics
     assert {s.streaming.events_topic, s.streaming.alerts_topic} <= set(topics)
     logged = capfd.readouterr()
     assert f"kafka_username = '{SECURED_USER}'" in logged.out + logged.err  # validate_config's listing ran
@@ -133,7 +133,7 @@ def test_deploy_over_sasl_ssl_takes_the_password_from_an_airflow_connection_and_
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     records = generate_events(40, seed=12)
-    from spark_jobs.local.simulate import produce_records
+    from spark_jobs.runtime.kafka.producer import produce_records
 
     produce_records(kafka_address.connection(s.replace(kafka_username=SECURED_USER, kafka_password=password)),
                     s.streaming.events_topic, [(r.key, r.value) for r in records])

@@ -53,13 +53,14 @@ def test_stop_takes_only_a_job_name_never_a_path(tmp_path):
 
 
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
-    from spark_jobs.runtime.kafka import client as kafka_client
+    from spark_jobs.runtime.kafka import admin as kafka_admin
+    from spark_jobs.runtime.kafka import offsets as kafka_offsets
     path = tmp_path / "events.jsonl"
     path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\nnot json\n')
     result = sigflow(settings, "produce", "--file", str(path))
     assert result.returncode == 0 and "produced 2 records" in result.stdout
-    parts = kafka_client.topic_partitions(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
-    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic, parts)
+    parts = kafka_admin.topic_partitions(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
+    bounds = kafka_offsets.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic, parts)
     assert sum(end for _, end in bounds.values()) == 2
 
 

@@ -22,7 +22,8 @@ from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 
 log = logging.getLogger("sigflow.restart")
 RUNBOOK = "docs/runbooks/rewind-and-reprocess.md"
@@ -209,10 +210,10 @@ def refuse_if_unfinished_restart(plan: Plan) -> None:
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:
     """Refuse when Kafka retention already deleted records the re-run would need."""
     bootstrap = kafka_address.connection(settings)
-    kafka_client.check_reachable(bootstrap)
+    kafka_admin.check_reachable(bootstrap)
     for topic, parts in start.items():
-        partitions = [int(p) for p in parts] if parts else kafka_client.topic_partitions(bootstrap, topic)
-        for p, (earliest, _) in kafka_client.offset_bounds(bootstrap, topic, partitions).items():
+        partitions = [int(p) for p in parts] if parts else kafka_admin.topic_partitions(bootstrap, topic)
+        for p, (earliest, _) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
             needed = int(parts[str(p)]) if parts else 0
             if earliest > needed:
                 plan.refuse(f"Kafka retention removed {topic}[{p}] offsets {needed}..{earliest - 1}, "

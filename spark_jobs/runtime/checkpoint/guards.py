@@ -10,7 +10,7 @@ from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
-from spark_jobs.runtime.kafka.client import BROKER_TIME
+from spark_jobs.runtime.kafka.admin import BROKER_TIME
 
 
 def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:

@@ -124,3 +124,7 @@ def _jaas_field(jaas: str, name: str) -> str:
         out.append(jaas[i])
         i += 1
     return "".join(out)
+
+
+# Where Kafka is and how to speak to it; a bare bootstrap string means PLAINTEXT.
+Target = KafkaConnection | str

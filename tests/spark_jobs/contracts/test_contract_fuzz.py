@@ -28,7 +28,7 @@ from spark_jobs.contracts.events import (
     parse_device_events,
 )
 from spark_jobs.contracts.reasons import REASON_CODES
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import confluent_produce, run_job, table
 
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)
@@ -155,7 +155,7 @@ def test_every_alert_record_is_typed_or_quarantined_with_a_code(spark, batch):
 def test_ingest_never_fails_on_content_and_keeps_every_record(spark, settings, batch):
     """Through Kafka and the real job: a generated batch on its own topic, read by ingest."""
     s = settings.replace(events_topic=f"fuzz-{uuid.uuid4().hex[:8]}", data_dir=f"{settings.data_dir}-{uuid.uuid4().hex[:6]}")
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 1, s.kafka.topic_retention_ms)
     # librdkafka: kafka-python refuses a record with neither key nor value, which Kafka allows
     sent = confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic, [(key, value) for key, value, _ in batch])
 

@@ -12,7 +12,7 @@ from spark_jobs.config import load_settings
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH, critical_rule
 from spark_jobs.ops import status
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.real_time import RealTimeRun
 from tests.helpers import DAY_MS, produce, run_job, table, topic_records, wait_for
 
@@ -26,7 +26,7 @@ def fast_settings(settings):
         alerts_topic=settings.streaming.alerts_topic + "-rt", topic_partitions=PARTITIONS,
         critical_alerts_topic=settings.streaming.alerts_topic + "-critical", critical_kinds="smoke",
     )
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.alerts_topic, s.streaming.critical_alerts_topic],
                                PARTITIONS, s.kafka.topic_retention_ms)
     return s
 
@@ -122,7 +122,7 @@ def test_a_run_real_time_mode_cannot_serve_is_refused_before_its_query_starts(sp
         RealTimeRun(ALERT_FASTPATH, s.replace(critical_alerts_topic=s.streaming.critical_alerts_topic + "-none"), spark)
     assert "sigflow topics create" in missing.value.hint
     wide = s.replace(alerts_topic=s.streaming.alerts_topic + "-wide", checkpoint_root=s.checkpoint_root_uri + "-wide")
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [wide.streaming.alerts_topic], PARTITIONS + 1,
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [wide.streaming.alerts_topic], PARTITIONS + 1,
                                s.kafka.topic_retention_ms)
     with pytest.raises(ConfigError, match=f"have {PARTITIONS + 1} partitions and this session has "
                                           f"{PARTITIONS} slots"):

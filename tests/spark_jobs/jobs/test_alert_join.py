@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
 
@@ -14,7 +14,7 @@ def one_partition_topics(settings, **overrides):
         events_topic=settings.streaming.events_topic + "-p1", alerts_topic=settings.streaming.alerts_topic + "-p1",
         topic_partitions=1, **overrides,
     )
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 1, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 1, s.kafka.topic_retention_ms)
     return s
 
 

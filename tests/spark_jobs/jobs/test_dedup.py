@@ -73,15 +73,15 @@ def test_partitions_added_between_runs_are_read_once_and_late_events_still_liste
     """Scaling a topic, as operators do: the job carries on over the new partitions, writes
     every event once, and still finds the late ones (their re-read spans old and new
     partitions)."""
-    from spark_jobs.runtime.kafka import client as kafka_client
+    from spark_jobs.runtime.kafka import admin as kafka_admin
     s = settings.replace(events_topic=settings.streaming.events_topic + "-grown", topic_partitions=2)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 2, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 2, s.kafka.topic_retention_ms)
     first = [Event(f"a{n}", f"d{n}", at(9, n), 1.0) for n in range(8)]
     send(s, first)
     run_job(spark, s, "dedup")
     send(s, [Event("w", "d0", at(9, 40), 1.0)])  # watermark 09:30
     run_job(spark, s, "dedup")
-    kafka_client.add_partitions(s.kafka.bootstrap_servers, s.streaming.events_topic, 5)
+    kafka_admin.add_partitions(s.kafka.bootstrap_servers, s.streaming.events_topic, 5)
     devices = [f"d{n}" for n in range(20)]  # keys spread over all five partitions
     second = [Event(f"b{n}", device, at(9, 41), 2.0) for n, device in enumerate(devices)]
     late = [Event(f"late{n}", device, at(9, 5), 3.0) for n, device in enumerate(devices)]

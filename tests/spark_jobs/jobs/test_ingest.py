@@ -8,7 +8,7 @@ from deltalake import DeltaTable
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, event_payload, generate_events
 from spark_jobs.runtime.delta.table_access import commit_metadata
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import at, produce, run_job, send, table
 from tests.oracle import Event
 
@@ -144,7 +144,7 @@ def test_a_producer_clock_ahead_cannot_move_the_watermark_on_a_topic_sigflow_cre
     from confluent_kafka import Producer
 
     now = int(time.time() * 1000)
-    assert kafka_client.timestamp_types(settings.kafka.bootstrap_servers, [settings.streaming.events_topic]) == \
+    assert kafka_admin.timestamp_types(settings.kafka.bootstrap_servers, [settings.streaming.events_topic]) == \
         {settings.streaming.events_topic: "LogAppendTime"}
     liar = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
     liar.produce(settings.streaming.events_topic, key=b"d2", timestamp=now + 55 * 60_000,
@@ -167,7 +167,7 @@ def test_a_job_refuses_a_topic_stamped_with_the_producers_clock_unless_told_to_a
     from spark_jobs.errors import SigflowError
 
     topic = "producer-time-" + settings.streaming.events_topic
-    admin = kafka_client.admin(settings.kafka.bootstrap_servers)
+    admin = kafka_admin.admin(settings.kafka.bootstrap_servers)
     admin.create_topics([NewTopic(topic, 1, 1, config={"message.timestamp.type": "CreateTime"})])[topic].result(15)
     s = settings.replace(events_topic=topic)
     send(s, [Event("a", "d1", at(9, 0), 1.0)])

@@ -45,12 +45,12 @@ def test_end_offsets_count_every_record_and_a_consumer_group_resumes_where_it_co
     from confluent_kafka import Consumer
 
     from spark_jobs.local.simulate import generate_events
-    from spark_jobs.runtime.kafka import client as kafka_client
+    from spark_jobs.runtime.kafka import offsets as kafka_offsets
     from tests.helpers import produce
 
     sent = produce(settings, generate_events(1234, seed=8, malformed_ratio=0))
     topic = settings.streaming.events_topic
-    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, topic, range(settings.kafka.topic_partitions))
+    bounds = kafka_offsets.offset_bounds(settings.kafka.bootstrap_servers, topic, range(settings.kafka.topic_partitions))
     assert sum(end - start for start, end in bounds.values()) == sent == 1234
 
     def group_consumer() -> Consumer:

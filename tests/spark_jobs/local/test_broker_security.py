@@ -16,7 +16,7 @@ from spark_jobs.errors import KafkaRefused
 from spark_jobs.local import broker
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from spark_jobs.runtime.kafka import address as kafka_address
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 from tests.conftest import SECURED_USER
 from tests.helpers import sigflow, table
@@ -64,7 +64,7 @@ def test_the_pipeline_runs_end_to_end_over_sasl_ssl_and_the_password_is_never_wr
 def test_the_plain_and_scram_sha_256_mechanisms_are_accepted_too(secured_broker):
     s, _, _ = secured_broker
     for mechanism in ("PLAIN", "SCRAM-SHA-256"):
-        kafka_client.check_reachable(kafka_address.connection(s.replace(kafka_sasl_mechanism=mechanism)))
+        kafka_admin.check_reachable(kafka_address.connection(s.replace(kafka_sasl_mechanism=mechanism)))
 
 
 def test_a_wrong_password_fails_fast_with_one_line_naming_the_setting(secured_broker, tmp_path):
@@ -87,16 +87,16 @@ def test_a_wrong_password_fails_fast_with_one_line_naming_the_setting(secured_br
 def test_a_plaintext_client_is_refused_by_the_sasl_ssl_listener(secured_broker):
     s, password, info = secured_broker
     with pytest.raises(KafkaRefused, match="hung up on a PLAINTEXT connection"):
-        kafka_client.check_reachable(KafkaConnection(info.bootstrap_servers))
+        kafka_admin.check_reachable(KafkaConnection(info.bootstrap_servers))
     # Right credentials without TLS are refused the same way: the listener speaks TLS first.
     with pytest.raises(KafkaRefused, match="hung up on a SASL_PLAINTEXT connection"):
-        kafka_client.check_reachable(kafka_address.connection(s.replace(kafka_security_protocol="SASL_PLAINTEXT")))
+        kafka_admin.check_reachable(kafka_address.connection(s.replace(kafka_security_protocol="SASL_PLAINTEXT")))
 
 
 def test_a_client_that_does_not_trust_the_brokers_ca_is_refused(secured_broker):
     s, _, _ = secured_broker
     with pytest.raises(KafkaRefused, match="TLS handshake failed.*certificate verify failed"):
-        kafka_client.check_reachable(kafka_address.connection(s.replace(kafka_ca_file="/etc/ssl/certs/ca-certificates.crt")))
+        kafka_admin.check_reachable(kafka_address.connection(s.replace(kafka_ca_file="/etc/ssl/certs/ca-certificates.crt")))
 
 
 def test_the_password_file_and_a_restart_with_a_changed_password(secured_broker, tmp_path):
@@ -109,9 +109,9 @@ def test_the_password_file_and_a_restart_with_a_changed_password(secured_broker,
     broker.stop(home)
     broker.start(changed)  # the SCRAM credential follows the configured password
     try:
-        kafka_client.check_reachable(kafka_address.connection(changed))
+        kafka_admin.check_reachable(kafka_address.connection(changed))
         with pytest.raises(KafkaRefused, match="refused the credentials"):
-            kafka_client.check_reachable(kafka_address.connection(home))
+            kafka_admin.check_reachable(kafka_address.connection(home))
     finally:
         broker.stop(changed)
         broker.start(home)
@@ -130,10 +130,10 @@ def test_a_password_with_quotes_and_backslashes_is_one_password_not_a_second_use
     try:
         broker.start(tricky)
         for mechanism in ("PLAIN", "SCRAM-SHA-512"):
-            kafka_client.check_reachable(kafka_address.connection(tricky.replace(kafka_sasl_mechanism=mechanism)))
+            kafka_admin.check_reachable(kafka_address.connection(tricky.replace(kafka_sasl_mechanism=mechanism)))
         mallory = tricky.replace(kafka_username="mallory", kafka_password="stolen", kafka_sasl_mechanism="PLAIN")
         with pytest.raises(KafkaRefused, match="refused the credentials"):
-            kafka_client.check_reachable(kafka_address.connection(mallory))
+            kafka_admin.check_reachable(kafka_address.connection(mallory))
         broker.stop(tricky)
         with pytest.raises(ConfigError, match="control character"):
             broker.start(home.replace(kafka_password="first\nuser_mallory=stolen"))

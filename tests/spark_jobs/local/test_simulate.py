@@ -3,12 +3,12 @@ from collections import Counter
 
 from spark_jobs.local.simulate import (
     MALFORMED_KINDS,
-    MAX_LINE_BYTES,
-    FileRecords,
     generate_alerts,
     generate_events,
 )
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
+from spark_jobs.runtime.kafka.producer import MAX_LINE_BYTES, FileRecords
 from tests.helpers import sigflow
 
 DEEP = b"[" * 5000 + b"]" * 5000  # nested deeper than Python's json parses (RecursionError)
@@ -55,7 +55,7 @@ def test_sigflow_produce_sends_what_it_is_given_and_says_what_it_refused(setting
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
         f"produced 3 records to {settings.streaming.events_topic} (2 unkeyed: no string device_id found); 1 refused (listed above)")
-    bounds = kafka_client.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic,
-                                        kafka_client.topic_partitions(settings.kafka.bootstrap_servers,
+    bounds = kafka_offsets.offset_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic,
+                                        kafka_admin.topic_partitions(settings.kafka.bootstrap_servers,
                                                                       settings.streaming.events_topic))
     assert sum(end - start for start, end in bounds.values()) == 3

@@ -13,7 +13,7 @@ from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import quality
 from spark_jobs.runtime.delta.schema import arrow_schema, create_table
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.conftest import make_settings
 from tests.dags.chromium import screenshot
 from tests.helpers import REPO, produce, run_job, sigflow, table
@@ -27,7 +27,7 @@ JOBS = ("ingest", "dedup", "windowed-averages", "sessions")
 def good_tables(tmp_path_factory, embedded_broker, spark):
     """Settings whose Delta tables hold one real run of the jobs over simulated traffic."""
     s = make_settings(tmp_path_factory.mktemp("quality") / "data", embedded_broker.bootstrap_servers)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 2, s.kafka.topic_retention_ms)
     produce(s, generate_events(600, devices=6, seed=11))
     for job in JOBS:
         run_job(spark, s, job)

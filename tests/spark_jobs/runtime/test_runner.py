@@ -19,7 +19,7 @@ from spark_jobs.local import broker as embedded
 from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
-from spark_jobs.runtime.kafka import client as kafka_client
+from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.lineage_events import events_file
 from spark_jobs.runtime.runner import JobRun
 from spark_jobs.runtime.waiting import wait_until
@@ -49,16 +49,16 @@ def private_broker(tmp_path):
 def _fresh_topic(broker_settings, settings):
     info = embedded.start(broker_settings)
     s = settings.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
     return s
 
 
 def _recreate_topic(settings, topic):
     """Delete the topic and create it anew, empty: its old offsets are gone for good."""
-    admin = kafka_client.admin(settings.kafka.bootstrap_servers)
+    admin = kafka_admin.admin(settings.kafka.bootstrap_servers)
     admin.delete_topics([topic])[topic].result(timeout=30)
     # the deletion completes asynchronously
-    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics and "exists" not in kafka_client.create_topics(
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics and "exists" not in kafka_admin.create_topics(
         settings.kafka.bootstrap_servers, [topic], 3, 60000)[topic], timeout_s=60, what=f"{topic} deleted and created anew")
 
 
@@ -155,7 +155,7 @@ def _wait_for_rows(settings, name, rows, output: _Lines, timeout_s=240):
 def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losing_nothing(tmp_path, private_broker):
     info = embedded.start(private_broker)
     s = make_settings(tmp_path / "data", info.bootstrap_servers)
-    kafka_client.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 3, s.kafka.topic_retention_ms)
     before, after = generate_events(120, seed=5, malformed_ratio=0), generate_events(80, seed=6, malformed_ratio=0)
     produce(s, before)
     # A read fails after kafka_read_timeout_s (30 s by default): 5 s here finds the outage

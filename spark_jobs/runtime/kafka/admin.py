@@ -1,23 +1,19 @@
-"""Thin helpers over confluent-kafka: reachability, topics, and *confirmed* offsets.
+"""Kafka's administration outside Spark, with confluent-kafka's ``AdminClient``: whether a
+broker answers (and, when one refuses us, why, in one line naming the setting to fix), which
+topics and partitions exist, creating topics and adding partitions, and a topic's timestamp
+type.
 
-Why confluent-kafka: measured on this machine, raw consumption ran at 167k msgs/s with it
-against 36k msgs/s with kafka-python (docs/benchmarks.md).
-
-Why "confirmed" end offsets: Tansu 0.6 answers ListOffsets(LATEST) with the base offset of
-the last record batch + 1, not the log end (measured: 9,883 reported, 10,000 real). A fetch
-response carries the true high watermark, so we fetch from the reported end until the client
-signals partition EOF and take that offset. No consumer groups are used anywhere: partitions
-are assigned explicitly, which also avoids Tansu's stalled group joins.
+Why confluent-kafka: librdkafka reports why a connection failed (its error callback and its
+log), which ``check_reachable`` turns into that one line, and its admin calls answer per topic.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Iterable
 
 import tenacity
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -29,27 +25,10 @@ from confluent_kafka.admin import (
 
 from spark_jobs.config import ENV_PREFIX
 from spark_jobs.errors import BrokerUnavailable, KafkaRefused, SigflowError
-from spark_jobs.runtime.kafka.connection import KafkaConnection
-
-# Where Kafka is and how to speak to it; a bare bootstrap string means PLAINTEXT.
-Target = KafkaConnection | str
+from spark_jobs.runtime.kafka.connection import KafkaConnection, Target
 
 
-def consumer(target: Target, **extra) -> Consumer:
-    return Consumer(
-        {
-            **KafkaConnection.of(target).confluent(),
-            "group.id": f"sigflow-reader-{uuid.uuid4().hex[:8]}",  # never joined: assign() only
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "socket.timeout.ms": 10000,
-            "logger": _quiet_logger,
-            **extra,
-        }
-    )
-
-
-class _QuietLogger:
+class QuietLogger:
     """librdkafka logs connection refusals many times a second; we report once, clearly."""
 
     def log(self, *args, **kwargs):
@@ -61,11 +40,11 @@ class _QuietLogger:
     info = warning = error = exception = critical = debug
 
 
-_quiet_logger = _QuietLogger()
+quiet_logger = QuietLogger()
 
 
 def admin(target: Target, **extra) -> AdminClient:
-    return AdminClient({**KafkaConnection.of(target).confluent(), "logger": _quiet_logger, **extra})
+    return AdminClient({**KafkaConnection.of(target).confluent(), "logger": quiet_logger, **extra})
 
 
 def is_reachable(target: Target, timeout_s: float = 5.0) -> bool:
@@ -102,7 +81,7 @@ def check_reachable(target: Target, timeout_s: float = 5.0) -> None:
     )
 
 
-class _Recorder(_QuietLogger):
+class _Recorder(QuietLogger):
     """Keeps librdkafka's log lines: a listener that closes a connection of the wrong
     protocol shows up there only, not as an error."""
 
@@ -288,54 +267,3 @@ def _await_listed(client: AdminClient, topics: list[str], timeout_s: float = 60.
         )
 
 
-LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-
-
-def _leader_moving(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() in LEADER_MOVING
-
-
-def offset_bounds(
-    target: Target, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
-) -> dict[int, tuple[int, int]]:
-    """partition -> (earliest available offset, confirmed end offset)."""
-    partitions = list(partitions)
-    # The end is confirmed by a fetch at it; at the end a broker holds a fetch for
-    # fetch.wait.max.ms (default 500) hoping for data: 10 ms made this 0.6 s -> 0.03 s.
-    c = consumer(target, **{"fetch.wait.max.ms": 10})
-    try:
-        # a partition whose leader is moving (a broker restarting, the cluster rebalancing
-        # leaders just after a topic is created) answers "not leader" until it has one; all
-        # partitions are asked within one timeout_s
-        asked_by = time.monotonic() + timeout_s
-        asking = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_leader_moving), wait=tenacity.wait_exponential(0.1, max=2),
-            stop=lambda _: time.monotonic() >= asked_by, reraise=True,
-        )
-        reported = {
-            p: asking(lambda tp: c.get_watermark_offsets(tp, timeout=max(0.1, asked_by - time.monotonic())),
-                      TopicPartition(topic, p))
-            for p in partitions
-        }
-        c.assign([TopicPartition(topic, p, reported[p][1]) for p in partitions])
-        ends: dict[int, int] = {}
-        deadline = time.monotonic() + timeout_s
-        while len(ends) < len(partitions):
-            if time.monotonic() > deadline:
-                missing = sorted(set(partitions) - set(ends))
-                raise SigflowError(
-                    f"could not confirm the end offsets of {topic} partitions {missing} "
-                    f"within {timeout_s:g}s",
-                    "check the broker's health; the reported end was not trusted",
-                )
-            for msg in c.consume(10000, timeout=0.02):
-                err = msg.error()
-                if err is None:
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    ends[msg.partition()] = msg.offset()
-                else:
-                    raise SigflowError(f"reading {topic}[{msg.partition()}] failed: {err.str()}")
-        return {p: (reported[p][0], max(ends[p], reported[p][1])) for p in partitions}
-    finally:
-        c.close()

@@ -202,11 +202,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from spark_jobs.runtime import runner
+    from spark_jobs.runtime import launch
 
     overrides = {"trigger_interval": args.processing_time} if args.processing_time else {}
     settings = load_settings(config_file=args.config, overrides=overrides)
-    summary = runner.run(args.job, settings, available_now=not args.processing_time)
+    summary = launch.run(args.job, settings, available_now=not args.processing_time)
     print(summary.line())
     return 0
 
@@ -215,7 +215,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from spark_jobs.jobs.registry import JOBS
-    from spark_jobs.runtime import runner
+    from spark_jobs.runtime import launch
     from spark_jobs.runtime.metrics import summary as run_summary
 
     settings = _settings(args)
@@ -229,7 +229,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
                       f"{summary.seconds:.0f} s")
             bar.update()
 
-        summaries = runner.run_pipeline(settings, names, on_job_done=done)
+        summaries = launch.run_pipeline(settings, names, on_job_done=done)
     print("\n".join(run_summary.summary_table(summaries)))
     print(f"tables: {settings.delta_root_uri}; per-batch JSON: {settings.progress_file('JOB')}")
     return 0
@@ -279,8 +279,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.action == "inspect":
         print("\n".join(status.inspect_checkpoint(settings, args.job)))
         return 0
-    plan = restart.plan(settings, args.job, args.action, to_batch=args.to_batch, to_time=args.to_time,
-                        source=args.source, force=args.force, accept_state_loss=args.accept_state_loss)
+    plan = restart.plan(settings, args.job, args.action, to_batch=getattr(args, "to_batch", None),
+                        to_time=getattr(args, "to_time", None), source=getattr(args, "source", "delta"),
+                        force=getattr(args, "force", False),
+                        accept_state_loss=getattr(args, "accept_state_loss", False))
     print(plan.describe())
     if plan.refusals:
         return 3
@@ -469,22 +471,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("checkpoint", help="inspect, resume, rewind or recover a job's checkpoint")
-    p.add_argument("action", choices=["inspect", "resume", "rewind", "recover"])
-    p.add_argument("job")
-    p.add_argument("--to-batch", type=int, help="rewind: re-run every batch after this one")
-    p.add_argument("--to-time", help="rewind: re-run batches started after this UTC time (ISO 8601)")
-    p.add_argument("--from", dest="source", choices=["delta", "earliest"], default="delta",
-                   help="recover: offsets from the Delta commit metadata, or rebuild from earliest")
-    p.add_argument("--force", action="store_true", help="recover: replace a checkpoint that looks sound")
-    p.add_argument("--accept-state-loss", action="store_true",
-                   help="recover --from delta of a stateful job: accept the listed gap")
-    p.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
-    p.add_argument("--state", action="store_true",
-                   help="inspect: what each stateful operator holds (Spark's state data source; the job may run)")
-    p.add_argument("--device", help="inspect --state: this device's rows only")
-    p.add_argument("--batch", type=int, help="inspect --state: at this committed batch (default: the latest)")
-    p.add_argument("--limit", type=int, default=20, help="inspect --state: rows shown per operator")
     p.set_defaults(func=cmd_checkpoint)
+    actions = p.add_subparsers(dest="action", required=True)
+    inspect = actions.add_parser("inspect", help="what the checkpoint holds: batches, offsets, lease, tables")
+    inspect.add_argument("job")
+    inspect.add_argument("--state", action="store_true",
+                         help="what each stateful operator holds (Spark's state data source; the job may run)")
+    inspect.add_argument("--device", help="with --state: this device's rows only")
+    inspect.add_argument("--batch", type=int, help="with --state: at this committed batch (default: the latest)")
+    inspect.add_argument("--limit", type=int, default=20, help="with --state: rows shown per operator")
+    resume = actions.add_parser("resume", help="finish a rewind or recover that was cut short")
+    rewind = actions.add_parser("rewind", help="re-run the batches after a batch or a time")
+    target = rewind.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-batch", type=int, help="re-run every batch after this one")
+    target.add_argument("--to-time", help="re-run the batches started after this UTC time (ISO 8601)")
+    recover = actions.add_parser("recover", help="rebuild a lost or corrupt checkpoint")
+    recover.add_argument("--from", dest="source", choices=["delta", "earliest"], default="delta",
+                         help="offsets from the Delta commit metadata, or rebuild from earliest")
+    recover.add_argument("--force", action="store_true", help="replace a checkpoint that looks sound")
+    recover.add_argument("--accept-state-loss", action="store_true",
+                         help="--from delta of a stateful job: accept the listed gap")
+    for changing in (resume, rewind, recover):
+        changing.add_argument("job")
+        changing.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
 
     p = sub.add_parser("stop", help="stop a running job gracefully (after its batch in flight)")
     p.add_argument("job")

@@ -51,3 +51,26 @@ def test_the_list_of_proofs_names_every_test_file_and_only_tests_that_exist():
     assert sorted(uncovered) == []
     defined = {name for f in tests_dir.rglob("test_*.py") for name in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
     assert sorted(set(re.findall(r"`(test_\w+)`", text)) - defined) == []
+
+
+def _layout_modules(readme: str) -> set[str]:
+    """The modules the README's layout block names: each `name/` line opens a package at its
+    indent, each `name.py` line is a module of the package it is indented under."""
+    block = readme[readme.index("```\nspark_jobs/"):]
+    block = block[4:block.index("```", 4)]
+    named, packages = set(), []
+    for line in block.splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        token = line.split()[0] if line.strip() else ""
+        if token.endswith("/"):
+            packages[depth:] = [token]
+        elif token.endswith(".py"):
+            named.add("".join(packages[:depth]) + token)
+    return named
+
+
+def test_the_readme_layout_names_every_module_and_only_those_that_exist():
+    root = DOCS.parent
+    modules = {str(path.relative_to(root)) for folder in ("spark_jobs", "dags")
+               for path in (root / folder).rglob("*.py") if path.name != "__init__.py"}
+    assert _layout_modules(README) == modules

@@ -119,3 +119,39 @@ def test_settings_and_the_aws_variables_are_read_in_config_alone():
              if layer_of(module_name(path)) not in (None, SIDE_WING) and not path.name == "config.py"
              and read_elsewhere.search(path.read_text())]
     assert found == []
+
+
+def _runtime_imports(tree: ast.AST):
+    """The modules a file imports when it runs (imports under ``if TYPE_CHECKING:`` are not)."""
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+                   for stmt in block.body for node in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
+def test_no_import_cycle_between_modules():
+    modules = {module_name(path): path for path in sources()}
+    graph = {name: {target for target in _runtime_imports(ast.parse(path.read_text()))
+                    if target in modules and target != name} for name, path in modules.items()}
+    cycles, state = [], {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(trail[trail.index(target):] + [target]))
+            elif target not in state:
+                visit(target, trail + [target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []

@@ -40,9 +40,9 @@ def ensure_tables() -> list[str]:
 
 def run_job(job: str) -> str:
     """One available-now run of the job from its checkpoint: its summary line."""
-    from spark_jobs.runtime import runner
+    from spark_jobs.runtime import launch
 
-    return _logged([runner.run(job, load_settings()).line()])[0]
+    return _logged([launch.run(job, load_settings()).line()])[0]
 
 
 def check_table(table: str) -> str:

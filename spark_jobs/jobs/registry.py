@@ -1,23 +1,24 @@
-"""The job registry: name -> StreamingJob, in the order of ``spark_jobs.jobs.JOB_NAMES``."""
+"""The job registry: name -> job, in the order of ``spark_jobs.jobs.JOB_NAMES``, the one list
+of jobs. Each job lives in the module named after it (``windowed-averages`` in
+``windowed_averages.py``), as the constant of its name (``WINDOWED_AVERAGES``)."""
 
 from __future__ import annotations
 
-from spark_jobs.errors import ConfigError
-from spark_jobs.jobs import ALL_JOB_NAMES, JOB_NAMES
-from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH
-from spark_jobs.jobs.alert_join import ALERT_JOIN
-from spark_jobs.jobs.base import RealTimeJob, StreamingJob
-from spark_jobs.jobs.dedup import DEDUP
-from spark_jobs.jobs.fleet_rollup import FLEET_ROLLUP
-from spark_jobs.jobs.ingest import INGEST
-from spark_jobs.jobs.sessions import SESSIONS
-from spark_jobs.jobs.windowed_averages import WINDOWED_AVERAGES
+import importlib
 
-_BY_NAME = {job.name: job for job in (INGEST, DEDUP, WINDOWED_AVERAGES, FLEET_ROLLUP, SESSIONS, ALERT_JOIN)}
-JOBS: dict[str, StreamingJob] = {name: _BY_NAME[name] for name in JOB_NAMES}
-REAL_TIME_JOBS: dict[str, RealTimeJob] = {ALERT_FASTPATH.name: ALERT_FASTPATH}
+from spark_jobs.errors import ConfigError
+from spark_jobs.jobs import JOB_NAMES, REAL_TIME_JOB_NAMES
+from spark_jobs.jobs.base import RealTimeJob, StreamingJob
+
+
+def _defined(name: str):
+    identifier = name.replace("-", "_")
+    return getattr(importlib.import_module(f"spark_jobs.jobs.{identifier}"), identifier.upper())
+
+
+JOBS: dict[str, StreamingJob] = {name: _defined(name) for name in JOB_NAMES}
+REAL_TIME_JOBS: dict[str, RealTimeJob] = {name: _defined(name) for name in REAL_TIME_JOB_NAMES}
 ALL_JOBS: dict[str, StreamingJob | RealTimeJob] = {**JOBS, **REAL_TIME_JOBS}
-assert tuple(ALL_JOBS) == ALL_JOB_NAMES
 
 
 def get_job(name: str) -> StreamingJob:

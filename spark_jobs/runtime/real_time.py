@@ -19,28 +19,22 @@ from __future__ import annotations
 
 import threading
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import PIPELINE_METRICS
 from spark_jobs.errors import ConfigError, SigflowError
 from spark_jobs.jobs.base import RealTimeJob
-from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
-from spark_jobs.runtime.delta.sink import DeltaSink
-from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.metrics.progress import (
     Counting,
-    listen,
     query_name,
 )
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.runner import JobRun, run_lineage, stop_on_signals
-from spark_jobs.runtime.spark import configure_session, get_spark
 
 # How often an available-now run looks at the checkpoint for the batch that caught up.
 CAUGHT_UP_POLL_S = 0.5
@@ -54,18 +48,17 @@ class RealTimeRun(JobRun):
 
     job: RealTimeJob
 
-    def _prepare(self, job: RealTimeJob, settings: Settings, spark: SparkSession | None) -> None:
+    # hooks of JobRun._prepare, as a real-time run takes them
+
+    def _effective_settings(self, job: RealTimeJob, settings: Settings) -> Settings:
         interval = settings.streaming.real_time_checkpoint_interval
         if interval.seconds < MIN_CHECKPOINT_INTERVAL_S:
             raise ConfigError(f"real_time_checkpoint_interval {interval} is shorter than Spark's minimum of "
                               f"{MIN_CHECKPOINT_INTERVAL_S} seconds for a real-time batch",
                               "set it to 5 seconds or more: it is how often offsets are committed, not a latency")
-        checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
-        self.settings = settings
-        self.kafka = kafka_address.connection(settings)
-        kafka_admin.check_reachable(self.kafka)
-        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic)
-                           for topic in job.topics(settings.streaming)}
+        return settings
+
+    def _check_topics(self, job: RealTimeJob, settings: Settings) -> None:
         self.output_topic = job.output_topic(settings.streaming)
         try:
             kafka_admin.topic_partitions(self.kafka, self.output_topic)
@@ -73,27 +66,27 @@ class RealTimeRun(JobRun):
             raise ConfigError(
                 f"{job.name}: its output topic {self.output_topic!r} does not exist at {self.kafka}",
                 "create it with `sigflow topics create` (or the sigflow_deploy DAG)") from None
-        slots_needed = sum(len(parts) for parts in self.partitions.values())
-        self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=slots_needed)
-        configure_session(self.spark, settings)
-        slots = self.spark.sparkContext.defaultParallelism
+
+    def _slots_needed(self) -> int:
+        return sum(len(parts) for parts in self.partitions.values())
+
+    def _check_session(self, job: RealTimeJob, settings: Settings) -> None:
+        slots, slots_needed = self.spark.sparkContext.defaultParallelism, self._slots_needed()
         if slots < slots_needed:
             raise ConfigError(
                 f"{job.name}: real-time mode holds a task slot per Kafka partition for the whole batch; "
                 f"its topics have {slots_needed} partitions and this session has {slots} slots",
                 "give the job at least that many cores (spark_master local[N], or the cluster's cores; "
                 "docs/jobs/alert-fastpath.md)")
-        self.progress_log = listen(self.spark)
-        kafka_source.require_classes(self.spark)
-        self.sink = DeltaSink(self.spark, settings)
-        self.sink.ensure_table(PIPELINE_METRICS)
-        self.app_id = self.checkpoint.app_id(job.name)
-        self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
+
+    def _tables_written(self, job: RealTimeJob) -> tuple:
+        return ()  # its output is a Kafka topic
+
+    def _wire(self, job: RealTimeJob, settings: Settings) -> None:
         self.summary = RunSummary(job.name, counts_late=False)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
                                         skip_empty=True)
         self.lineage = run_lineage(self, tables={}, topics_out=[self.output_topic])
-        self.query = None
 
     def plan(self) -> DataFrame:
         records = kafka_source.read_stream(self.spark, self.settings, self.kafka,
@@ -144,8 +137,3 @@ class RealTimeRun(JobRun):
                 raise query.exception()
 
         return self._run(self.settings.streaming.real_time_checkpoint_interval.spark, drive, stop)
-
-
-def run(job: RealTimeJob, settings: Settings, available_now: bool = True) -> RunSummary:
-    run_ = RealTimeRun(job, settings)
-    return run_.run_available_now() if available_now else run_.run_continuous()

@@ -17,21 +17,17 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import contextmanager
-from typing import Callable
 
 import tenacity
 from py4j.protocol import Py4JNetworkError
-from pyspark import inheritable_thread_target
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
+from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, TableSpec
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
-from spark_jobs.jobs.base import RealTimeJob, StreamingJob
-from spark_jobs.jobs.registry import get_any_job, get_job
+from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -93,33 +89,56 @@ class JobRun:
             raise
 
     def _prepare(self, job: StreamingJob, settings: Settings, spark: SparkSession | None) -> None:
-        recovered_start = self.checkpoint.starting_offsets()
-        if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
-            settings = settings.replace(starting_offsets=recovered_start)
+        """The checks before a run starts and its wiring, in order. A real-time run
+        (runtime/real_time.py) varies the steps marked as hooks."""
+        settings = self._effective_settings(job, settings)
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
         kafka_admin.check_reachable(self.kafka)
-        for topic in job.topics(settings.streaming):
-            kafka_admin.topic_partitions(self.kafka, topic)
-        checkpoint_guards.check_broker_time(job, settings, kafka_admin.timestamp_types(
-            self.kafka, job.topics(settings.streaming)))
-        self.spark = spark or get_spark(settings, f"sigflow-{job.name}")
+        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic)
+                           for topic in job.topics(settings.streaming)}
+        self._check_topics(job, settings)
+        self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=self._slots_needed())
         configure_session(self.spark, settings)
+        self._check_session(job, settings)
         self.progress_log = listen(self.spark)  # a progress line per batch
         kafka_source.require_classes(self.spark)
-        classpath.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
         self.sink = DeltaSink(self.spark, settings)
-        self.tables = job.tables + ((LATE_EVENTS,) if job.late_rule else ())
+        self.tables = self._tables_written(job)
         for spec in self.tables + (PIPELINE_METRICS,):
             self.sink.ensure_table(spec)
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
+        self._wire(job, settings)
+        self.query = None
+
+    # hooks of _prepare, as a micro-batch run takes them
+
+    def _effective_settings(self, job: StreamingJob, settings: Settings) -> Settings:
+        recovered_start = self.checkpoint.starting_offsets()
+        if recovered_start:  # a checkpoint rebuilt by `sigflow checkpoint recover`
+            return settings.replace(starting_offsets=recovered_start)
+        return settings
+
+    def _check_topics(self, job: StreamingJob, settings: Settings) -> None:
+        checkpoint_guards.check_broker_time(job, settings, kafka_admin.timestamp_types(
+            self.kafka, job.topics(settings.streaming)))
+
+    def _slots_needed(self) -> int:
+        return 0  # a micro-batch job runs in whatever slots it has
+
+    def _check_session(self, job: StreamingJob, settings: Settings) -> None:
+        classpath.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
+
+    def _tables_written(self, job: StreamingJob) -> tuple[TableSpec, ...]:
+        return job.tables + ((LATE_EVENTS,) if job.late_rule else ())
+
+    def _wire(self, job: StreamingJob, settings: Settings) -> None:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary)
         self.commit_batch = BatchCommit(self, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
-        self.query = None
 
     def plan(self) -> DataFrame:
         records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings.streaming))
@@ -343,64 +362,3 @@ def _explain(job: str, exc: Exception) -> Exception:
         )
     first = next((line for line in text.splitlines() if line.strip()), text)
     return SigflowError(f"job {job} failed: {first[:500]}", "see the log above for the batch that failed")
-
-
-def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSummary:
-    """A job's run from its checkpoint: available-now, or continuous until a signal (a
-    real-time job's checkpoint interval is its own setting, not the trigger interval)."""
-    job = get_any_job(job_name)
-    if isinstance(job, RealTimeJob):
-        from spark_jobs.runtime.real_time import (
-            RealTimeRun,  # it builds on JobRun, below it
-        )
-
-        run_: JobRun = RealTimeRun(job, settings)
-    else:
-        run_ = JobRun(job, settings)
-    return run_.run_available_now() if available_now else run_.run_continuous()
-
-
-def run_pipeline(
-    settings: Settings, job_names: list[str] | None = None, on_job_done: Callable[[RunSummary], None] | None = None
-) -> list[RunSummary]:
-    """Every job (or those named) as available-now queries at once in one session, as they
-    run side by side in production: each reads Kafka itself, never another job's tables.
-
-    ``on_job_done`` is called in this thread as each job ends. Every job runs to its end
-    even when another fails; the first failure (in the jobs' order) is raised then. Ctrl-C
-    or SIGTERM stops every query after its batch in flight and is raised once they have."""
-    from spark_jobs.jobs.registry import JOBS
-
-    names = job_names or list(JOBS)
-    spark = get_spark(settings, "sigflow-pipeline")
-    listen(spark)  # once, before the threads: each would otherwise register its own listener
-    interrupted = threading.Event()
-
-    def run_one(name: str) -> RunSummary:
-        started = time.monotonic()
-        if interrupted.is_set():
-            raise KeyboardInterrupt
-        summary = JobRun(get_job(name), settings, spark).run_available_now()
-        summary.seconds = time.monotonic() - started
-        return summary
-
-    with ThreadPoolExecutor(len(names), thread_name_prefix="sigflow-job") as pool:
-        # PySpark's pinned threads: each job's Spark calls run in a JVM thread of their own
-        futures = {pool.submit(inheritable_thread_target(spark)(run_one), name): name for name in names}
-        try:
-            for future in as_completed(futures):
-                if future.exception() is None and on_job_done:
-                    on_job_done(future.result())
-        except KeyboardInterrupt:
-            interrupted.set()
-            ours = {query_name(name) for name in names}
-            while not all(future.done() for future in futures):
-                for query in spark.streams.active:
-                    if query.name in ours:
-                        query.stop()  # processAllAvailable returns once its query stops
-                wait(futures, timeout=0.5)
-            raise
-    for future in futures:  # in the jobs' order
-        if future.exception() is not None:
-            raise future.exception()
-    return [future.result() for future in futures]

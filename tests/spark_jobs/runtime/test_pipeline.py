@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime import runner
+from spark_jobs.runtime import launch
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.lineage_events import events_file, table_dataset
 from tests.helpers import contents, produce, run_job, table
@@ -32,7 +32,7 @@ def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(sp
         run_job(spark, alone, job)
 
     ended = []
-    summaries = runner.run_pipeline(s, list(JOBS_AT_ONCE), on_job_done=lambda summary: ended.append(summary.job))
+    summaries = launch.run_pipeline(s, list(JOBS_AT_ONCE), on_job_done=lambda summary: ended.append(summary.job))
 
     assert sorted(ended) == sorted(JOBS_AT_ONCE) and [summary.job for summary in summaries] == list(JOBS_AT_ONCE)
     for name in {spec.name for job in JOBS_AT_ONCE for spec in get_job(job).tables} | {LATE_EVENTS.name}:

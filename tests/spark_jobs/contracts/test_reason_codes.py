@@ -11,8 +11,8 @@ from spark_jobs.contracts.contract import ALERT_CONTRACT, EVENT_CONTRACT
 from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
 from spark_jobs.contracts.json_schema import problem
 from spark_jobs.contracts.reasons import REASON_CODES
-from tests.spark_jobs.contracts.test_json_schema import AHEAD_MS, KAFKA_MS
 from tests.spark_jobs.contracts.test_contract_fuzz import _split
+from tests.spark_jobs.contracts.test_json_schema import AHEAD_MS, KAFKA_MS
 
 
 def _event(**fields) -> bytes:

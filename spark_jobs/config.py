@@ -252,7 +252,7 @@ class StreamingSettings(_Group):
     # alert-fastpath: where critical alerts go, what makes one critical (a severity listed,
     # or a kind listed whatever its severity), and how often its real-time query commits
     # its offsets when it runs continuously. Not a latency (records flow as they arrive),
-    # but each commit holds forwarding up for up to a second here (docs/streaming-facts.md)
+    # but each commit holds forwarding up for up to a second here (docs/jobs/alert-fastpath.md)
     critical_alerts_topic: str = "device-alerts-critical"
     critical_severities: Words = "critical"
     critical_kinds: Words = ""

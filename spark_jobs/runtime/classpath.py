@@ -72,7 +72,7 @@ def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
 def require_s3_log_store(delta_root: str, configured_log_store: str | None) -> None:
     """Refuse s3a:// tables without sigflow's log store. Without it delta-spark falls back to
     its default S3 log store, which excludes concurrent commits within one driver only:
-    several jobs writing a shared table lose commits (docs/streaming-facts.md)."""
+    several jobs writing a shared table lose commits (docs/deploy.md, several writers on S3)."""
     if delta_root.startswith("s3a://") and configured_log_store != LOGSTORE_CLASS:
         raise JarError(
             f"the tables are on S3 ({delta_root}) but Spark's session has no conditional-put log "

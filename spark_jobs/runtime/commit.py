@@ -228,7 +228,7 @@ class BatchCommit:
         exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py). Measured on
         Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
         (``previous``, the batch before's offsets) and evict state with entry N's
-        (docs/streaming-facts.md).
+        (docs/semantics.md, what Spark does underneath).
         """
         late_watermark_ms = previous.watermark_ms if previous else 0
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:

@@ -52,7 +52,7 @@ def file_transport(path: Path) -> dict:
 def http_transport(url: str) -> dict:
     """The client's HTTP transport, retrying twice within about a second: an endpoint that is
     down holds a run's start and end for that long, not for the 7 to 9 s per event of the
-    client's default five retries (measured, docs/streaming-facts.md)."""
+    client's default five retries (measured, docs/lineage.md)."""
     return {"type": "http", "url": url, "timeout": 5,
             "retry": {"total": 2, "connect": 2, "read": 2, "backoff_factor": 0.5}}
 

@@ -11,14 +11,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, RESTART_AUDIT
-from spark_jobs.errors import CheckpointDamaged, JobAlreadyRunning, SigflowError
-from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.ops import status
+from spark_jobs.contracts.tables import RESTART_AUDIT
+from spark_jobs.errors import JobAlreadyRunning, SigflowError
 from spark_jobs.ops.restart import audit
 from spark_jobs.ops.restart.audit import Approval
+from spark_jobs.ops.restart.snapshot import JobSnapshot
 from spark_jobs.runtime import failpoints
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
@@ -47,6 +45,14 @@ class Plan:
     # the same request planned again; ``apply`` calls it once it holds the lease
     replan: Callable[[], Plan] | None = field(default=None, repr=False)
     audit_uri: str = ""  # restart_audit, where each apply is recorded
+    # what it was planned from (None for a plan made by hand)
+    snapshot: JobSnapshot | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, snapshot: JobSnapshot, action: str, runbook: str = RUNBOOK) -> Plan:
+        """An empty plan of ``action``, applied holding the snapshot's lease (see ``apply``)."""
+        return cls(snapshot.job.name, action, runbook=runbook, lease=snapshot.lease,
+                   audit_uri=snapshot.settings.table_uri(RESTART_AUDIT.name), snapshot=snapshot)
 
     def step(self, text: str, change: Callable[[], object]) -> None:
         self.steps.append(text)
@@ -159,28 +165,10 @@ class PlanRefused(SigflowError):
     """An apply that changed nothing: the plan refuses, or the state moved since it was made."""
 
 
-def holding_the_job(settings: Settings, job: StreamingJob, plan: Plan, lease: Lease | None = None) -> Plan:
-    """``plan``, applied holding the job's lease (see ``Plan.apply``): ``lease`` when it is
-    planned again by the apply that holds it, else a new one."""
-    plan.lease = lease or Lease(Checkpoint(settings.checkpoint_uri(job.name)), job.name,
-                                settings.operations.lease_ttl.seconds, purpose=plan.action)
-    plan.audit_uri = settings.table_uri(RESTART_AUDIT.name)
-    return plan
-
-
-def running_holder(settings: Settings, job: StreamingJob, plan: Plan):
-    """The live run holding the job's lease, unless it is this plan's own apply (planned
-    again once it holds the lease)."""
-    holder = status.running_holder(settings, job.name)
-    if holder is None or (plan.lease is not None and holder.owner == plan.lease.owner):
-        return None
-    return holder
-
-
-def refuse_if_running(settings: Settings, job: StreamingJob, plan: Plan) -> None:
-    holder = running_holder(settings, job, plan)
+def refuse_if_running(snapshot: JobSnapshot, plan: Plan) -> None:
+    holder, name = snapshot.holder, snapshot.job.name
     if holder is not None and not refuse_if_applying(holder, plan):
-        plan.refuse(f"{job.name} is running (pid {holder.pid}): stop it first with `sigflow stop {job.name}`")
+        plan.refuse(f"{name} is running (pid {holder.pid}): stop it first with `sigflow stop {name}`")
 
 
 def refuse_if_applying(holder: Holder, plan: Plan) -> bool:
@@ -197,10 +185,9 @@ def refuse_if_unfinished_restart(plan: Plan) -> None:
     """Any plan refuses while another restart is half applied on the job (its intent is
     there): planned on top of it, it would skip or repeat rows. Applying that same restart
     again is what finishes it."""
-    try:
-        pending = plan.lease.intent() if plan.lease else None
-    except UnreadableIntent as unreadable:
-        plan.refuse(f"{unreadable.message} ({unreadable.hint})")
+    pending = plan.snapshot.intent if plan.snapshot else None
+    if isinstance(pending, UnreadableIntent):
+        plan.refuse(f"{pending.message} ({pending.hint})")
         return
     if pending is not None and pending.command != plan.command:
         plan.refuse(f"a {pending.action} of {pending.job} did not finish ({len(pending.steps)} steps planned): "
@@ -220,15 +207,8 @@ def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None
                             "which the re-run would need")
 
 
-def shared_tables(job: StreamingJob):
-    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS,)
-
-
-def refuse_pending_rewind(checkpoint: Checkpoint, plan: Plan) -> None:
-    try:
-        pending = checkpoint.identity().get("pending_rewind")
-    except CheckpointDamaged:
-        return  # a damaged sigflow.json is one of the checkpoint's problems(), refused as such
+def refuse_pending_rewind(snapshot: JobSnapshot, plan: Plan) -> None:
+    pending = snapshot.pending_rewind  # a damaged sigflow.json is one of the problems, refused as such
     if pending is not None:
         plan.refuse(f"a rewind to batch {pending} did not finish: run that rewind again first")
 

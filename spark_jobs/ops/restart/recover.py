@@ -12,17 +12,14 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import PIPELINE_METRICS
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
-    holding_the_job,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
-    shared_tables,
 )
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
     count_rows,
@@ -60,14 +57,14 @@ def plan_recover(
     tables and re-runs it over everything Kafka still holds: nothing lost or counted twice,
     but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
     """
-    job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "recover", runbook=RECOVER_RUNBOOK), lease)
-    checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
-    refuse_if_running(settings, job, plan)
-    problems = checkpoint.problems()
-    if checkpoint.exists() and not problems and not force:
+    snapshot = JobSnapshot.take(settings, job_name, "recover", lease)
+    job, checkpoint = snapshot.job, snapshot.checkpoint
+    plan = Plan.of(snapshot, "recover", runbook=RECOVER_RUNBOOK)
+    refuse_if_running(snapshot, plan)
+    if checkpoint.exists() and not snapshot.problems and not force:
+        last = snapshot.committed[-1] if snapshot.committed else None
         plan.refuse(f"the checkpoint at {checkpoint.uri} looks sound (last committed batch "
-                    f"{checkpoint.last_committed()}): resume or rewind it; --force replaces it anyway")
+                    f"{last}): resume or rewind it; --force replaces it anyway")
     applied_at = _applied_at()
     if checkpoint.exists() or checkpoint.identity():
         # first: a recover that fails after this leaves a job with no checkpoint, which stays

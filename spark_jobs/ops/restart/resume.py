@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs.registry import get_any_job, get_job
+from spark_jobs.jobs.registry import get_any_job
 from spark_jobs.ops import status
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
-    holding_the_job,
     refuse_if_applying,
     refuse_pending_rewind,
-    running_holder,
 )
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.ops.restart.snapshot import JobSnapshot
 from spark_jobs.runtime.checkpoint.lease import RUN, Lease
 from spark_jobs.runtime.waiting import wait_until
 
@@ -47,21 +45,19 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
 
 
 def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -> Plan:
-    job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "resume", runbook="docs/runbooks/job-crashed.md"), lease)
-    checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
-    refuse_pending_rewind(checkpoint, plan)
-    holder = running_holder(settings, job, plan)
+    snapshot = JobSnapshot.take(settings, job_name, "resume", lease)
+    job, holder, problems = snapshot.job, snapshot.holder, snapshot.problems
+    plan = Plan.of(snapshot, "resume", runbook="docs/runbooks/job-crashed.md")
+    refuse_pending_rewind(snapshot, plan)
     if holder is not None and not refuse_if_applying(holder, plan):
         plan.stop_step(f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
-                  lambda: stop_running(settings, job.name))
-    problems = checkpoint.problems()
+                       lambda: stop_running(settings, job.name))
     if problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
         plan.runbook = RECOVER_RUNBOOK
     # no batch number: a running job commits while the plan waits for approval, and what is
     # approved (the page, digest included) must not move with it
-    where = "after its last committed batch" if checkpoint.last_committed() is not None else \
+    where = "after its last committed batch" if snapshot.committed else \
         "from the start (no checkpoint yet)"
     plan.afterwards.append(f"run {job.name} from its checkpoint, {where}")
     return plan

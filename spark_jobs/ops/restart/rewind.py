@@ -11,16 +11,14 @@ import bisect
 from datetime import datetime
 
 from spark_jobs.config import Settings
-from spark_jobs.jobs.registry import get_job
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
-    holding_the_job,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
-    shared_tables,
 )
+from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
@@ -28,7 +26,6 @@ from spark_jobs.runtime.delta.table_access import (
     delete_rows,
     has_its_files,
     restore,
-    table_version,
     version_left_by,
 )
 
@@ -38,17 +35,14 @@ def plan_rewind(
     lease: Lease | None = None,
 ) -> Plan:
     """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
-    job = get_job(job_name)
-    plan = holding_the_job(settings, job, Plan(job.name, "rewind"), lease)
-    checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
-    refuse_if_running(settings, job, plan)
-    committed = checkpoint.committed_batches()
-    problems = checkpoint.problems()
-    if problems:
-        plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
+    snapshot = JobSnapshot.take(settings, job_name, "rewind", lease)
+    job, checkpoint, committed, pending = snapshot.job, snapshot.checkpoint, snapshot.committed, snapshot.pending_rewind
+    plan = Plan.of(snapshot, "rewind")
+    refuse_if_running(snapshot, plan)
+    if snapshot.problems:
+        plan.refuse(f"the checkpoint is damaged ({'; '.join(snapshot.problems)}): recover it instead")
         plan.runbook = RECOVER_RUNBOOK
         return plan
-    pending = checkpoint.identity().get("pending_rewind")
     if to_time is not None:
         to_batch = _last_batch_started_before(checkpoint, committed, to_time)
         if to_batch is None:
@@ -73,8 +67,8 @@ def plan_rewind(
     refuse_if_kafka_dropped(settings, resume_from, plan)
 
     checkpoint_id = checkpoint.checkpoint_id(job.name)
-    if not _restorable(settings, job, checkpoint_id, to_batch):
-        oldest = _oldest_restorable(settings, job, checkpoint_id, committed[:-1])
+    if not _restorable(snapshot, checkpoint_id, to_batch):
+        oldest = _oldest_restorable(snapshot, checkpoint_id, committed[:-1])
         reachable = (f"the oldest batch a rewind can reach is {oldest}" if oldest is not None else
                      f"no batch before the last can be restored: rebuild with `sigflow checkpoint recover "
                      f"{job.name} --from earliest` instead")
@@ -86,7 +80,7 @@ def plan_rewind(
     for spec in job.tables:
         uri = settings.table_uri(spec.name)
         target = version_left_by(uri, job.name, checkpoint_id, to_batch)
-        current = table_version(uri)
+        current = snapshot.table_versions[spec.name]
         if target is not None and target != current:  # None: this checkpoint never wrote to it
             plan.step(f"restore {spec.name} to version {target} (left by batch {to_batch}; now {current})",
                       lambda uri=uri, target=target: restore(uri, target))
@@ -105,20 +99,20 @@ def plan_rewind(
     return plan
 
 
-def _restorable(settings: Settings, job, checkpoint_id: str, batch: int) -> bool:
+def _restorable(snapshot: JobSnapshot, checkpoint_id: str, batch: int) -> bool:
     """Every table of the job still has the files of the version ``batch`` left it at."""
-    for spec in job.tables:
-        uri = settings.table_uri(spec.name)
-        version = version_left_by(uri, job.name, checkpoint_id, batch)
-        if version is not None and version != table_version(uri) and not has_its_files(uri, version):
+    for spec in snapshot.job.tables:
+        uri = snapshot.uri(spec)
+        version = version_left_by(uri, snapshot.job.name, checkpoint_id, batch)
+        if version is not None and version != snapshot.table_versions[spec.name] and not has_its_files(uri, version):
             return False
     return True
 
 
-def _oldest_restorable(settings: Settings, job, checkpoint_id: str, batches: list[int]) -> int | None:
+def _oldest_restorable(snapshot: JobSnapshot, checkpoint_id: str, batches: list[int]) -> int | None:
     """The first of ``batches`` a rewind can restore to. Vacuum removes only files older
     versions need, so whether a batch is restorable flips once, from no to yes."""
-    first = bisect.bisect_left(batches, True, key=lambda b: _restorable(settings, job, checkpoint_id, b))
+    first = bisect.bisect_left(batches, True, key=lambda b: _restorable(snapshot, checkpoint_id, b))
     return batches[first] if first < len(batches) else None
 
 

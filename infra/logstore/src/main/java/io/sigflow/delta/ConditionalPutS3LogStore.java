@@ -15,7 +15,7 @@ import org.apache.hadoop.fs.s3a.RemoteFileChangedException;
  *
  * <p>S3SingleDriverLogStore checks that a commit file does not exist and then creates it;
  * two drivers can both pass the check, and the second PUT silently replaces the first
- * commit (measured: docs/streaming-facts.md). Here a new commit file is created with S3A's
+ * commit (measured: docs/deploy.md, several writers on S3). Here a new commit file is created with S3A's
  * conditional create ({@code fs.option.create.conditional.overwrite}: an If-None-Match PUT),
  * so S3 refuses the second one (HTTP 412). That refusal is turned into the
  * FileAlreadyExistsException Delta's optimistic transaction expects: it checks the winner's

@@ -1,0 +1,68 @@
+"""What a restart plan is made from: one look at the job, taken as its planning starts.
+
+The checkpoint's batches and health, who holds the job's lease, the restart intent left
+beside it and the versions of the job's tables are read here once; the planners read this
+record instead of asking the checkpoint, the lease and the tables again. Planned again by
+an apply that holds the lease (``Plan.replan``), a new snapshot is taken: the second look
+is what makes a change since the first visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, TableSpec
+from spark_jobs.errors import CheckpointDamaged
+from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.jobs.registry import get_job
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
+from spark_jobs.runtime.checkpoint.lease import Holder, Lease
+from spark_jobs.runtime.delta.table_access import table_version
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    settings: Settings
+    job: StreamingJob
+    checkpoint: Checkpoint
+    # the job's lease, which the plan's apply holds (the apply's own when planned again)
+    lease: Lease
+    # the live holder of the lease, unless it is this plan's own apply: a run, or another restart
+    holder: Holder | None
+    problems: list[str]
+    committed: list[int]
+    # sigflow.json's pending rewind; None also when sigflow.json is damaged (one of ``problems``)
+    pending_rewind: int | None
+    # the restart intent another apply left, or why it cannot be read
+    intent: RestartIntent | UnreadableIntent | None
+    table_versions: dict[str, int | None] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, settings: Settings, job_name: str, action: str, lease: Lease | None = None) -> JobSnapshot:
+        job = get_job(job_name)
+        checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
+        lease = lease or Lease(checkpoint, job.name, settings.operations.lease_ttl.seconds, purpose=action)
+        holder = lease.holder()
+        if holder is not None and (not holder.alive() or holder.owner == lease.owner):
+            holder = None
+        try:
+            pending_rewind = checkpoint.identity().get("pending_rewind")
+        except CheckpointDamaged:
+            pending_rewind = None
+        try:
+            intent = lease.intent()
+        except UnreadableIntent as unreadable:
+            intent = unreadable
+        tables = job.tables + shared_tables(job)
+        return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
+                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in tables})
+
+    def uri(self, spec: TableSpec) -> str:
+        return self.settings.table_uri(spec.name)
+
+
+def shared_tables(job: StreamingJob) -> tuple[TableSpec, ...]:
+    """The tables a job shares with others, where it owns only its rows."""
+    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS,)

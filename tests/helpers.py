@@ -115,7 +115,11 @@ def table(settings: Settings, name: str) -> pd.DataFrame:
     return read_pandas(settings.table_uri(name))
 
 
-def contents(settings: Settings, name: str, ignore: frozenset[str] = frozenset({"ingest_time"})) -> Counter:
+# The columns that say when and by which checkpoint's batch a row was written, not what it holds.
+WRITE_STAMPS = frozenset({"ingest_time", "checkpoint_id", "batch_id"})
+
+
+def contents(settings: Settings, name: str, ignore: frozenset[str] = WRITE_STAMPS) -> Counter:
     """A table's rows as a multiset, without the columns that say when a row was written:
     what two runs that should agree are compared by."""
     frame = table(settings, name)

@@ -48,7 +48,10 @@ def _data_type(text: str) -> DataType:
 # checkpointed took 6.6 s where its neighbours took 1.1 to 2.0 s (docs/streaming-facts.md).
 # At 100, a batch in a hundred pays it, and a reader starting cold replays up to 99 small
 # JSON commits after the checkpoint instead of 9.
-TABLE_PROPERTIES = {"delta.checkpointInterval": "100"}
+# The change data feed is on for every table from its creation (and turned on by deploy for
+# tables made before): a reader follows inserts and deletes, a rewind's included
+# (docs/consumers.md).
+TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.enableChangeDataFeed": "true"}
 
 
 @dataclass(frozen=True)
@@ -62,42 +65,64 @@ class TableSpec:
     backfill: tuple[tuple[str, str], ...] = ()
 
     @property
-    def schema(self) -> StructType:
-        # Parsed here rather than by StructType.fromDDL, which needs a running SparkContext.
-        # pyspark is imported only when a schema is asked for: DAG files read the table
-        # names when Airflow parses them, and that must stay cheap.
-        from pyspark.sql.types import StructField, StructType
+    def columns(self) -> tuple[str, ...]:
+        return tuple(column.split(None, 1)[0] for column in _split_top_level(self.ddl))
 
-        fields = []
-        for column in _split_top_level(self.ddl):
-            name, kind = column.split(None, 1)
-            fields.append(StructField(name, _data_type(kind), nullable=True))
-        return StructType(fields)
+    @property
+    def schema(self) -> StructType:
+        return _struct(self.ddl)
+
+    @property
+    def job_ddl(self) -> str:
+        """The columns of the rows a job's split gives: the table's, less the ``WRITTEN_BY``
+        stamps its commit adds."""
+        return self.ddl.removesuffix(f", {WRITTEN_BY}")
+
+    @property
+    def job_schema(self) -> StructType:
+        return _struct(self.job_ddl)
+
+
+def _struct(ddl: str) -> StructType:
+    # Parsed here rather than by StructType.fromDDL, which needs a running SparkContext.
+    # pyspark is imported only when a schema is asked for: DAG files read the table names
+    # when Airflow parses them, and that must stay cheap.
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for column in _split_top_level(ddl):
+        name, kind = column.split(None, 1)
+        fields.append(StructField(name, _data_type(kind), nullable=True))
+    return StructType(fields)
 
 
 KAFKA_COORDINATES = "topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP"
+# Which batch of which checkpoint wrote a row: every job's table carries them (the commit
+# stamps them, runtime/commit.py), so a rewind deletes exactly the rows of the batches it
+# re-runs, and a reader following the change feed sees that (docs/semantics.md).
+WRITTEN_BY = "checkpoint_id STRING, batch_id BIGINT"
 
 DEVICE_EVENTS_RAW = TableSpec(
     "device_events_raw",
-    f"key BINARY, value BINARY, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, batch_id BIGINT",
+    f"key BINARY, value BINARY, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, batch_id BIGINT, checkpoint_id STRING",
     "Every Kafka record of device-events and device-alerts exactly as received, valid or not.",
 )
 DEVICE_EVENTS = TableSpec(
     "device_events",
     "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE, "
-    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, {WRITTEN_BY}",
     "Valid device events, typed; extra producer fields kept in extras (JSON text values).",
 )
 DEVICE_ALERTS = TableSpec(
     "device_alerts",
     "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, {WRITTEN_BY}",
     "Valid device alerts, typed; extra producer fields kept in extras.",
 )
 QUARANTINED_EVENTS = TableSpec(
     "quarantined_events",
     f"reason_code STRING, reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
-    "source_job STRING, ingest_time TIMESTAMP",
+    f"source_job STRING, ingest_time TIMESTAMP, {WRITTEN_BY}",
     "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
     "(docs/event-contract.md) and the reason in words.",
     backfill=(("reason_code", code_from_detail_sql("reason")),),
@@ -106,36 +131,36 @@ QUARANTINED_EVENTS = TableSpec(
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
-    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}",
+    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, {WRITTEN_BY}",
     "Valid device events with duplicates (a device's event_id again within the watermark) removed.",
 )
 DEVICE_SIGNAL_AVERAGES = TableSpec(
     "device_signal_averages",
     "device_id STRING, window_start TIMESTAMP, window_end TIMESTAMP, window_kind STRING, "
-    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT",
+    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT, {WRITTEN_BY}",
     "Per device and event-time window (tumbling and sliding), written once when final.",
 )
 FLEET_SIGNAL_ROLLUPS = TableSpec(
     "fleet_signal_rollups",
     "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
-    "mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT",
+    f"mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT, {WRITTEN_BY}",
     "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation).",
 )
 DEVICE_SESSIONS = TableSpec(
     "device_sessions",
     "device_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING",
+    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING, {WRITTEN_BY}",
     "Closed per-device activity sessions (no event for the session gap), written once.",
 )
 ALERT_SIGNAL_CONTEXT = TableSpec(
     "alert_signal_context",
     "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    "event_id STRING, event_time TIMESTAMP, signal DOUBLE",
+    f"event_id STRING, event_time TIMESTAMP, signal DOUBLE, {WRITTEN_BY}",
     "One row per (alert, event of that device in the range before the alert).",
 )
 ALERTS_WITHOUT_TELEMETRY = TableSpec(
     "alerts_without_telemetry",
-    "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING",
+    f"alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, {WRITTEN_BY}",
     "Alerts for which no event of the device arrived in the range: silent devices.",
 )
 LATE_EVENTS = TableSpec(
@@ -202,7 +227,10 @@ def markdown() -> str:
         "Table properties of every table: "
         + ", ".join(f"`{key}` = {value}" for key, value in TABLE_PROPERTIES.items())
         + " (set at creation, and by the `sigflow_deploy` DAG or a job's start where a table does not set them;"
-        " a value set on the table stays).",
+        " a value set on the table stays). The change data feed is what a reader follows every change by,"
+        " a rewind's deletes included (docs/consumers.md).",
+        "The tables a job writes end with `checkpoint_id` and `batch_id`: the checkpoint and the batch of it"
+        " that wrote the row (docs/semantics.md, section 7).",
         "",
     ]
     for spec in ALL_TABLES.values():

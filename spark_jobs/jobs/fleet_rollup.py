@@ -36,7 +36,7 @@ def fleet_signal_rollups(settings: StreamingSettings, events: DataFrame) -> Data
         F.max("max_signal").alias("max_signal"),
         F.count("*").alias("device_window_count"),
     )
-    return flatten_window(rollup).select(*FLEET_SIGNAL_ROLLUPS.schema.fieldNames())
+    return flatten_window(rollup).select(*FLEET_SIGNAL_ROLLUPS.job_schema.fieldNames())
 
 
 FLEET_ROLLUP = StreamingJob(

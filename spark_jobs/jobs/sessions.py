@@ -44,7 +44,7 @@ from spark_jobs.jobs.event_time import (
 # arrays: PySpark 4.2's worker cannot read an ARRAY field back from a state schema
 # (KeyError 'elementType' in ArrayType.fromJson, measured).
 STATE_SCHEMA = "open_sessions STRING"
-OUTPUT_SCHEMA = DEVICE_SESSIONS.ddl
+OUTPUT_SCHEMA = DEVICE_SESSIONS.job_ddl
 CLOSED_BY_GAP = "no event for the session gap"
 
 

@@ -41,7 +41,7 @@ def from_panes(settings: StreamingSettings) -> bool:
 
 
 def device_signal_averages(settings: StreamingSettings, events: DataFrame) -> DataFrame:
-    columns = DEVICE_SIGNAL_AVERAGES.schema.fieldNames()
+    columns = DEVICE_SIGNAL_AVERAGES.job_schema.fieldNames()
     if from_panes(settings):
         panes = signal_stats(deduplicate(settings, events), tumbling(settings), "tumbling",
                              extra=[F.sum("signal").alias(PANE_SUM)])
@@ -92,7 +92,7 @@ def closed_sliding_windows(
         .where((F.col("window.end") > _timestamp(since)) & (F.col("window.end") <= _timestamp(until)))
         .withColumn("window_kind", F.lit("sliding"))
     )
-    return flatten_window(merged).select(*DEVICE_SIGNAL_AVERAGES.schema.fieldNames())
+    return flatten_window(merged).select(*DEVICE_SIGNAL_AVERAGES.job_schema.fieldNames())
 
 
 def _timestamp(ms: int) -> Column:

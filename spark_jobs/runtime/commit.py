@@ -9,7 +9,8 @@
    it ran with, and whether an earlier query planned it. Only such a batch can be a replay
    (the lease admits one run, so a batch this query planned is new by construction).
 3. **Split.** The job's pure split of the batch into rows per table (``StreamingJob.split``).
-4. **Appends.** Every table with rows, at once, one commit each, each carrying the batch's
+4. **Appends.** Every table with rows, at once, one commit each. Each row is stamped with
+   the checkpoint id and batch id that wrote it (what a rewind deletes by); each commit carries the batch's
    ``CommitInfo`` (job, checkpoint id, app id, batch id, watermark, Kafka end offsets). A
    batch that may be a replay is checked against the table and appended under Delta's
    application transaction (txnAppId = app id, txnVersion = N), so Delta itself refuses a
@@ -183,6 +184,7 @@ class BatchCommit:
             has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
             if has_rows:
+                frame = _stamped(frame, spec, info)
                 if write_tasks:
                     frame = frame.coalesce(write_tasks)
                 rows = self.sink.append(frame, spec, info, replay_possible)
@@ -254,3 +256,14 @@ def _read_nothing(offsets, previous) -> bool:
         return offsets.sources == previous.sources
     ends = [end for source in offsets.sources if source for parts in source.values() for end in parts.values()]
     return bool(ends) and all(end == 0 for end in ends)
+
+
+def _stamped(frame: DataFrame, spec: TableSpec, info: CommitInfo) -> DataFrame:
+    """The rows with the table's columns saying which batch of which checkpoint wrote them
+    (``WRITTEN_BY``), where the job's split left them out, in the table's column order."""
+    stamps = {"checkpoint_id": F.lit(info.checkpoint_id), "batch_id": F.lit(info.batch_id).cast("bigint")}
+    present = set(frame.columns)
+    missing = [column for column in spec.columns if column not in present and column in stamps]
+    if not missing:
+        return frame
+    return frame.withColumns({column: stamps[column] for column in missing}).select(*spec.columns)

@@ -24,6 +24,7 @@ from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
     count_rows,
     delete_rows,
+    every_row_stamped,
     history,
     read_arrow,
     restore,
@@ -144,7 +145,15 @@ def _plan_start_from_delta(settings: Settings, job: StreamingJob, plan: Plan) ->
     common = min(newest.values(), key=_position)
     for name, (uri, entries) in commits.items():
         ahead = list(itertools.takewhile(lambda e: _position(e) > _position(common), entries))
-        if ahead:  # a crash between two tables of one batch: bring the one ahead back in line
+        if not ahead:
+            continue
+        # a crash between two tables of one batch: bring the one ahead back in line, by a
+        # delete its change feed shows where its rows say which batch wrote them
+        if every_row_stamped(uri) and common.get("batch_id") is not None:
+            batch = int(common["batch_id"])
+            plan.step(f"delete the {name} rows of the lost checkpoint's batches after {batch}, the batch all "
+                      "tables hold", lambda uri=uri, b=batch: delete_rows(uri, None, b, lost))
+        else:
             target = int(ahead[-1]["version"]) - 1
             plan.step(f"restore {name} to version {target}, the batch all tables hold",
                       lambda uri=uri, v=target: restore(uri, v))
@@ -173,9 +182,10 @@ def _newest_finished_batch(settings: Settings, job: StreamingJob) -> dict | None
     if len(times) == 0:
         return None
     newest = pc.max(times)
-    row = read_arrow(uri, ["checkpoint_id", "progress_json"], where=ours & (ds.field("batch_time") == newest))
+    row = read_arrow(uri, ["checkpoint_id", "batch_id", "progress_json"], where=ours & (ds.field("batch_time") == newest))
     ends = end_offsets(json.loads(row.column("progress_json")[0].as_py()))
     if not ends:
         return None
     return {"kafka_end_offsets": ends, "checkpoint_id": row.column("checkpoint_id")[0].as_py(),
+            "batch_id": row.column("batch_id")[0].as_py(),
             "timestamp": int(newest.as_py().timestamp() * 1000)}

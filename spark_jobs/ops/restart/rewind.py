@@ -24,6 +24,7 @@ from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
     count_rows,
     delete_rows,
+    every_row_stamped,
     has_its_files,
     restore,
     version_left_by,
@@ -67,8 +68,12 @@ def plan_rewind(
     refuse_if_kafka_dropped(settings, resume_from, plan)
 
     checkpoint_id = checkpoint.checkpoint_id(job.name)
-    if not _restorable(snapshot, checkpoint_id, to_batch):
-        oldest = _oldest_restorable(snapshot, checkpoint_id, committed[:-1])
+    # a table whose every row says which batch wrote it loses the later batches' rows by a
+    # delete, which a reader of its change feed sees; one holding rows from before the
+    # stamps is restored to the version the batch left (a restore is no change a feed shows)
+    unstamped = [spec for spec in job.tables if not every_row_stamped(snapshot.uri(spec))]
+    if unstamped and not _restorable(snapshot, checkpoint_id, to_batch, unstamped):
+        oldest = _oldest_restorable(snapshot, checkpoint_id, committed[:-1], unstamped)
         reachable = (f"the oldest batch a rewind can reach is {oldest}" if oldest is not None else
                      f"no batch before the last can be restored: rebuild with `sigflow checkpoint recover "
                      f"{job.name} --from earliest` instead")
@@ -79,10 +84,17 @@ def plan_rewind(
               lambda: _record_pending(checkpoint, to_batch))
     for spec in job.tables:
         uri = settings.table_uri(spec.name)
+        if spec not in unstamped:
+            rows = count_rows(uri, None, to_batch, checkpoint_id)
+            if rows:
+                plan.step(f"delete the {rows} {spec.name} rows of batches after {to_batch}",
+                          lambda uri=uri: delete_rows(uri, None, to_batch, checkpoint_id))
+            continue
         target = version_left_by(uri, job.name, checkpoint_id, to_batch)
         current = snapshot.table_versions[spec.name]
         if target is not None and target != current:  # None: this checkpoint never wrote to it
-            plan.step(f"restore {spec.name} to version {target} (left by batch {to_batch}; now {current})",
+            plan.step(f"restore {spec.name} to version {target} (left by batch {to_batch}; now {current}; "
+                      "it holds rows written before rows said which batch wrote them)",
                       lambda uri=uri, target=target: restore(uri, target))
     for spec in shared_tables(job):
         uri = settings.table_uri(spec.name)
@@ -99,9 +111,9 @@ def plan_rewind(
     return plan
 
 
-def _restorable(snapshot: JobSnapshot, checkpoint_id: str, batch: int) -> bool:
-    """Every table of the job still has the files of the version ``batch`` left it at."""
-    for spec in snapshot.job.tables:
+def _restorable(snapshot: JobSnapshot, checkpoint_id: str, batch: int, tables) -> bool:
+    """Every one of ``tables`` still has the files of the version ``batch`` left it at."""
+    for spec in tables:
         uri = snapshot.uri(spec)
         version = version_left_by(uri, snapshot.job.name, checkpoint_id, batch)
         if version is not None and version != snapshot.table_versions[spec.name] and not has_its_files(uri, version):
@@ -109,10 +121,10 @@ def _restorable(snapshot: JobSnapshot, checkpoint_id: str, batch: int) -> bool:
     return True
 
 
-def _oldest_restorable(snapshot: JobSnapshot, checkpoint_id: str, batches: list[int]) -> int | None:
+def _oldest_restorable(snapshot: JobSnapshot, checkpoint_id: str, batches: list[int], tables) -> int | None:
     """The first of ``batches`` a rewind can restore to. Vacuum removes only files older
     versions need, so whether a batch is restorable flips once, from no to yes."""
-    first = bisect.bisect_left(batches, True, key=lambda b: _restorable(snapshot, checkpoint_id, b))
+    first = bisect.bisect_left(batches, True, key=lambda b: _restorable(snapshot, checkpoint_id, b, tables))
     return batches[first] if first < len(batches) else None
 
 

@@ -202,6 +202,16 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
     return condition, " AND ".join(sql)
 
 
+def every_row_stamped(uri: str) -> bool:
+    """Whether every row of the table says which batch wrote it (a ``batch_id``): true of a
+    table created with the column; a table that gained it keeps older rows without."""
+    import pyarrow.dataset as ds
+
+    if not exists(uri) or "batch_id" not in {f.name for f in open_table(uri).schema().fields}:
+        return not exists(uri)
+    return count_matching(uri, ds.field("batch_id").is_null()) == 0
+
+
 def count_rows(uri: str, job: str | None = None, after_batch: int | None = None,
                checkpoint_id: str | None = None) -> int:
     if not exists(uri):

@@ -3,6 +3,7 @@
 import getpass
 import shutil
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,6 @@ def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings
 
 
 def test_rewind_to_a_time_picks_the_last_batch_started_before_it(spark, settings):
-    from datetime import datetime, timezone
 
     s = single_partition(settings)
     ends = _run_chunks(spark, s, _chunks()[:2])
@@ -112,8 +112,43 @@ def test_rewind_refuses_unsafe_requests_with_a_reason(spark, settings):
         live.release()
 
 
-def test_a_rewind_to_a_batch_whose_files_were_vacuumed_is_refused_naming_the_oldest_it_can_reach(spark, settings):
+def _older_sigflow_row(s) -> None:
+    """A row as a sigflow from before rows named their batch wrote it (no batch_id)."""
+    import pyarrow as pa
+
+    from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
+    from spark_jobs.runtime.delta import table_access
+    from spark_jobs.runtime.delta.schema import arrow_schema, create_table
+
+    uri = s.table_uri(DEVICE_EVENTS_DEDUPLICATED.name)
+    create_table(uri, DEVICE_EVENTS_DEDUPLICATED)
+    row = {"event_id": "old-0", "device_id": "d-old", "event_time": datetime(2026, 1, 1, tzinfo=timezone.utc),
+           "signal": 1.0}
+    table_access.append(uri, pa.Table.from_pylist([row], schema=arrow_schema(DEVICE_EVENTS_DEDUPLICATED)))
+
+
+def test_a_rewind_past_a_vacuum_deletes_the_later_rows_and_re_runs_them(spark, settings):
+    """Rows name their batch, so a rewind needs no old table files: vacuum does not limit it."""
     s = single_partition(settings)
+    first, second, third = _chunks()
+    before = _run_chunks(spark, s, [first, second])
+    maintenance.run(s.replace(vacuum_retention="0 seconds", vacuum_retention_floor="0 seconds"))
+    _run_chunks(spark, s, [third])
+    uninterrupted = _dedup_rows(s)
+
+    plan = restart.plan_rewind(s, "dedup", to_batch=before[0])
+    assert not plan.refusals, plan.describe()
+    plan.apply()
+    assert sorted(e for e, _, _ in _dedup_rows(s)) == sorted(f"a{n}" for n in range(20))
+    run_job(spark, s, "dedup")
+    assert _dedup_rows(s) == uninterrupted
+
+
+def test_a_rewind_that_must_restore_files_vacuum_removed_is_refused_naming_the_oldest_it_can_reach(spark, settings):
+    """A table holding an older sigflow's rows (no batch_id) is restored by a rewind, which
+    needs the files of the version the batch left."""
+    s = single_partition(settings)
+    _older_sigflow_row(s)
     first, second, third = _chunks()
     fourth = [Event(f"e{n}", f"d{n % 3}", at(10, 15) + n * 15_000, float(n)) for n in range(20)]
     before = _run_chunks(spark, s, [first, second])
@@ -126,7 +161,7 @@ def test_a_rewind_to_a_batch_whose_files_were_vacuumed_is_refused_naming_the_old
     assert f"the oldest batch a rewind can reach is {first_after_vacuum}" in refused.describe()
     restart.plan_rewind(s, "dedup", to_batch=first_after_vacuum).apply()
     assert first_after_vacuum < after[-1]
-    assert sorted(e for e, _, _ in _dedup_rows(s)) == sorted(f"{c}{n}" for c in "abc" for n in range(20))
+    assert sorted(e for e, _, _ in _dedup_rows(s)) == sorted(["old-0"] + [f"{c}{n}" for c in "abc" for n in range(20)])
 
 
 def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings):
@@ -134,7 +169,8 @@ def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings
     ends = _run_chunks(spark, s, _chunks()[:2])
     dry = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[0]))
     assert dry.returncode == 0, dry.stderr
-    assert "restore device_events_deduplicated to version" in dry.stdout
+    # the second chunk's 20 new events; its 5 repeats of the first were never written
+    assert f"delete the 20 device_events_deduplicated rows of batches after {ends[0]}" in dry.stdout
     assert "dry run: nothing changed" in dry.stdout
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
     refused = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[1]), "--yes")

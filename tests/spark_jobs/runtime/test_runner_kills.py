@@ -16,7 +16,7 @@ from tests.helpers import MULTI_PROCESS, contents, produce, run_job, sigflow, ta
 pytestmark = [MULTI_PROCESS, pytest.mark.slow]
 
 # columns that say when a row was written, not what it holds
-WRITE_TIME_COLUMNS = frozenset({"ingest_time", "batch_id"})
+WRITE_TIME_COLUMNS = frozenset({"ingest_time", "batch_id", "checkpoint_id"})
 
 
 def _contents(settings, name):

@@ -1,0 +1,47 @@
+"""docs/consumers.md's delta-rs examples, run as written in fresh processes over every table
+a job wrote: each process reads the right rows and ends with exit status 0. The default
+read (``to_pandas()`` through delta-rs's Python file system handler) aborts at exit in some
+processes (docs/streaming-facts.md); the documented one must never."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+from spark_jobs.jobs import JOB_TABLES
+from spark_jobs.runtime.delta.table_access import count_rows
+from tests.helpers import REPO, run_job, send, single_partition
+from tests.oracle import Event
+
+PROCESSES = 10
+
+
+def _examples() -> list[str]:
+    """The delta-rs blocks of docs/consumers.md, each as a program over the tables named on
+    its command line that prints the rows it read of each."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
+    programs = []
+    for block in (b for b in blocks if "deltalake" in b):
+        body = re.sub(r'^path = .*$', "", block, flags=re.M).replace('DeltaTable("data/delta/device_events_deduplicated")',
+                                                                      "DeltaTable(path)")
+        result = "frame" if "frame =" in body else "changes"
+        programs.append("import sys\nfor path in sys.argv[1:]:\n    next_version = 0  # a follower that starts now\n"
+                        + textwrap.indent(body, "    ") + f"    print(len({result}))\n")
+    return programs
+
+
+def test_the_documented_reads_end_cleanly_in_every_fresh_process(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event(f"e{n}", f"d{n % 3}", 1_795_000_000_000 + n * 1000, float(n)) for n in range(30)])
+    run_job(spark, s, "ingest")
+    uris = [s.table_uri(spec.name) for spec in JOB_TABLES["ingest"]]
+    expected = [str(count_rows(uri)) for uri in uris]
+    programs = _examples()
+    assert len(programs) == 2  # read once, follow the feed
+    for program in programs:
+        for _ in range(PROCESSES):
+            done = subprocess.run([sys.executable, "-c", program, *uris], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-500:]
+            assert done.stdout.split() == expected

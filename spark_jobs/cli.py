@@ -243,6 +243,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tables(args: argparse.Namespace) -> int:
+    from spark_jobs.ops import table_overview
+
+    for table in table_overview.overview(_settings(args)):
+        print(table.line())
+    return 0
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     import threading
 
@@ -464,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="per job: running, last batch, rates, watermark, state, lag")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("tables", help="per table: version, rows, change feed, freshness and how complete it is")
+    p.set_defaults(func=cmd_tables)
 
     p = sub.add_parser("metrics", help="what Spark's metrics lack, in Prometheus's format (--serve: an exporter)")
     p.add_argument("--serve", action="store_true",

@@ -182,6 +182,16 @@ PIPELINE_METRICS = TableSpec(
     "checkpoint whose batch_id it is (batch ids restart after a recover).",
 )
 
+TABLE_STATUS = TableSpec(
+    "table_status",
+    "table_name STRING, job STRING, checkpoint_id STRING, batch_id BIGINT, batch_time TIMESTAMP, "
+    "final_through TIMESTAMP, rows_written BIGINT, recorded_at TIMESTAMP",
+    "How complete each table is, readable without sigflow: one row per batch per table its job writes, "
+    "with rows or none. A table's newest row (largest recorded_at) is current: every record in Kafka "
+    "before batch_time has reached the table, and rows whose time is at or before final_through "
+    "(the batch's watermark; null for ingest, whose rows are final when written) will not be added to "
+    "by the stream; see docs/consumers.md for what final means per table.",
+)
 DQ_RESULTS = TableSpec(
     "dq_results",
     "run_id STRING, run_time TIMESTAMP, table_name STRING, rows_checked BIGINT, expectation STRING, "
@@ -207,7 +217,7 @@ ALL_TABLES = {
     for t in (
         DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
         DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
-        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, DQ_RESULTS, RESTART_AUDIT,
+        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, TABLE_STATUS, DQ_RESULTS, RESTART_AUDIT,
     )
 }
 

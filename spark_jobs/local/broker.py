@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import secrets
@@ -41,6 +42,7 @@ from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.processes import start_time
 from spark_jobs.runtime.waiting import wait_until
 
+log = logging.getLogger("sigflow.broker")
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
 
@@ -221,9 +223,12 @@ def _format_storage(settings: Settings) -> None:
         capture_output=True, text=True, timeout=120,
     )
     if result.returncode != 0:
+        printed = (result.stderr or result.stdout).strip().splitlines() or [f"exit status {result.returncode}"]
+        # the exception's own line says why; the stack under it only where
+        cause = next((line for line in printed if not line.lstrip().startswith("at ")), printed[-1])
+        log.debug("kafka-storage format printed:\n%s", "\n".join(printed))
         raise BrokerUnavailable(
-            "formatting the embedded broker's storage failed: "
-            + (result.stderr or result.stdout).strip().splitlines()[-1][:300],
+            f"formatting the embedded broker's storage failed: {cause.strip()[:300]}",
             f"remove {settings.broker_dir} to start afresh, or see {settings.broker_dir}/kafka.log",
         )
 

@@ -132,7 +132,7 @@ class BatchCommit:
         counted = {spec.name: self.sink.rows_written_before(spec, info) if written[spec.name] is None
                    else written[spec.name] for spec in self.tables}
         late = counted.get(LATE_EVENTS.name, 0)
-        self.recorder.batch_written(batch_id, sum(counted.values()) - late, late)
+        self.recorder.batch_written(batch_id, sum(counted.values()) - late, late, counted)
         if any(rows is None for rows in written.values()) and not any(written.values()):
             self.summary.batches_skipped += 1  # a replay: what had rows was already committed
         for table, rows in written.items():

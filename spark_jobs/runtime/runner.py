@@ -25,7 +25,12 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, TableSpec
+from spark_jobs.contracts.tables import (
+    LATE_EVENTS,
+    PIPELINE_METRICS,
+    TABLE_STATUS,
+    TableSpec,
+)
 from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime import classpath
@@ -106,7 +111,7 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
-        for spec in self.tables + (PIPELINE_METRICS,):
+        for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS):
             self.sink.ensure_table(spec)
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
@@ -136,7 +141,8 @@ class JobRun:
 
     def _wire(self, job: StreamingJob, settings: Settings) -> None:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
-        self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary)
+        self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
+                                        tables=tuple(spec.name for spec in job.tables))
         self.commit_batch = BatchCommit(self, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS, TableSpec
+from spark_jobs.contracts.tables import (
+    LATE_EVENTS,
+    PIPELINE_METRICS,
+    TABLE_STATUS,
+    TableSpec,
+)
 from spark_jobs.errors import CheckpointDamaged
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
@@ -65,4 +70,4 @@ class JobSnapshot:
 
 def shared_tables(job: StreamingJob) -> tuple[TableSpec, ...]:
     """The tables a job shares with others, where it owns only its rows."""
-    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS,)
+    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS, TABLE_STATUS)

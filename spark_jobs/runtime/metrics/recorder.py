@@ -1,10 +1,12 @@
-"""pipeline_metrics: one row per finished batch, written once."""
+"""pipeline_metrics: one row per finished batch, written once; table_status: one row per
+table of the batch, rows or none, written once."""
 
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 
-from spark_jobs.contracts.tables import PIPELINE_METRICS
+from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row
@@ -22,20 +24,24 @@ class MetricsRecorder:
     """
 
     def __init__(self, job: str, sink: DeltaSink, app_id: str, checkpoint_id: str, summary: RunSummary,
-                 skip_empty: bool = False):
+                 skip_empty: bool = False, tables: tuple[str, ...] = ()):
         self.job, self.sink, self.app_id, self.summary = job, sink, app_id, summary
+        self.tables = tables  # the job's own tables, whose table_status rows it writes
         # a real-time query commits a batch every interval, records or not: rows only for
         # the batches that read some
         self.skip_empty = skip_empty
         self.checkpoint_id = checkpoint_id
         self.counting = Counting()  # set once the plan is built (metrics.Counting)
         self.output_rows: dict[int, tuple[int, int]] = {}  # batch -> (output rows, late events)
+        self.table_rows: dict[int, dict[str, int]] = {}  # batch -> rows written per table
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
         self.examined_through = -1  # the newest batch whose progress was turned into its row (or skipped)
         self.lock = threading.Lock()
 
-    def batch_written(self, batch_id: int, output_rows: int, late_events: int) -> None:
+    def batch_written(self, batch_id: int, output_rows: int, late_events: int,
+                      table_rows: dict[str, int] | None = None) -> None:
         self.output_rows[batch_id] = (output_rows, late_events)
+        self.table_rows[batch_id] = table_rows or {}
 
     def record(self, query) -> None:
         with self.lock:
@@ -64,6 +70,7 @@ class MetricsRecorder:
             if unwritten:
                 last = max(r["batch_id"] for r in unwritten)
                 self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, CommitInfo(job=self.job))
+            self._record_status(fresh)
         self.examined_through = examined
         for row in fresh:
             self.rows[row["batch_id"]] = row
@@ -71,6 +78,27 @@ class MetricsRecorder:
             self.summary.rows_dropped_by_watermark += row["rows_dropped_by_watermark"]
             self.summary.duplicates_dropped += row["duplicates_dropped"]
             self.summary.state_rows = row["state_rows"]
+
+
+    def _record_status(self, fresh: list[dict]) -> None:
+        """The table_status rows of the batches just recorded, under the same application
+        transaction as their pipeline_metrics rows (a repeat after a restart writes none)."""
+        if not self.tables:
+            return
+        done = self.sink.committed_version(TABLE_STATUS, self.app_id)
+        now = datetime.now(timezone.utc)
+        rows = [{"table_name": table, "job": self.job, "checkpoint_id": self.checkpoint_id, "batch_id": row["batch_id"],
+                 "batch_time": row["batch_time"], "final_through": _final_through(row["watermark"]),
+                 "rows_written": self.table_rows.get(row["batch_id"], {}).get(table, 0), "recorded_at": now}
+                for row in fresh if done is None or row["batch_id"] > done for table in self.tables]
+        if rows:
+            last = max(row["batch_id"] for row in rows)
+            self.sink.append_rows(rows, TABLE_STATUS, self.app_id, last, CommitInfo(job=self.job))
+
+
+def _final_through(watermark):
+    """The batch's watermark; none before the first event (Spark reports the epoch then)."""
+    return watermark if watermark is not None and watermark.timestamp() > 0 else None
 
 
 def _last_batch_id(query) -> int:

@@ -1,0 +1,70 @@
+"""`sigflow tables`: every table a reader can read, with its version, its rows (from its files'
+statistics: no row is read), whether its change feed is on, and for a job's table how fresh
+and how complete it is, from table_status (the same rows a reader without sigflow reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import ALL_TABLES, TABLE_STATUS
+from spark_jobs.jobs import JOB_TABLES
+from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.delta.increments import added_since
+
+CHANGE_FEED = "delta.enableChangeDataFeed"
+WRITERS = {spec.name: job for job, specs in JOB_TABLES.items() for spec in specs}
+
+
+@dataclass(frozen=True)
+class TableOverview:
+    name: str
+    version: int | None  # None: not created yet
+    rows: int = 0
+    change_feed: bool = False
+    job: str | None = None
+    batch_time: datetime | None = None  # every record in Kafka before it is in the table
+    final_through: datetime | None = None  # rows at or before it will not change by the stream
+
+    def line(self) -> str:
+        if self.version is None:
+            return f"{self.name}: not created yet (sigflow_deploy or the job's first run creates it)"
+        parts = [f"version {self.version}", f"{self.rows:,} rows", f"change feed {'on' if self.change_feed else 'OFF'}"]
+        if self.job:
+            parts.append(f"written by {self.job}")
+            if self.batch_time is None:
+                parts.append("no batch yet")
+            else:
+                parts.append(f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}")
+                parts.append(f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ}" if self.final_through
+                             else "final as written" if self.job == "ingest" else "no watermark yet")
+        return f"{self.name}: " + ", ".join(parts)
+
+
+def overview(settings: Settings) -> list[TableOverview]:
+    latest = _latest_status(settings)
+    found = []
+    for name in ALL_TABLES:
+        uri = settings.table_uri(name)
+        if not table_access.exists(uri):
+            found.append(TableOverview(name, None))
+            continue
+        table = table_access.open_table(uri)
+        status = latest.get(name, {})
+        found.append(TableOverview(
+            name, table.version(), added_since(uri, None).rows,
+            table.metadata().configuration.get(CHANGE_FEED) == "true", WRITERS.get(name),
+            status.get("batch_time"), status.get("final_through")))
+    return found
+
+
+def _latest_status(settings: Settings) -> dict[str, dict]:
+    """Each table's newest table_status row."""
+    rows = table_access.read_arrow(settings.table_uri(TABLE_STATUS.name),
+                                   ["table_name", "batch_time", "final_through", "recorded_at"]).to_pylist()
+    latest: dict[str, dict] = {}
+    for row in rows:
+        if row["table_name"] not in latest or row["recorded_at"] > latest[row["table_name"]]["recorded_at"]:
+            latest[row["table_name"]] = row
+    return latest

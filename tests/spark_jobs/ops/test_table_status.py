@@ -1,0 +1,59 @@
+"""table_status says how complete a table is, for readers without sigflow: a row per batch per
+table, rows or none, and a table's newest row is a promise the stream keeps: no window
+ending at or before its final_through is written afterwards, whatever arrives."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from spark_jobs.ops.table_overview import overview
+from tests.helpers import at, run_job, send, sigflow, single_partition, table
+from tests.oracle import Event
+
+AVERAGES = "device_signal_averages"
+
+
+def _latest(s, name: str):
+    status = table(s, "table_status")
+    return status[status.table_name == name].sort_values("recorded_at").iloc[-1]
+
+
+def test_the_newest_status_of_a_table_is_kept_by_every_later_batch(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event(f"a{n}", f"d{n % 2}", at(12, 0) + n * 60_000, float(n)) for n in range(30)])
+    run_job(spark, s, "windowed-averages")
+    promised = _latest(s, AVERAGES)
+    final_through = promised.final_through.to_pydatetime()
+    assert final_through == datetime(2026, 11, 22, 12, 19, tzinfo=timezone.utc)  # newest event 12:29, 10 min delay
+    status = table(s, "table_status")
+    ours = status[status.table_name == AVERAGES]
+    metrics = table(s, "pipeline_metrics")
+    assert sorted(ours.batch_id) == sorted(metrics[metrics.job == "windowed-averages"].batch_id)  # every batch
+    assert 0 in set(ours.rows_written)  # the first batch closes no window: its row is there all the same
+    assert ours.rows_written.sum() == len(table(s, AVERAGES))
+
+    # late ones for windows already final, on-time ones for later windows
+    send(s, [Event(f"late{n}", "d0", at(12, 1) + n * 1000, 99.0) for n in range(5)]
+         + [Event(f"b{n}", f"d{n % 2}", at(12, 30) + n * 60_000, float(n)) for n in range(30)])
+    run_job(spark, s, "windowed-averages")
+    later = table(s, AVERAGES)
+    later = later[later.batch_id > promised.batch_id]
+    assert len(later) > 0
+    assert (later.window_end > final_through).all(), later[later.window_end <= final_through]
+    assert _latest(s, AVERAGES).final_through.to_pydatetime() > final_through
+
+
+def test_sigflow_tables_lists_every_table_with_its_change_feed_and_completeness(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event(f"a{n}", "d1", at(12, 0) + n * 60_000, float(n)) for n in range(20)])
+    run_job(spark, s, "windowed-averages")
+    by_name = {table.name: table for table in overview(s)}
+    averages = by_name[AVERAGES]
+    assert averages.change_feed and averages.job == "windowed-averages"
+    assert averages.rows == len(table(s, AVERAGES))
+    assert averages.final_through == _latest(s, AVERAGES).final_through.to_pydatetime()
+    assert by_name["device_sessions"].version is None  # its job never ran here
+    printed = sigflow(s, "tables")
+    assert printed.returncode == 0, printed.stderr
+    line = next(line for line in printed.stdout.splitlines() if line.startswith(f"{AVERAGES}:"))
+    assert "change feed on" in line and f"final through {averages.final_through:%Y-%m-%dT%H:%M:%SZ}" in line

@@ -227,6 +227,51 @@ def register(*specs: TableSpec) -> None:
         ALL_TABLES[spec.name] = spec
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a reader of a table relies on: the columns that identify a row, and when a row is final."""
+
+    key: tuple[str, ...]
+    final: str
+
+
+INGEST_FINAL = "when written: a record's row is added once, in the batch that read it"
+REWOUND = "A rewind or recover deletes the rows of the batches it re-runs, and the re-run adds them again."
+READING = {
+    DEVICE_EVENTS_RAW.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
+    DEVICE_EVENTS.name: Reading(("topic", "partition", "offset"), INGEST_FINAL + " (a re-sent event is a row of its own)"),
+    DEVICE_ALERTS.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
+    QUARANTINED_EVENTS.name: Reading(("topic", "partition", "offset"),
+                                     INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention"),
+    DEVICE_EVENTS_DEDUPLICATED.name: Reading(
+        ("device_id", "event_id"),
+        "when written; the key is unique among events within watermark_delay of each other (a copy re-sent "
+        "after that is a row of its own)"),
+    DEVICE_SIGNAL_AVERAGES.name: Reading(
+        ("device_id", "window_kind", "window_start"),
+        "when written: a window is written once, when the watermark passes its end (window_end, exclusive)"),
+    FLEET_SIGNAL_ROLLUPS.name: Reading(("window_start",),
+                                       "when written: once the watermark passes window_end (tumbling windows)"),
+    DEVICE_SESSIONS.name: Reading(
+        ("device_id", "session_start"),
+        "when written: a session is written once, when the watermark passes its last event (session_end) "
+        "+ session_gap; open sessions are only in the job's state"),
+    ALERT_SIGNAL_CONTEXT.name: Reading(
+        ("alert_id", "event_id"),
+        "an alert's rows can arrive over several batches; they are all there once table_status's "
+        "final_through for this table has passed alert_time"),
+    ALERTS_WITHOUT_TELEMETRY.name: Reading(("alert_id",),
+                                           "when written: once the watermark proves no event of the range can come"),
+    LATE_EVENTS.name: Reading(("job", "topic", "partition", "offset"),
+                              "when written: one row per job that dropped the event (an event late for five jobs "
+                              "is five rows)"),
+    PIPELINE_METRICS.name: Reading(("job", "checkpoint_id", "batch_id"), "when written, one row per batch"),
+    TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"), "when written, one row per batch"),
+    DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written"),
+    RESTART_AUDIT.name: Reading(("applied_at", "job", "action"), "when written"),
+}
+
+
 def markdown() -> str:
     """docs/tables.md, generated from the specs above (a test keeps the file in step)."""
     lines = [
@@ -244,7 +289,11 @@ def markdown() -> str:
         "",
     ]
     for spec in ALL_TABLES.values():
-        lines += [f"## `{spec.name}`", "", spec.description, "", "| column | type |", "| --- | --- |"]
+        reading = READING[spec.name]
+        lines += [f"## `{spec.name}`", "", spec.description, "",
+                  f"Key: {', '.join(f'`{column}`' for column in reading.key)}. Final: {reading.final}."
+                  + (f" {REWOUND}" if "batch_id" in spec.columns else ""), "",
+                  "| column | type |", "| --- | --- |"]
         lines += [f"| `{f.name}` | {f.dataType.simpleString()} |" for f in spec.schema.fields]
         lines.append("")
     return "\n".join(lines)

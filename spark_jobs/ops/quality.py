@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.reasons import REASON_CODES
-from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS
+from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS, READING
 from spark_jobs.errors import SigflowError
 from spark_jobs.install import datadocs_assets
 from spark_jobs.runtime.delta import table_access
@@ -67,6 +67,14 @@ def _ordered(later: str, earlier: str, or_equal: bool = False) -> Check:
                  {"column_A": later, "column_B": earlier, "or_equal": or_equal})
 
 
+def _unique_key(table: str) -> list[Check]:
+    """The table's key (contracts/tables.py READING) never null, and unique where it is one."""
+    key = list(READING[table].key)
+    unique = ([Check("ExpectCompoundColumnsToBeUnique", {"column_list": key})] if len(key) > 1
+              else [Check("ExpectColumnValuesToBeUnique", {"column": key[0]})])
+    return _not_null(*key) + unique
+
+
 def _fresh(settings: Settings, column: str) -> Check:
     """The column's newest value, the largest of each file's (its statistics)."""
     oldest = datetime.now(timezone.utc) - timedelta(seconds=settings.operations.quality_freshness.seconds)
@@ -87,9 +95,8 @@ _SEVERITY_KNOWN = Check("ExpectColumnValuesToBeInSet",
 SUITES: dict[str, Callable[[Settings], list[Check]]] = {
     "device_events": lambda s: [_not_empty()] + _not_null("event_id", "device_id", "event_time")
     + _in_range(s, "signal") + [_fresh(s, "ingest_time")],
-    "device_events_deduplicated": lambda s: [_not_empty()] + _not_null("event_id", "device_id", "event_time")
-    + [Check("ExpectColumnValuesToBeUnique", {"column": "event_id"})]
-    + _in_range(s, "signal") + [_fresh(s, "event_time")],
+    "device_events_deduplicated": lambda s: [_not_empty()] + _unique_key("device_events_deduplicated")
+    + _not_null("event_time") + _in_range(s, "signal") + [_fresh(s, "event_time")],
     "device_alerts": lambda s: _not_null("alert_id", "device_id", "alert_time") + [_SEVERITY_KNOWN],
     "quarantined_events": lambda s: _not_null("reason_code", "reason")
     + [Check("ExpectColumnValuesToBeInSet", {"column": "reason_code", "value_set": list(REASON_CODES)})],
@@ -280,8 +287,8 @@ def _check_table(context, settings: Settings, increment: Increment, table: str, 
                    {"column_set": [f.name for f in ALL_TABLES[table].schema.fields], "exact_match": True})
     row_checks = [schema, *(c for c in checks if c.reads == ROWS)]
     table_checks = [c for c in checks if c.reads == TABLE]
-    unique = {c.kwargs["column"]: SeenKeys(c.kwargs["column"]) for c in row_checks
-              if c.expectation == "ExpectColumnValuesToBeUnique"}
+    unique = {_key_name(c.kwargs): SeenKeys(c.kwargs.get("column_list") or [c.kwargs["column"]]) for c in row_checks
+              if c.expectation in UNIQUE_EXPECTATIONS}
     merged: list[Outcome] = []
     shown = None  # the validation whose page Data Docs keep: the first chunk that failed, else the first
     chunks = increments.chunks(increment, settings.operations.quality_chunk_rows)
@@ -298,7 +305,8 @@ def _check_table(context, settings: Settings, increment: Increment, table: str, 
         if shown is None or (shown.success and not result.success):
             shown = result
     for outcome in merged:
-        if outcome.expectation == "expect_column_values_to_be_unique" and not outcome.error:
+        if outcome.expectation in ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique") \
+                and not outcome.error:
             # a repeat across chunks, or of a row checked before, is one too
             count, sample = unique[outcome.column].repeated(increment, settings.operations.quality_chunk_rows)
             outcome.unexpected_count, outcome.sample = count, _plain(sample)
@@ -314,6 +322,14 @@ def _check_table(context, settings: Settings, increment: Increment, table: str, 
     for result in (shown, table_result):
         pages += _store(context, result, table)
     return TableReport(table, increment.rows, merged + table_outcomes, increment, docs_pages=pages)
+
+
+UNIQUE_EXPECTATIONS = ("ExpectColumnValuesToBeUnique", "ExpectCompoundColumnsToBeUnique")
+
+
+def _key_name(kwargs: dict) -> str:
+    """How a key is named in results: its column, or its columns joined."""
+    return ", ".join(kwargs["column_list"]) if "column_list" in kwargs else kwargs["column"]
 
 
 def _at_least_one(chunks, empty):
@@ -368,7 +384,7 @@ def _validate(context, suite_name: str, asset_name: str, frame: pd.DataFrame, ch
     for validation in result.run_results.values():
         for r in validation.results:
             config = r.expectation_config
-            column = config.kwargs.get("column") or (
+            column = _key_name(config.kwargs) if "column_list" in config.kwargs else config.kwargs.get("column") or (
                 f"{config.kwargs['column_A']} > {config.kwargs['column_B']}" if "column_A" in config.kwargs else None
             )
             index = (r.result or {}).get("unexpected_index_list") or []

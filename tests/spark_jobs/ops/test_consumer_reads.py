@@ -19,11 +19,12 @@ PROCESSES = 10
 
 
 def _examples() -> list[str]:
-    """The delta-rs blocks of docs/consumers.md, each as a program over the tables named on
-    its command line that prints the rows it read of each."""
+    """The delta-rs blocks of docs/consumers.md that read a table once or follow its feed,
+    each as a program over the tables named on its command line that prints the rows it read
+    of each."""
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
     programs = []
-    for block in (b for b in blocks if "deltalake" in b):
+    for block in (b for b in blocks if "deltalake" in b and ("frame =" in b or "load_cdf" in b)):
         body = re.sub(r'^path = .*$', "", block, flags=re.M).replace('DeltaTable("data/delta/device_events_deduplicated")',
                                                                       "DeltaTable(path)")
         result = "frame" if "frame =" in body else "changes"
@@ -45,3 +46,15 @@ def test_the_documented_reads_end_cleanly_in_every_fresh_process(spark, settings
             done = subprocess.run([sys.executable, "-c", program, *uris], capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr[-500:]
             assert done.stdout.split() == expected
+
+
+def test_the_documented_table_status_read_gives_each_table_its_newest_row(spark, settings):
+    s = single_partition(settings)
+    send(s, [Event(f"e{n}", f"d{n % 3}", 1_795_000_000_000 + n * 1000, float(n)) for n in range(10)])
+    run_job(spark, s, "ingest")
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
+    (block,) = [b for b in blocks if "table_status" in b]
+    program = block.replace('"data/delta/table_status"', repr(s.table_uri("table_status"))) + "print(sorted(current.index))\n"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == str(sorted(spec.name for spec in JOB_TABLES["ingest"]))

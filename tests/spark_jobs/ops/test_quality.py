@@ -73,10 +73,20 @@ def test_pipeline_output_meets_every_critical_expectation_and_its_data_docs_rend
     assert "sigflow.device_events_deduplicated" in text and picture.read_bytes().startswith(b"\x89PNG")
 
 
+def test_two_devices_that_number_their_events_alike_meet_the_dedup_key(good_tables, tmp_path):
+    """The deduplicated table's key is (device_id, event_id): another device's event with the
+    same id is a row of its own, not a repeat."""
+    s = _copy(good_tables, tmp_path)
+    first = table(s, "device_events_deduplicated").iloc[0].to_dict()
+    _append(s, "device_events_deduplicated", [{**first, "device_id": "another-device"}])
+    report = quality.run(s, ["device_events_deduplicated"])[0]
+    assert report.failed_critical == []
+
+
 def test_injected_bad_rows_fail_naming_the_expectation_with_a_sample(good_tables, tmp_path):
     s = _copy(good_tables, tmp_path)
     first = table(s, "device_events_deduplicated").iloc[0].to_dict()
-    _append(s, "device_events_deduplicated", [first])  # the same event_id twice
+    _append(s, "device_events_deduplicated", [first])  # the same device's event_id twice
     start = datetime(2026, 11, 22, 10, 5, tzinfo=timezone.utc)
     _append(s, "device_signal_averages", [{
         "device_id": "d-bad", "window_start": start, "window_end": start.replace(minute=0),
@@ -85,7 +95,7 @@ def test_injected_bad_rows_fail_naming_the_expectation_with_a_sample(good_tables
     with pytest.raises(quality.QualityFailed) as failed:
         quality.run(s)
     message = failed.value.message
-    assert "device_events_deduplicated: expect_column_values_to_be_unique(event_id)" in message
+    assert "device_events_deduplicated: expect_compound_columns_to_be_unique(device_id, event_id)" in message
     assert "device_signal_averages: expect_column_pair_values_a_to_be_greater_than_b" in message
     report = next(r for r in failed.value.reports if r.table == "device_signal_averages")
     assert [row["device_id"] for o in report.failed_critical for row in o.sample] == ["d-bad"]
@@ -196,9 +206,9 @@ def test_chunks_find_what_one_frame_finds_and_a_repeat_across_chunks_or_history(
     assert report.rows == 8
     found = {o.expectation: o for o in report.failed_critical}
     assert {(name, o.column) for name, o in found.items()} == {
-        ("expect_column_values_to_be_unique", "event_id"), ("expect_column_values_to_be_between", "signal")}
+        ("expect_compound_columns_to_be_unique", "device_id, event_id"), ("expect_column_values_to_be_between", "signal")}
     assert found["expect_column_values_to_be_between"].unexpected_count == 6
-    repeated = found["expect_column_values_to_be_unique"]
+    repeated = found["expect_compound_columns_to_be_unique"]
     assert repeated.unexpected_count == 2  # each new row repeating an older one
     assert sorted(row["event_id"] for row in repeated.sample) == sorted(r["event_id"] for r in repeats)
 
@@ -208,6 +218,6 @@ def test_chunks_find_what_one_frame_finds_and_a_repeat_across_chunks_or_history(
         quality.run(full, [name], full=True)
     at_once = {o.column: o.unexpected_count for o in whole.value.reports[0].failed_critical}
     # every row of a repeated pair is new here: both count
-    assert at_once == {"signal": 6, "event_id": 4}
+    assert at_once == {"signal": 6, "device_id, event_id": 4}
 
 

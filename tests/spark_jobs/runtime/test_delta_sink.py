@@ -52,13 +52,14 @@ def test_sigflow_tables_take_a_delta_checkpoint_every_100_commits_not_every_10(s
     assert _checkpoints(plain_uri) == ["00000000000000000010.checkpoint.parquet"]
     assert _checkpoints(settings.table_uri("readings")) == []
 
-    assert create_table(plain_uri, READINGS) == "exists, set delta.checkpointInterval=100"
+    assert create_table(plain_uri, READINGS) == (
+        "exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true")
     assert create_table(plain_uri, READINGS) == "exists"
     made_by_delta_rs = settings.table_uri("readings_by_delta_rs")
     assert create_table(made_by_delta_rs, READINGS) == "created"
     chosen_uri = settings.table_uri("readings_operator_chose")
     DeltaTable.create(chosen_uri, schema=arrow_schema(READINGS), configuration={"delta.checkpointInterval": "50"})
-    assert create_table(chosen_uri, READINGS) == "exists"
+    assert create_table(chosen_uri, READINGS) == "exists, set delta.enableChangeDataFeed=true"  # 50 stays
     assert {uri: DeltaTable(uri).metadata().configuration.get("delta.checkpointInterval")
             for uri in (plain_uri, made_by_delta_rs, chosen_uri)} == {
         plain_uri: "100", made_by_delta_rs: "100", chosen_uri: "50"}
@@ -150,7 +151,8 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
                     .cast(arrow_schema(old_layout)))
 
     assert create_table(old_uri, QUARANTINED_EVENTS) == (
-        f"exists, set delta.checkpointInterval=100, added column(s) reason_code, {len(today)} rows filled")
+        f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added column(s) "
+        f"reason_code, {len(today)} rows filled")
     migrated = read_pandas(old_uri)
     by_offset = ["topic", "partition", "offset"]
     assert (migrated.sort_values(by_offset).reason_code.tolist() == today.sort_values(by_offset).reason_code.tolist())

@@ -1,0 +1,16 @@
+"""What a reader relies on is declared for every table, over columns the table has."""
+
+from spark_jobs.contracts.tables import ALL_TABLES, READING, WRITTEN_BY
+from spark_jobs.jobs import JOB_TABLES
+
+
+def test_every_table_declares_a_key_of_its_own_columns():
+    assert set(READING) == set(ALL_TABLES)
+    assert {name: set(reading.key) - set(ALL_TABLES[name].columns) for name, reading in READING.items()} == {
+        name: set() for name in READING}
+
+
+def test_every_job_table_names_the_batch_that_wrote_each_row():
+    stamps = {column.split()[0] for column in WRITTEN_BY.split(", ")}
+    assert {spec.name: stamps <= set(spec.columns) for specs in JOB_TABLES.values() for spec in specs} == {
+        spec.name: True for specs in JOB_TABLES.values() for spec in specs}

@@ -63,6 +63,12 @@ class TableSpec:
     # (column, SQL expression over the other columns): how rows written before a column was
     # added get its value when the table is migrated (spark_jobs/runtime/delta/sink.py).
     backfill: tuple[tuple[str, str], ...] = ()
+    # kept current by a merge on this key rather than appended to: a batch updates the rows
+    # it has newer data for, and a replay or a rewind's re-run changes nothing (runtime/commit.py)
+    merge_key: tuple[str, ...] = ()
+    # the parts of a merged row each updated on its own, when newer: (name, its columns); a
+    # part is newer by (<name>_time, <name>_kafka_timestamp, <name>_offset)
+    merge_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -129,6 +135,19 @@ QUARANTINED_EVENTS = TableSpec(
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
+DEVICE_STATUS = TableSpec(
+    "device_status",
+    "device_id STRING, event_id STRING, event_time TIMESTAMP, signal DOUBLE, event_kafka_timestamp TIMESTAMP, "
+    "event_offset BIGINT, alert_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
+    "alert_kafka_timestamp TIMESTAMP, alert_offset BIGINT",
+    "Where each device is now: one row per device, with its latest valid event (the largest event_time; "
+    "of two at the same time, the one that reached Kafka last: kafka timestamp, then offset) and its "
+    "latest alert by the same rule; a device known only from alerts has no event yet. Kept current by "
+    "ingest's every batch.",
+    merge_key=("device_id",),
+    merge_parts=(("event", ("event_id", "event_time", "signal", "event_kafka_timestamp", "event_offset")),
+                 ("alert", ("alert_id", "alert_time", "severity", "kind", "alert_kafka_timestamp", "alert_offset"))),
+)
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
     f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, {WRITTEN_BY}",
@@ -215,7 +234,7 @@ RESTART_AUDIT = TableSpec(
 ALL_TABLES = {
     t.name: t
     for t in (
-        DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_EVENTS_DEDUPLICATED,
+        DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_STATUS, DEVICE_EVENTS_DEDUPLICATED,
         DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
         ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, TABLE_STATUS, DQ_RESULTS, RESTART_AUDIT,
     )
@@ -243,6 +262,10 @@ READING = {
     DEVICE_ALERTS.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
     QUARANTINED_EVENTS.name: Reading(("topic", "partition", "offset"),
                                      INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention"),
+    DEVICE_STATUS.name: Reading(("device_id",),
+                                "never: a row is updated in place when a newer event or alert of its device "
+                                "arrives (an update in the change feed); a rewind leaves it, its re-run finds "
+                                "nothing newer"),
     DEVICE_EVENTS_DEDUPLICATED.name: Reading(
         ("device_id", "event_id"),
         "when written; the key is unique among events within watermark_delay of each other (a copy re-sent "

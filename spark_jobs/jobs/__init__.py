@@ -16,13 +16,14 @@ from spark_jobs.contracts.tables import (
     DEVICE_EVENTS_RAW,
     DEVICE_SESSIONS,
     DEVICE_SIGNAL_AVERAGES,
+    DEVICE_STATUS,
     FLEET_SIGNAL_ROLLUPS,
     QUARANTINED_EVENTS,
     TableSpec,
 )
 
 JOB_TABLES: dict[str, tuple[TableSpec, ...]] = {
-    "ingest": (DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS),
+    "ingest": (DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_STATUS),
     "dedup": (DEVICE_EVENTS_DEDUPLICATED,),
     "windowed-averages": (DEVICE_SIGNAL_AVERAGES,),
     "fleet-rollup": (FLEET_SIGNAL_ROLLUPS,),

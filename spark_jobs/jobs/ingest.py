@@ -11,6 +11,7 @@ from spark_jobs.contracts.tables import (
     DEVICE_ALERTS,
     DEVICE_EVENTS,
     DEVICE_EVENTS_RAW,
+    DEVICE_STATUS,
     QUARANTINED_EVENTS,
 )
 from spark_jobs.jobs import JOB_TABLES
@@ -34,13 +35,33 @@ def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: B
         QUARANTINED_EVENTS.name: bad_events.unionByName(bad_alerts).withColumns(
             {"source_job": F.lit(batch.job), "ingest_time": ingest_time}
         ),
+        DEVICE_STATUS.name: device_status(events, alerts),
     }
+
+
+def _latest(rows: DataFrame, time: str, fields: list[str], prefix: str) -> DataFrame:
+    """Each device's latest row: the largest ``time``, then the latest to reach Kafka (its
+    timestamp, then its offset; a device's records share a partition, keyed by its id)."""
+    order = [F.col(time), F.col("kafka_timestamp"), F.col("offset")]
+    latest = F.max(F.struct(*order, *[F.col(name) for name in fields])).alias("latest")
+    return rows.groupBy("device_id").agg(latest).select(
+        "device_id", *[F.col(f"latest.{name}").alias(name) for name in fields],
+        F.col("latest.kafka_timestamp").alias(f"{prefix}_kafka_timestamp"), F.col("latest.offset").alias(f"{prefix}_offset"),
+        F.col(f"latest.{time}").alias(time))
+
+
+def device_status(events: DataFrame, alerts: DataFrame) -> DataFrame:
+    """The batch's newest event and alert per device (device_status's merge keeps the newer of
+    these and what the table holds)."""
+    latest_events = _latest(events, "event_time", ["event_id", "signal"], "event")
+    latest_alerts = _latest(alerts, "alert_time", ["alert_id", "severity", "kind"], "alert")
+    return latest_events.join(latest_alerts, "device_id", "full_outer").select(*DEVICE_STATUS.columns)
 
 
 INGEST = StreamingJob(
     name="ingest",
     summary="Kafka device-events and device-alerts -> device_events_raw, device_events, "
-    "device_alerts, quarantined_events",
+    "device_alerts, quarantined_events, device_status",
     topics=lambda settings: [settings.events_topic, settings.alerts_topic],
     build=lambda settings, records: records,
     split=split_ingest_batch,

@@ -183,7 +183,9 @@ class BatchCommit:
             frame, rows = outputs.get(spec.name), None
             has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
-            if has_rows:
+            if has_rows and spec.merge_key:
+                rows = self.sink.merge(frame, spec, info)
+            elif has_rows:
                 frame = _stamped(frame, spec, info)
                 if write_tasks:
                     frame = frame.coalesce(write_tasks)

@@ -71,7 +71,7 @@ def plan_rewind(
     # a table whose every row says which batch wrote it loses the later batches' rows by a
     # delete, which a reader of its change feed sees; one holding rows from before the
     # stamps is restored to the version the batch left (a restore is no change a feed shows)
-    unstamped = [spec for spec in job.tables if not every_row_stamped(snapshot.uri(spec))]
+    unstamped = [spec for spec in job.tables if not spec.merge_key and not every_row_stamped(snapshot.uri(spec))]
     if unstamped and not _restorable(snapshot, checkpoint_id, to_batch, unstamped):
         oldest = _oldest_restorable(snapshot, checkpoint_id, committed[:-1], unstamped)
         reachable = (f"the oldest batch a rewind can reach is {oldest}" if oldest is not None else
@@ -84,6 +84,8 @@ def plan_rewind(
               lambda: _record_pending(checkpoint, to_batch))
     for spec in job.tables:
         uri = settings.table_uri(spec.name)
+        if spec.merge_key:  # kept current by merge: the re-run finds nothing newer than it holds
+            continue
         if spec not in unstamped:
             rows = count_rows(uri, None, to_batch, checkpoint_id)
             if rows:

@@ -80,6 +80,15 @@ class DeltaSink:
             return None
         return self._append(df, spec, info.app_id, info.batch_id, commit_info)
 
+    def merge(self, df: DataFrame, spec: TableSpec, info: CommitInfo) -> int:
+        """Merge one batch's rows into a table kept current by key (``spec.merge_key``): the
+        rows it inserted or updated. The batch's rows are few (one per key at most) and go
+        through delta-rs, whose merge of them skips the Spark job and the state rebuild of a
+        Spark merge; a replay's merge finds nothing newer and changes nothing."""
+        rows = df.toArrow().cast(schema.arrow_schema(spec))
+        metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
+        return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
+
     def rows_written_before(self, spec: TableSpec, info: CommitInfo) -> int:
         """The rows an earlier attempt of this batch committed (a replay writes none, but its
         pipeline_metrics row reports the batch's real output): 0 when no longer in the

@@ -39,10 +39,15 @@ def test_every_record_lands_raw_and_valid_or_quarantined(spark, settings):
     quarantined = table(settings, "quarantined_events")
     assert Counter(quarantined["value"]) == Counter(r.value for r in bad)
     assert quarantined["reason"].notna().all()
+    merged = summary.rows_written.pop("device_status")
     assert summary.rows_written == {
         "device_events_raw": len(records), "device_events": len(valid), "device_alerts": 0,
         "quarantined_events": len(bad),
     }
+    # device_status: a row per device, inserted once, then updated by a batch with a newer event of it
+    devices = {json.loads(r.value)["device_id"] for r in valid}
+    assert sorted(table(settings, "device_status").device_id) == sorted(devices)
+    assert len(devices) <= merged <= len(devices) * summary.batches
 
 
 def test_restart_resumes_from_the_checkpoint_offsets(spark, settings):

@@ -38,6 +38,7 @@ class TableOverview:
             else:
                 parts.append(f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}")
                 parts.append(f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ}" if self.final_through
+                             else "rows updated in place" if ALL_TABLES[self.name].merge_key
                              else "final as written" if self.job == "ingest" else "no watermark yet")
         return f"{self.name}: " + ", ".join(parts)
 

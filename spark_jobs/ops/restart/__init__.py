@@ -1,6 +1,7 @@
 """On-call operations on one job: resume, rewind to a batch, recover a lost checkpoint.
 
-Each operation is planned before anything changes. A ``Plan`` lists every change it will
+Each operation is planned before anything changes, from one look at the job (``snapshot``).
+A ``Plan`` lists every change it will
 make, every reason it refuses to, and what the operator must do afterwards; ``apply()``
 does exactly the listed changes, so the dry run is the truth. ``sigflow stop`` and
 ``sigflow checkpoint rewind|recover`` and the ``sigflow_restart`` DAG all call this module.

@@ -91,10 +91,11 @@ class SigflowSubmitOperator(SparkSubmitOperator):
         from spark_jobs.config import load_settings
         from spark_jobs.runtime import classpath
 
-        settings = load_settings()
+        kafka = SigflowKafkaHook().settings_overrides()
+        # the worker's settings as the driver gets them: the connection's credentials too
+        settings = load_settings(overrides=kafka)
         self.jars = classpath.verified_submit_jars(settings.jars_path)
         self.conf = {**self.spark_properties(settings), **(self.conf or {})}
-        kafka = SigflowKafkaHook().settings_overrides()
         with tempfile.TemporaryDirectory(prefix="sigflow-submit-") as private:  # 0700
             self.env_vars = {**(self.env_vars or {}), **_driver_env(kafka, Path(private))}
             super().execute(context)

@@ -33,5 +33,5 @@ def test_quality_passes_the_tables_with_good_rows_and_fails_the_one_with_bad_row
     results = table(s, "dq_results")
     failed = results[~results.success & (results.severity == "critical")]
     assert failed[["table_name", "expectation"]].values.tolist() == [
-        ["device_events_deduplicated", "expect_column_values_to_be_unique"]
+        ["device_events_deduplicated", "expect_compound_columns_to_be_unique"]
     ]

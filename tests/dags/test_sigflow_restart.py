@@ -42,9 +42,9 @@ def test_a_rewind_by_dag_applies_only_the_plan_approved_and_reprocesses_exactly_
     assert state == "success" and tasks == {"plan": "success", "approve_and_apply": "success",
                                             "run_job": "skipped"}
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
-    # the approval form shows the plan: the batches that re-run and the table versions restored
+    # the approval form shows the plan: the batches that re-run and the rows they wrote, deleted
     assert f"delete checkpoint batches {ends[0] + 1}..{ends[1]}" in shown[0]["body"]
-    assert "restore device_events_deduplicated to version" in shown[0]["body"]
+    assert "device_events_deduplicated rows of batches after" in shown[0]["body"]
     assert "Plan digest: `" in shown[0]["body"]
     assert "rewinds" not in Checkpoint(s.checkpoint_uri("dedup")).identity()
 

@@ -181,17 +181,20 @@ class BatchCommit:
 
         def write(spec: TableSpec) -> int | None:
             frame, rows = outputs.get(spec.name), None
-            has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
-            if has_rows and spec.merge_key:
+            if frame is not None and spec.merge_key:
+                # its few rows are collected anyway: no emptiness check first (a Spark job of its
+                # own), and a merge of none commits nothing
                 rows = self.sink.merge(frame, spec, info)
-            elif has_rows:
-                frame = _stamped(frame, spec, info)
-                if write_tasks:
-                    frame = frame.coalesce(write_tasks)
-                rows = self.sink.append(frame, spec, info, replay_possible)
-            if not has_rows or (rows is None and not replay_possible):
-                rows = 0
+            else:
+                has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
+                if has_rows:
+                    frame = _stamped(frame, spec, info)
+                    if write_tasks:
+                        frame = frame.coalesce(write_tasks)
+                    rows = self.sink.append(frame, spec, info, replay_possible)
+                if not has_rows or (rows is None and not replay_possible):
+                    rows = 0
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing
             if self.first_commit.acquire(blocking=False):

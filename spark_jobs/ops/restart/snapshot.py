@@ -42,6 +42,7 @@ class JobSnapshot:
     pending_rewind: int | None
     # the restart intent another apply left, or why it cannot be read
     intent: RestartIntent | UnreadableIntent | None
+    # the job's own tables' versions (the shared tables are changed by their rows, not restored)
     table_versions: dict[str, int | None] = field(default_factory=dict)
 
     @classmethod
@@ -60,9 +61,8 @@ class JobSnapshot:
             intent = lease.intent()
         except UnreadableIntent as unreadable:
             intent = unreadable
-        tables = job.tables + shared_tables(job)
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
-                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in tables})
+                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables})
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)

@@ -86,6 +86,8 @@ class DeltaSink:
         through delta-rs, whose merge of them skips the Spark job and the state rebuild of a
         Spark merge; a replay's merge finds nothing newer and changes nothing."""
         rows = df.toArrow().cast(schema.arrow_schema(spec))
+        if rows.num_rows == 0:
+            return 0
         metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
         return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
 

@@ -225,14 +225,28 @@ def _rows_of(uri: str, job: str | None, checkpoint_id: str | None, after_batch: 
     return condition, " AND ".join(sql)
 
 
+STAMPS = ("checkpoint_id", "batch_id")
+
+
 def every_row_stamped(uri: str) -> bool:
-    """Whether every row of the table says which batch wrote it (a ``batch_id``): true of a
-    table created with the column; a table that gained it keeps older rows without."""
+    """Whether every row of the table says which checkpoint's batch wrote it (``STAMPS``): true
+    of a table created with the columns; one that gained them keeps older rows without (and
+    device_events_raw's older rows have a batch_id but no checkpoint_id). Answered from the
+    files' null counts; only files written without statistics are read."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    if not exists(uri) or "batch_id" not in {f.name for f in open_table(uri).schema().fields}:
-        return not exists(uri)
-    return count_matching(uri, ds.field("batch_id").is_null()) == 0
+    if not exists(uri):
+        return True
+    table = open_table(uri)
+    if not set(STAMPS) <= {f.name for f in table.schema().fields}:
+        return False
+    actions = pa.table(table.get_add_actions(flatten=True))
+    counts = [f"null_count.{column}" for column in STAMPS]
+    if all(name in actions.column_names and actions.column(name).null_count == 0 for name in counts):
+        return all((pc.sum(actions.column(name)).as_py() or 0) == 0 for name in counts)
+    return count_matching(uri, ds.field("batch_id").is_null() | ds.field("checkpoint_id").is_null()) == 0
 
 
 def count_rows(uri: str, job: str | None = None, after_batch: int | None = None,

@@ -322,6 +322,16 @@ def cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from spark_jobs.ops import reconcile
+    from spark_jobs.runtime.spark import get_spark
+
+    settings = _settings(args)
+    result = reconcile.run(get_spark(settings, "sigflow-reconcile"), settings, args.jobs or None)
+    print("\n".join(result.lines()))
+    return 0
+
+
 def cmd_maintenance(args: argparse.Namespace) -> int:
     from spark_jobs.ops import maintenance
 
@@ -521,6 +531,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--full", action="store_true",
                      help="check every row, not only those added since the last passing run (in chunks)")
     actions.add_parser("assets", help="fetch the JS and CSS their Data Docs pages need offline (make install)")
+
+    p = sub.add_parser("reconcile", help="count late events in the windows and sessions they belong to")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="windowed-averages, fleet-rollup, sessions (default: all)")
+    p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")
     p.add_argument("--dry-run", action="store_true", help="say what would be done")

@@ -81,8 +81,13 @@ class TableSpec:
     @property
     def job_ddl(self) -> str:
         """The columns of the rows a job's split gives: the table's, less the ``WRITTEN_BY``
-        stamps its commit adds."""
-        return self.ddl.removesuffix(f", {WRITTEN_BY}")
+        stamps and the ``REVISION`` its commit adds."""
+        return self.ddl.removesuffix(f", {REVISION}").removesuffix(f", {WRITTEN_BY}")
+
+    @property
+    def corrected(self) -> bool:
+        """Whether reconcile corrects the table's rows from late events (it has ``REVISION``)."""
+        return self.ddl.endswith(f", {REVISION}")
 
     @property
     def job_schema(self) -> StructType:
@@ -107,6 +112,11 @@ KAFKA_COORDINATES = "topic STRING, partition INT, offset BIGINT, kafka_timestamp
 # stamps them, runtime/commit.py), so a rewind deletes exactly the rows of the batches it
 # re-runs, and a reader following the change feed sees that (docs/semantics.md).
 WRITTEN_BY = "checkpoint_id STRING, batch_id BIGINT"
+# How often reconcile has corrected a row from late events, and when it last did: 0 and null
+# as the stream wrote it (the commit stamps them), then 1, 2, ... (docs/semantics.md, late
+# events counted).
+REVISION = "revision INT, corrected_at TIMESTAMP"
+REVISION_BACKFILL = (("revision", "0"),)
 
 DEVICE_EVENTS_RAW = TableSpec(
     "device_events_raw",
@@ -156,20 +166,26 @@ DEVICE_EVENTS_DEDUPLICATED = TableSpec(
 DEVICE_SIGNAL_AVERAGES = TableSpec(
     "device_signal_averages",
     "device_id STRING, window_start TIMESTAMP, window_end TIMESTAMP, window_kind STRING, "
-    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT, {WRITTEN_BY}",
-    "Per device and event-time window (tumbling and sliding), written once when final.",
+    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT, {WRITTEN_BY}, {REVISION}",
+    "Per device and event-time window (tumbling and sliding), written once when final, corrected by "
+    "reconcile from late events.",
+    backfill=REVISION_BACKFILL,
 )
 FLEET_SIGNAL_ROLLUPS = TableSpec(
     "fleet_signal_rollups",
     "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
-    f"mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT, {WRITTEN_BY}",
-    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation).",
+    f"mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT, {WRITTEN_BY}, {REVISION}",
+    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation), corrected by "
+    "reconcile from late events.",
+    backfill=REVISION_BACKFILL,
 )
 DEVICE_SESSIONS = TableSpec(
     "device_sessions",
     "device_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING, {WRITTEN_BY}",
-    "Closed per-device activity sessions (no event for the session gap), written once.",
+    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING, {WRITTEN_BY}, {REVISION}",
+    "Closed per-device activity sessions (no event for the session gap), written once, corrected by "
+    "reconcile from late events.",
+    backfill=REVISION_BACKFILL,
 )
 ALERT_SIGNAL_CONTEXT = TableSpec(
     "alert_signal_context",
@@ -189,6 +205,16 @@ LATE_EVENTS = TableSpec(
     "Valid events a stateful job dropped because the watermark had passed them (alert-join "
     "also lists dropped alerts: alert_id as event_id, alert_time as event_time). "
     "checkpoint_id names the checkpoint whose batch_id it is (batch ids restart after a recover).",
+)
+LATE_EVENTS_RECONCILED = TableSpec(
+    "late_events_reconciled",
+    f"job STRING, {EVENT_COLUMNS}, topic STRING, partition INT, offset BIGINT, outcome STRING, "
+    "run_id STRING, reconciled_at TIMESTAMP, checkpoint_id STRING, batch_id BIGINT",
+    "One row per late_events row sigflow reconcile has decided on: counted (the windows and sessions "
+    "it belongs to were corrected, or already held it), or beyond_horizon (more than late_horizon "
+    "after its window's end: not counted). checkpoint_id and batch_id are the job's: the latest of "
+    "the batch that dropped the event and those that wrote the rows it corrected, so a rewind or "
+    "recover past any of them makes the event wait for reconcile again.",
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
@@ -236,7 +262,7 @@ ALL_TABLES = {
     for t in (
         DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_STATUS, DEVICE_EVENTS_DEDUPLICATED,
         DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
-        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, PIPELINE_METRICS, TABLE_STATUS, DQ_RESULTS, RESTART_AUDIT,
+        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, LATE_EVENTS_RECONCILED, PIPELINE_METRICS, TABLE_STATUS, DQ_RESULTS, RESTART_AUDIT,
     )
 }
 
@@ -255,6 +281,8 @@ class Reading:
 
 
 INGEST_FINAL = "when written: a record's row is added once, in the batch that read it"
+CORRECTED_READING = ("sigflow reconcile may later update the row in place from late events (revision 1, 2, ...; "
+                     "corrected_at), an update in the change feed")
 REWOUND = "A rewind or recover deletes the rows of the batches it re-runs, and the re-run adds them again."
 READING = {
     DEVICE_EVENTS_RAW.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
@@ -272,13 +300,17 @@ READING = {
         "after that is a row of its own)"),
     DEVICE_SIGNAL_AVERAGES.name: Reading(
         ("device_id", "window_kind", "window_start"),
-        "when written: a window is written once, when the watermark passes its end (window_end, exclusive)"),
+        "when written: a window is written once, when the watermark passes its end (window_end, exclusive); "
+        + CORRECTED_READING),
     FLEET_SIGNAL_ROLLUPS.name: Reading(("window_start",),
-                                       "when written: once the watermark passes window_end (tumbling windows)"),
+                                       "when written: once the watermark passes window_end (tumbling windows); "
+                                       + CORRECTED_READING),
     DEVICE_SESSIONS.name: Reading(
         ("device_id", "session_start"),
         "when written: a session is written once, when the watermark passes its last event (session_end) "
-        "+ session_gap; open sessions are only in the job's state"),
+        "+ session_gap; open sessions are only in the job's state; " + CORRECTED_READING
+        + " A late event that bridges sessions replaces them: their rows are deleted and the merged "
+        "session inserted in one commit"),
     ALERT_SIGNAL_CONTEXT.name: Reading(
         ("alert_id", "event_id"),
         "an alert's rows can arrive over several batches; they are all there once table_status's "
@@ -288,6 +320,8 @@ READING = {
     LATE_EVENTS.name: Reading(("job", "topic", "partition", "offset"),
                               "when written: one row per job that dropped the event (an event late for five jobs "
                               "is five rows)"),
+    LATE_EVENTS_RECONCILED.name: Reading(("job", "topic", "partition", "offset"),
+                                         "when written: one row per late_events row reconcile decided on"),
     PIPELINE_METRICS.name: Reading(("job", "checkpoint_id", "batch_id"), "when written, one row per batch"),
     TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"), "when written, one row per batch"),
     DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written"),

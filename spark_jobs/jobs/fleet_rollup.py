@@ -26,7 +26,12 @@ from spark_jobs.jobs.event_time import (
 
 
 def fleet_signal_rollups(settings: StreamingSettings, events: DataFrame) -> DataFrame:
-    per_device = signal_stats(deduplicate(settings, events), tumbling(settings), "tumbling")
+    return rollup(settings, deduplicate(settings, events))
+
+
+def rollup(settings: StreamingSettings, events: DataFrame) -> DataFrame:
+    """The fleet windows over deduplicated events, streaming or batch (reconcile's recount)."""
+    per_device = signal_stats(events, tumbling(settings), "tumbling")
     fleet_window = F.window(
         F.window_time("window"), settings.fleet_window.spark
     )

@@ -1,0 +1,320 @@
+"""sigflow reconcile: late events counted in the windows and sessions they belong to.
+
+A streaming job drops an event behind its watermark and records it in late_events. Reconcile
+takes the late events it has not decided on yet, and for each job:
+
+1. **Guards.** Refuses while a restart of the job is being applied or was left half done
+   (its rows may be deleted under it), and waits while ingest has not read as far as the job
+   (device_events must hold every event the job counted).
+2. **Horizon.** A late event that arrived (the watermark that dropped it) more than
+   ``late_horizon`` after the end of its tumbling window is recorded ``beyond_horizon``,
+   and never counted.
+3. **Final.** A late event waits until every row it belongs to is final in the stream (the
+   window ended, the session closed, at or before the job's watermark): the stream will
+   not write that row again.
+4. **Recount.** Those rows are computed again as a batch from device_events (every valid
+   event, first copy of each, beyond-horizon ones left out) with the job's own rules
+   (``spark_jobs.jobs.recount``), and merged: changed rows updated (revision + 1), missing
+   ones inserted, sessions a late event bridged replaced (``runtime.delta.corrections``).
+5. **Record.** The late events decided on are appended to late_events_reconciled.
+
+Step 4 is idempotent: a row that already holds the recount is not touched. A reconcile cut
+short after 4 and before 5 therefore does 4 again without changing a row, and then 5.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import (
+    DEVICE_EVENTS,
+    DEVICE_SESSIONS,
+    DEVICE_SIGNAL_AVERAGES,
+    FLEET_SIGNAL_ROLLUPS,
+    LATE_EVENTS,
+    LATE_EVENTS_RECONCILED,
+)
+from spark_jobs.errors import SigflowError
+from spark_jobs.jobs import recount
+from spark_jobs.runtime.checkpoint import guards
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import RUN, Lease
+from spark_jobs.runtime.delta import corrections, schema, table_access
+from spark_jobs.runtime.delta.corrections import Corrected
+
+log = logging.getLogger("sigflow.reconcile")
+
+RECONCILED_JOBS = ("windowed-averages", "fleet-rollup", "sessions")
+KAFKA_KEY = ["topic", "partition", "offset"]
+COUNTED, BEYOND_HORIZON = "counted", "beyond_horizon"
+
+
+@dataclass
+class JobReconciled:
+    job: str
+    waiting: int = 0  # late events not decided on when the run began
+    counted: int = 0
+    beyond_horizon: int = 0
+    corrected: dict[str, Corrected] = field(default_factory=dict)
+    held: str = ""  # why the whole job waits, when it does
+
+    @property
+    def still_waiting(self) -> int:
+        return self.waiting - self.counted - self.beyond_horizon
+
+    def line(self) -> str:
+        if self.held:
+            return f"{self.job}: {self.waiting} late events wait: {self.held}"
+        if not self.waiting:
+            return f"{self.job}: no late events waiting"
+        changes = "; ".join(f"{table} {c.updated} updated, {c.inserted} inserted, {c.deleted} deleted"
+                            for table, c in self.corrected.items()) or "no row changed"
+        rest = f", {self.still_waiting} wait for their rows to be final" if self.still_waiting else ""
+        return (f"{self.job}: {self.counted} of {self.waiting} late events counted, "
+                f"{self.beyond_horizon} beyond late_horizon{rest} ({changes})")
+
+
+@dataclass
+class ReconcileResult:
+    run_id: str
+    jobs: list[JobReconciled]
+
+    def lines(self) -> list[str]:
+        return [job.line() for job in self.jobs]
+
+
+def run(spark: SparkSession, settings: Settings, jobs: list[str] | None = None,
+        now: datetime | None = None) -> ReconcileResult:
+    """Reconcile the late events of ``jobs`` (every job whose results reconcile corrects)."""
+    unknown = sorted(set(jobs or ()) - set(RECONCILED_JOBS))
+    if unknown:
+        raise SigflowError(f"reconcile corrects no table of {', '.join(unknown)}",
+                           f"name one of {', '.join(RECONCILED_JOBS)}, or none for all")
+    run_id = uuid.uuid4().hex
+    at = now or datetime.now(timezone.utc)
+    uri = settings.table_uri(LATE_EVENTS_RECONCILED.name)
+    schema.ensure_with_spark(spark, uri, LATE_EVENTS_RECONCILED)
+    done = [_reconcile_job(spark, settings, job, run_id, at) for job in (jobs or RECONCILED_JOBS)]
+    return ReconcileResult(run_id, done)
+
+
+@dataclass
+class _Job:
+    """One job's reconcile: its checkpoint's position and its late events."""
+
+    spark: SparkSession
+    settings: Settings
+    name: str
+    checkpoint_id: str
+    last_batch: int
+    final_through: datetime  # the job's watermark: rows ending at or before it are final
+
+    def table(self, name: str) -> DataFrame:
+        return self.spark.read.format("delta").load(self.settings.table_uri(name))
+
+    def late(self) -> DataFrame:
+        """The job's late events, each once, with whether it is beyond the horizon."""
+        horizon_ms = self.settings.streaming.late_horizon.ms
+        lateness = F.unix_millis("watermark") - F.unix_millis(recount.pane_end(self.settings.streaming))
+        return (self.table(LATE_EVENTS.name).where(F.col("job") == self.name).dropDuplicates(KAFKA_KEY)
+                .withColumn("beyond", lateness > horizon_ms))
+
+    def waiting(self) -> DataFrame:
+        decided = self.table(LATE_EVENTS_RECONCILED.name).where(F.col("job") == self.name).select(*KAFKA_KEY)
+        return self.late().join(decided, KAFKA_KEY, "left_anti")
+
+    def events(self, within: DataFrame, on) -> DataFrame:
+        """device_events' events matching ``on`` against the rows of ``within`` (first copy of
+        each, beyond-horizon late ones left out), in the time ``within`` spans."""
+        bounds = within.agg(F.min("_lo").alias("lo"), F.max("_hi").alias("hi")).first()
+        events = self.table(DEVICE_EVENTS.name).where(
+            (F.col("event_time") >= F.lit(bounds.lo)) & (F.col("event_time") <= F.lit(bounds.hi)))
+        beyond = self.late().where("beyond").select(*KAFKA_KEY)
+        matching = events.alias("e").join(F.broadcast(within.alias("w")), on(F.col, "e", "w"), "left_semi")
+        return recount.first_copies(matching.join(beyond, KAFKA_KEY, "left_anti"))
+
+    def correct(self, spec, key, rows: DataFrame, replaced: DataFrame | None, at: datetime) -> Corrected:
+        self.check_no_restart()  # again just before the commit: a restart may have begun meanwhile
+        schema.ensure_with_spark(self.spark, self.settings.table_uri(spec.name), spec)  # revision columns
+        stamps = {"checkpoint_id": self.checkpoint_id, "batch_id": self.last_batch}
+        return corrections.apply(self.spark, self.settings.table_uri(spec.name), spec, key, rows, replaced,
+                                 stamps, at)
+
+    def check_no_restart(self) -> None:
+        checkpoint = Checkpoint(self.settings.checkpoint_uri(self.name))
+        lease = Lease(checkpoint, self.name, self.settings.operations.lease_ttl.seconds)
+        guards.check_no_pending_rewind(checkpoint, self.name)
+        guards.check_no_unfinished_restart(lease.intent(), self.name)
+        holder = lease.holder()
+        if holder is not None and holder.purpose != RUN and holder.alive():
+            raise SigflowError(f"{self.name}: a {holder.purpose} is being applied to its checkpoint",
+                               "run reconcile once the restart is applied")
+
+
+def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: str, at: datetime) -> JobReconciled:
+    result = JobReconciled(name)
+    checkpoint = Checkpoint(settings.checkpoint_uri(name))
+    last = checkpoint.last_committed() if checkpoint.exists() else None
+    if last is None or not table_access.exists(settings.table_uri(LATE_EVENTS.name)):
+        return result
+    job = _Job(spark, settings, name, checkpoint.checkpoint_id(name), last,
+               datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc))
+    job.check_no_restart()
+    waiting = job.waiting().persist()
+    try:
+        result.waiting = waiting.count()
+        if not result.waiting:
+            return result
+        behind = _ingest_behind(settings, checkpoint)
+        if behind:
+            result.held = behind
+            return result
+        beyond = waiting.where("beyond").select(*KAFKA_KEY)
+        candidates = waiting.where(~F.col("beyond"))
+        counted, result.corrected = RECOUNTS[name](job, candidates, at)
+        result.beyond_horizon = _record(job, waiting, beyond, BEYOND_HORIZON, run_id, at)
+        result.counted = _record(job, waiting, counted, COUNTED, run_id, at)
+    finally:
+        waiting.unpersist()
+    log.info("reconcile %s", result.line())
+    return result
+
+
+def _ingest_behind(settings: Settings, checkpoint: Checkpoint) -> str:
+    """Why device_events may lack an event the job has read: ingest has not read its topic as far."""
+    job_read = checkpoint.committed_offsets().get(settings.streaming.events_topic, {})
+    ingest_read = Checkpoint(settings.checkpoint_uri("ingest")).committed_offsets().get(
+        settings.streaming.events_topic, {})
+    short = sorted(int(p) for p, end in job_read.items() if int(ingest_read.get(p, 0)) < int(end))
+    if not short:
+        return ""
+    return (f"ingest has not read {settings.streaming.events_topic} partition(s) "
+            f"{', '.join(map(str, short))} as far as the job: run ingest, then reconcile")
+
+
+def _record(job: _Job, waiting: DataFrame, keys: DataFrame, outcome: str, run_id: str, at: datetime) -> int:
+    rows = (waiting.join(keys, KAFKA_KEY, "left_semi")
+            .withColumns({"outcome": F.lit(outcome), "run_id": F.lit(run_id),
+                          "reconciled_at": F.lit(at).cast("timestamp"),
+                          "checkpoint_id": F.lit(job.checkpoint_id), "batch_id": F.lit(job.last_batch).cast("bigint")})
+            .select(*LATE_EVENTS_RECONCILED.columns)).persist()
+    try:
+        count = rows.count()
+        if count:
+            rows.write.format("delta").mode("append").save(job.settings.table_uri(LATE_EVENTS_RECONCILED.name))
+        return count
+    finally:
+        rows.unpersist()
+
+
+# ---- one recount per job: (the late events counted, the corrections per table)
+
+
+def _windows(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[str, Corrected]]:
+    settings = job.settings.streaming
+    touched = recount.windows_of(settings, late)
+    ready = (touched.groupBy(*KAFKA_KEY).agg(F.max("window_end").alias("last_end"))
+             .where(F.col("last_end") <= F.lit(job.final_through)).select(*KAFKA_KEY))
+    windows = (touched.join(ready, KAFKA_KEY, "left_semi")
+               .select("device_id", "window_kind", "window_start", "window_end").distinct()
+               .withColumns({"_lo": F.col("window_start"), "_hi": F.col("window_end")})).persist()
+    try:
+        if windows.isEmpty():
+            return ready, {}
+        events = job.events(windows, lambda col, e, w: (col(f"{e}.device_id") == col(f"{w}.device_id"))
+                            & (col(f"{e}.event_time") >= col(f"{w}.window_start"))
+                            & (col(f"{e}.event_time") < col(f"{w}.window_end")))
+        key = ("device_id", "window_kind", "window_start")
+        rows = recount.window_rows(settings, events).join(windows.select(*key), list(key), "left_semi")
+        return ready, {DEVICE_SIGNAL_AVERAGES.name: job.correct(DEVICE_SIGNAL_AVERAGES, key, rows, None, at)}
+    finally:
+        windows.unpersist()
+
+
+def _fleet(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[str, Corrected]]:
+    settings = job.settings.streaming
+    touched = recount.fleet_windows_of(settings, late)
+    ready = touched.where(F.col("window_end") <= F.lit(job.final_through)).select(*KAFKA_KEY)
+    windows = (touched.join(ready, KAFKA_KEY, "left_semi").select("window_start", "window_end").distinct()
+               # a tumbling window counts in the fleet window its end falls in: it may begin before
+               .withColumns({"_lo": F.col("window_start") - F.expr(f"INTERVAL {settings.tumbling_window.ms} MILLISECONDS"),
+                             "_hi": F.col("window_end")})).persist()
+    try:
+        if windows.isEmpty():
+            return ready, {}
+        events = job.events(windows, lambda col, e, w: (col(f"{e}.event_time") >= col(f"{w}._lo"))
+                            & (col(f"{e}.event_time") < col(f"{w}._hi")))
+        rows = recount.fleet_rows(settings, events).join(windows.select("window_start"), "window_start", "left_semi")
+        return ready, {FLEET_SIGNAL_ROLLUPS.name: job.correct(FLEET_SIGNAL_ROLLUPS, ("window_start",), rows, None, at)}
+    finally:
+        windows.unpersist()
+
+
+def _sessions(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[str, Corrected]]:
+    """A device's sessions around its late events, recounted from its events since a silence
+    longer than the gap before them, up to the job's watermark."""
+    settings = job.settings.streaming
+    gap_ms = settings.session_gap.ms
+    late_ms = late.select(*KAFKA_KEY, "device_id", F.floor(F.unix_micros("event_time") / 1000).alias("late_ms"))
+    devices = late_ms.groupBy("device_id").agg(F.min("late_ms").alias("first_late_ms")).persist()
+    sessions = None
+    lookback = 4 * gap_ms
+    for _ in range(8):
+        ranges = devices.withColumns({
+            "_lo": F.timestamp_millis(F.col("first_late_ms") - F.lit(lookback)),
+            "_hi": F.lit(job.final_through)})
+        events = job.events(ranges, lambda col, e, w: (col(f"{e}.device_id") == col(f"{w}.device_id"))
+                            & (col(f"{e}.event_time") >= col(f"{w}._lo")) & (col(f"{e}.event_time") <= col(f"{w}._hi")))
+        found = _holding(recount.session_rows(settings, events), late_ms).persist()
+        # a session that begins within the gap of where reading began may have begun earlier
+        unsure = (found.join(ranges.select("device_id", "_lo"), "device_id")
+                  .where(F.unix_millis("session_start") - gap_ms < F.unix_millis("_lo"))
+                  .select("device_id").distinct())
+        sure = found.join(unsure, "device_id", "left_anti")
+        sessions = sure if sessions is None else sessions.unionByName(sure)
+        devices = devices.join(unsure, "device_id", "left_semi").persist()
+        if devices.isEmpty():
+            break
+        lookback *= 8
+    final = sessions.where(F.unix_millis("session_end") + gap_ms <= F.unix_millis(F.lit(job.final_through))).persist()
+    try:
+        # a late event no recounted session holds is a copy of an event already counted
+        held = final.select(*KAFKA_KEY)
+        unheld = late.join(sessions.select(*KAFKA_KEY), KAFKA_KEY, "left_anti").select(*KAFKA_KEY)
+        ready = held.unionByName(unheld)
+        rows = final.drop(*KAFKA_KEY).dropDuplicates(["device_id", "session_start"])
+        if rows.isEmpty():
+            return ready, {}
+        stored = job.table(DEVICE_SESSIONS.name)
+        overlap = ((stored.device_id == rows.device_id) & (stored.session_start <= rows.session_end)
+                   & (stored.session_end >= rows.session_start))
+        replaced = stored.join(rows, overlap, "inner").select(
+            stored.device_id, stored.session_start, stored.revision, rows.session_start.alias("into"))
+        revisions = replaced.groupBy("device_id", "into").agg(
+            (F.coalesce(F.max("revision"), F.lit(0)) + 1).alias(corrections.INSERTED_REVISION))
+        rows = rows.join(revisions.withColumnRenamed("into", "session_start"), ["device_id", "session_start"], "left")
+        rows = rows.withColumn(corrections.INSERTED_REVISION,
+                               F.coalesce(F.col(corrections.INSERTED_REVISION), F.lit(1)))
+        key = ("device_id", "session_start")
+        return ready, {DEVICE_SESSIONS.name: job.correct(DEVICE_SESSIONS, key, rows, replaced.select(*key), at)}
+    finally:
+        final.unpersist()
+        devices.unpersist()
+
+
+def _holding(sessions: DataFrame, late_ms: DataFrame) -> DataFrame:
+    """Each recounted session that holds a late event, with that event's key (one row per pair)."""
+    s = sessions.alias("s")
+    return s.join(late_ms.alias("l"), (F.col("s.device_id") == F.col("l.device_id"))
+                  & (F.col("l.late_ms") >= F.unix_millis("s.session_start"))
+                  & (F.col("l.late_ms") <= F.unix_millis("s.session_end"))).select("s.*", *[F.col(f"l.{c}") for c in KAFKA_KEY])
+
+
+RECOUNTS = {"windowed-averages": _windows, "fleet-rollup": _fleet, "sessions": _sessions}

@@ -1,0 +1,192 @@
+"""sigflow reconcile counts late events in the windows, fleet rollups and sessions they belong
+to: after the stream and a reconcile, every table equals what the rules give from every
+event, on time or late within late_horizon, counted once (docs/semantics.md, late events
+counted). The expectation is computed here from the events alone, in plain Python."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+from deltalake import DeltaTable
+
+from spark_jobs.ops import reconcile
+from tests.helpers import at, run_job, send, single_partition, table
+from tests.oracle import MINUTE_MS, Event
+
+JOBS = ("ingest", "windowed-averages", "fleet-rollup", "sessions")
+DELAY_MS, GAP_MS, TUMBLING_MS, SLIDING_MS, STEP_MS, FLEET_MS = (
+    10 * MINUTE_MS, 30 * MINUTE_MS, 5 * MINUTE_MS, 10 * MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS)
+HORIZON = "4 hours"
+
+
+def every(device: str, start_ms: int, end_ms: int, step_ms: int, signal: float, prefix: str = "e") -> list[Event]:
+    return [Event(f"{prefix}{t}", device, t, signal + (t // MINUTE_MS) % 7) for t in range(start_ms, end_ms + 1, step_ms)]
+
+
+# A and B report every 5 minutes; A is silent from 11:00 to 12:00 (two sessions); C goes
+# offline at 10:30 for three hours; E is a device whose one reading is a day old.
+ON_TIME = (every("A", at(10, 0), at(11, 0), 5 * MINUTE_MS, 1.0) + every("B", at(10, 0), at(14, 0), 5 * MINUTE_MS, 2.0)
+           + every("C", at(10, 0), at(10, 30), 5 * MINUTE_MS, 3.0) + every("A", at(12, 0), at(14, 0), 5 * MINUTE_MS, 1.0))
+# sent once every job's watermark is 13:50: all behind it
+LATE = (every("C", at(10, 33), at(13, 3), 5 * MINUTE_MS, 30.0, "buffered")  # C's buffer, three hours
+        + [Event("bridge1", "A", at(11, 20), 50.0), Event("bridge2", "A", at(11, 40), 60.0)]  # joins A's sessions
+        + [Event("late-b", "B", at(12, 2, 30), 70.0)]  # into a window B already has
+        + [Event(f"e{at(10, 0)}", "A", at(10, 0), 1.0)]  # a copy re-sent of A's first reading
+        + [Event("old", "E", at(6, 0), 9.0)])  # lateness 13:50 - 06:05 > late_horizon
+BEYOND = {("E", "old")}
+ADVANCE = [Event("adv-a", "A", at(16, 0), 1.0), Event("adv-b", "B", at(16, 0), 2.0)]  # watermark -> 15:50
+FINAL_MS = at(16, 0) - DELAY_MS
+
+
+def counted_events() -> list[Event]:
+    first: dict[tuple[str, str], Event] = {}
+    for event in ON_TIME + LATE + ADVANCE:
+        if (event.device_id, event.event_id) not in BEYOND:
+            first.setdefault((event.device_id, event.event_id), event)
+    return list(first.values())
+
+
+def expected_windows(events: list[Event], final_ms: int) -> dict[tuple, tuple]:
+    signals = defaultdict(list)
+    for e in events:
+        start = e.t_ms - e.t_ms % TUMBLING_MS
+        signals[(e.device_id, "tumbling", start, start + TUMBLING_MS)].append(e.signal)
+        last = e.t_ms - e.t_ms % STEP_MS
+        for begin in range(last - SLIDING_MS + STEP_MS, last + 1, STEP_MS):
+            signals[(e.device_id, "sliding", begin, begin + SLIDING_MS)].append(e.signal)
+    return {k: (len(v), round(sum(v) / len(v), 6), min(v), max(v)) for k, v in signals.items() if k[3] <= final_ms}
+
+
+def expected_fleet(events: list[Event], final_ms: int) -> dict[int, tuple]:
+    tumbling = defaultdict(list)
+    for e in events:
+        tumbling[(e.device_id, e.t_ms - e.t_ms % TUMBLING_MS)].append(e.signal)
+    fleet = defaultdict(list)
+    for (device, start), v in tumbling.items():
+        end_ms = start + TUMBLING_MS - 1  # the tumbling window's time, just before its end
+        fleet[end_ms - end_ms % FLEET_MS].append((device, sum(v) / len(v), max(v)))
+    return {start: (len({d for d, _, _ in rows}), round(sum(a for _, a, _ in rows) / len(rows), 6),
+                    max(m for _, _, m in rows), len(rows))
+            for start, rows in fleet.items() if start + FLEET_MS <= final_ms}
+
+
+def expected_sessions(events: list[Event], final_ms: int) -> dict[tuple, tuple]:
+    by_device = defaultdict(list)
+    for e in events:
+        by_device[e.device_id].append((e.t_ms, e.signal))
+    found = {}
+    for device, points in by_device.items():
+        points.sort()
+        runs = [[points[0]]]
+        for point in points[1:]:
+            if point[0] - runs[-1][-1][0] > GAP_MS:
+                runs.append([])
+            runs[-1].append(point)
+        for run in runs:
+            if run[-1][0] + GAP_MS <= final_ms:
+                found[(device, run[0][0])] = (run[-1][0], len(run), round(sum(s for _, s in run) / len(run), 6))
+    return found
+
+
+def ms(value) -> int:
+    return int(pd.Timestamp(value).timestamp() * 1000)
+
+
+def window_table(s) -> dict[tuple, tuple]:
+    return {(r.device_id, r.window_kind, ms(r.window_start), ms(r.window_end)):
+            (r.event_count, round(r.avg_signal, 6), r.min_signal, r.max_signal)
+            for r in table(s, "device_signal_averages").itertuples()}
+
+
+def fleet_table(s) -> dict[int, tuple]:
+    return {ms(r.window_start): (r.device_count, round(r.mean_device_avg_signal, 6), r.max_signal,
+                                 r.device_window_count)
+            for r in table(s, "fleet_signal_rollups").itertuples()}
+
+
+def session_table(s) -> dict[tuple, tuple]:
+    rows = table(s, "device_sessions")
+    assert not rows.duplicated(["device_id", "session_start"]).any()
+    return {(r.device_id, ms(r.session_start)): (ms(r.session_end), r.event_count, round(r.avg_signal, 6))
+            for r in rows.itertuples()}
+
+
+def play(spark, s, events) -> None:
+    send(s, events)
+    for job in JOBS:
+        run_job(spark, s, job)
+
+
+@pytest.fixture
+def streamed(spark, settings):
+    """The stream has run over every event; the late ones sit in late_events."""
+    s = single_partition(settings).replace(late_horizon=HORIZON)
+    play(spark, s, ON_TIME)
+    play(spark, s, LATE)
+    return s
+
+
+def test_after_one_reconcile_every_table_equals_the_rules_over_every_event(spark, streamed):
+    s = streamed
+    play(spark, s, ADVANCE)
+    late = table(s, "late_events")
+    assert set(late.job) == {"windowed-averages", "fleet-rollup", "sessions"}
+    before = {name: table(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
+    assert window_table(s) != expected_windows(counted_events(), FINAL_MS)  # the stream alone misses them
+
+    result = reconcile.run(spark, s)
+
+    events = counted_events()
+    assert window_table(s) == expected_windows(events, FINAL_MS)
+    assert fleet_table(s) == expected_fleet(events, FINAL_MS)
+    assert session_table(s) == expected_sessions(events, FINAL_MS)
+    by_job = {job.job: job for job in result.jobs}
+    for job in by_job.values():  # every late event decided on: counted or beyond the horizon
+        assert job.waiting == len(late[late.job == job.job]) == job.counted + job.beyond_horizon
+        assert job.beyond_horizon == 1
+    # C's three offline hours: every reading counted, in one session from 10:00 to 13:03
+    assert expected_sessions(events, FINAL_MS)[("C", at(10, 0))] == session_table(s)[("C", at(10, 0))]
+    readings_of_c = [e for e in ON_TIME + LATE if e.device_id == "C"]
+    assert session_table(s)[("C", at(10, 0))][:2] == (at(13, 3), len(readings_of_c))
+
+    # rows no late event belongs to are what the stream wrote, stamps and all
+    after = table(s, "device_signal_averages")
+    untouched = before["device_signal_averages"].merge(after, how="inner")
+    corrected = after[after.revision > 0]
+    assert len(untouched) + len(corrected) == len(after)
+    assert (corrected.corrected_at.notna()).all() and (after[after.revision == 0].corrected_at.isna()).all()
+    # A's two sessions are replaced by the one the bridging readings make
+    sessions = table(s, "device_sessions")
+    a = sessions[sessions.device_id == "A"].sort_values("session_start")
+    assert [ms(t) for t in a.session_start] == [at(10, 0)] and a.revision.tolist() == [1]
+
+
+def test_reconciling_again_changes_nothing_and_waits_for_rows_not_yet_final(spark, streamed):
+    s = streamed
+    # A's 12:00 session is still open (its last reading 14:00 + gap is past the watermark
+    # 13:50): the readings that bridge into it wait; C's buffer and the windows are final
+    first = {job.job: job for job in reconcile.run(spark, s).jobs}
+    assert first["sessions"].still_waiting == 2
+    assert first["windowed-averages"].still_waiting == 0
+    play(spark, s, ADVANCE)
+    second = {job.job: job for job in reconcile.run(spark, s).jobs}
+    assert second["sessions"].waiting == 2 and second["sessions"].counted == 2
+    events = counted_events()
+    assert session_table(s) == expected_sessions(events, FINAL_MS)
+    assert window_table(s) == expected_windows(events, FINAL_MS)
+    versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
+    third = reconcile.run(spark, s)
+    assert all(job.waiting == 0 for job in third.jobs)
+    # a reconcile killed after its corrections and before it recorded them: all wait again,
+    # and deciding on them again changes no row
+    DeltaTable(s.table_uri("late_events_reconciled")).delete()
+    again = {job.job: job for job in reconcile.run(spark, s).jobs}
+    assert all(job.waiting == job.counted + job.beyond_horizon > 0 for job in again.values())
+    assert all(not job.corrected or not any(c.rows for c in job.corrected.values()) for job in again.values())
+    assert {name: _version(s, name) for name in versions} == versions
+
+
+def _version(s, name: str) -> int:
+    return DeltaTable(s.table_uri(name)).version()

@@ -31,6 +31,9 @@ JOB_TABLES: dict[str, tuple[TableSpec, ...]] = {
     "alert-join": (ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY),
 }
 JOB_NAMES: tuple[str, ...] = tuple(JOB_TABLES)
+# Jobs whose results sigflow reconcile corrects from their late events (spark_jobs/ops/reconcile.py).
+RECONCILED_JOBS: tuple[str, ...] = tuple(name for name, tables in JOB_TABLES.items()
+                                         if any(spec.corrected for spec in tables))
 # Jobs in Spark's real-time mode: Kafka to Kafka, no table, no micro-batch to wait for.
 REAL_TIME_JOB_NAMES: tuple[str, ...] = ("alert-fastpath",)
 ALL_JOB_NAMES: tuple[str, ...] = JOB_NAMES + REAL_TIME_JOB_NAMES

@@ -58,7 +58,16 @@ class SigflowCollector(Collector):
                                        "When the job's last committed batch started", labels=[JOB_LABEL])
         watermark = GaugeMetricFamily("sigflow_watermark_timestamp_seconds",
                                       "The job's event-time watermark after its last batch", labels=[JOB_LABEL])
+        waiting = GaugeMetricFamily("sigflow_late_events_waiting",
+                                    "Late events sigflow reconcile has not decided on yet", labels=[JOB_LABEL])
+        reconciled = GaugeMetricFamily("sigflow_last_reconcile_timestamp_seconds",
+                                       "When sigflow reconcile last decided on a late event of the job",
+                                       labels=[JOB_LABEL])
         for job in jobs:
+            if job.late_backlog is not None:
+                waiting.add_metric([job.job], float(job.late_backlog.waiting))
+                if job.late_backlog.last_reconciled is not None:
+                    reconciled.add_metric([job.job], job.late_backlog.last_reconciled.timestamp())
             up.add_metric([job.job], 1.0 if job.running_pid else 0.0)
             for word in VERDICTS:
                 verdict.add_metric([job.job, word], 1.0 if job.verdict and job.verdict.word == word else 0.0)
@@ -69,7 +78,7 @@ class SigflowCollector(Collector):
                 batch_time.add_metric([job.job], job.last_batch_ms / 1000)
             if job.watermark_ms:
                 watermark.add_metric([job.job], job.watermark_ms / 1000)
-        yield from (up, verdict, behind, batch, batch_time, watermark)
+        yield from (up, verdict, behind, batch, batch_time, watermark, waiting, reconciled)
         yield GaugeMetricFamily("sigflow_trigger_interval_seconds", "The processing-time trigger of long-running jobs",
                                 value=self.settings.streaming.trigger_interval.seconds)
         yield from self._counts(metrics)

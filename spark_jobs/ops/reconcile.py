@@ -42,7 +42,7 @@ from spark_jobs.contracts.tables import (
     LATE_EVENTS_RECONCILED,
 )
 from spark_jobs.errors import SigflowError
-from spark_jobs.jobs import recount
+from spark_jobs.jobs import RECONCILED_JOBS, recount
 from spark_jobs.runtime.checkpoint import guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import RUN, Lease
@@ -51,7 +51,6 @@ from spark_jobs.runtime.delta.corrections import Corrected
 
 log = logging.getLogger("sigflow.reconcile")
 
-RECONCILED_JOBS = ("windowed-averages", "fleet-rollup", "sessions")
 KAFKA_KEY = ["topic", "partition", "offset"]
 COUNTED, BEYOND_HORIZON = "counted", "beyond_horizon"
 
@@ -130,10 +129,13 @@ class _Job:
         decided = self.table(LATE_EVENTS_RECONCILED.name).where(F.col("job") == self.name).select(*KAFKA_KEY)
         return self.late().join(decided, KAFKA_KEY, "left_anti")
 
-    def events(self, within: DataFrame, on) -> DataFrame:
+    def events(self, within: DataFrame, on) -> DataFrame | None:
         """device_events' events matching ``on`` against the rows of ``within`` (first copy of
-        each, beyond-horizon late ones left out), in the time ``within`` spans."""
+        each, beyond-horizon late ones left out), in the time ``within`` spans; None when
+        ``within`` has no rows."""
         bounds = within.agg(F.min("_lo").alias("lo"), F.max("_hi").alias("hi")).first()
+        if bounds.lo is None:
+            return None
         events = self.table(DEVICE_EVENTS.name).where(
             (F.col("event_time") >= F.lit(bounds.lo)) & (F.col("event_time") <= F.lit(bounds.hi)))
         beyond = self.late().where("beyond").select(*KAFKA_KEY)
@@ -176,11 +178,10 @@ def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: s
         if behind:
             result.held = behind
             return result
-        beyond = waiting.where("beyond").select(*KAFKA_KEY)
         candidates = waiting.where(~F.col("beyond"))
         counted, result.corrected = RECOUNTS[name](job, candidates, at)
-        result.beyond_horizon = _record(job, waiting, beyond, BEYOND_HORIZON, run_id, at)
-        result.counted = _record(job, waiting, counted, COUNTED, run_id, at)
+        decided = _record(job, waiting, counted, run_id, at)
+        result.counted, result.beyond_horizon = decided.get(COUNTED, 0), decided.get(BEYOND_HORIZON, 0)
     finally:
         waiting.unpersist()
     log.info("reconcile %s", result.line())
@@ -199,17 +200,20 @@ def _ingest_behind(settings: Settings, checkpoint: Checkpoint) -> str:
             f"{', '.join(map(str, short))} as far as the job: run ingest, then reconcile")
 
 
-def _record(job: _Job, waiting: DataFrame, keys: DataFrame, outcome: str, run_id: str, at: datetime) -> int:
-    rows = (waiting.join(keys, KAFKA_KEY, "left_semi")
-            .withColumns({"outcome": F.lit(outcome), "run_id": F.lit(run_id),
-                          "reconciled_at": F.lit(at).cast("timestamp"),
+def _record(job: _Job, waiting: DataFrame, counted: DataFrame, run_id: str, at: datetime) -> dict[str, int]:
+    """Append the late events decided on, in one commit: those counted and those beyond the
+    horizon; how many of each."""
+    outcome = F.when(F.col("beyond"), F.lit(BEYOND_HORIZON)).otherwise(F.lit(COUNTED))
+    rows = (waiting.join(counted.withColumn("_counted", F.lit(True)), KAFKA_KEY, "left")
+            .where(F.col("beyond") | F.col("_counted").isNotNull())
+            .withColumns({"outcome": outcome, "run_id": F.lit(run_id), "reconciled_at": F.lit(at).cast("timestamp"),
                           "checkpoint_id": F.lit(job.checkpoint_id), "batch_id": F.lit(job.last_batch).cast("bigint")})
             .select(*LATE_EVENTS_RECONCILED.columns)).persist()
     try:
-        count = rows.count()
-        if count:
+        decided = {row.outcome: row["count"] for row in rows.groupBy("outcome").count().collect()}
+        if decided:
             rows.write.format("delta").mode("append").save(job.settings.table_uri(LATE_EVENTS_RECONCILED.name))
-        return count
+        return decided
     finally:
         rows.unpersist()
 
@@ -221,16 +225,16 @@ def _windows(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[
     settings = job.settings.streaming
     touched = recount.windows_of(settings, late)
     ready = (touched.groupBy(*KAFKA_KEY).agg(F.max("window_end").alias("last_end"))
-             .where(F.col("last_end") <= F.lit(job.final_through)).select(*KAFKA_KEY))
+             .where(F.col("last_end") <= F.lit(job.final_through)).select(*KAFKA_KEY)).localCheckpoint()
     windows = (touched.join(ready, KAFKA_KEY, "left_semi")
                .select("device_id", "window_kind", "window_start", "window_end").distinct()
                .withColumns({"_lo": F.col("window_start"), "_hi": F.col("window_end")})).persist()
     try:
-        if windows.isEmpty():
-            return ready, {}
         events = job.events(windows, lambda col, e, w: (col(f"{e}.device_id") == col(f"{w}.device_id"))
                             & (col(f"{e}.event_time") >= col(f"{w}.window_start"))
                             & (col(f"{e}.event_time") < col(f"{w}.window_end")))
+        if events is None:
+            return ready, {}
         key = ("device_id", "window_kind", "window_start")
         rows = recount.window_rows(settings, events).join(windows.select(*key), list(key), "left_semi")
         return ready, {DEVICE_SIGNAL_AVERAGES.name: job.correct(DEVICE_SIGNAL_AVERAGES, key, rows, None, at)}
@@ -241,16 +245,16 @@ def _windows(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[
 def _fleet(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[str, Corrected]]:
     settings = job.settings.streaming
     touched = recount.fleet_windows_of(settings, late)
-    ready = touched.where(F.col("window_end") <= F.lit(job.final_through)).select(*KAFKA_KEY)
+    ready = touched.where(F.col("window_end") <= F.lit(job.final_through)).select(*KAFKA_KEY).localCheckpoint()
     windows = (touched.join(ready, KAFKA_KEY, "left_semi").select("window_start", "window_end").distinct()
                # a tumbling window counts in the fleet window its end falls in: it may begin before
                .withColumns({"_lo": F.col("window_start") - F.expr(f"INTERVAL {settings.tumbling_window.ms} MILLISECONDS"),
                              "_hi": F.col("window_end")})).persist()
     try:
-        if windows.isEmpty():
-            return ready, {}
         events = job.events(windows, lambda col, e, w: (col(f"{e}.event_time") >= col(f"{w}._lo"))
                             & (col(f"{e}.event_time") < col(f"{w}._hi")))
+        if events is None:
+            return ready, {}
         rows = recount.fleet_rows(settings, events).join(windows.select("window_start"), "window_start", "left_semi")
         return ready, {FLEET_SIGNAL_ROLLUPS.name: job.correct(FLEET_SIGNAL_ROLLUPS, ("window_start",), rows, None, at)}
     finally:
@@ -288,7 +292,7 @@ def _sessions(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict
         # a late event no recounted session holds is a copy of an event already counted
         held = final.select(*KAFKA_KEY)
         unheld = late.join(sessions.select(*KAFKA_KEY), KAFKA_KEY, "left_anti").select(*KAFKA_KEY)
-        ready = held.unionByName(unheld)
+        ready = held.unionByName(unheld).localCheckpoint()
         rows = final.drop(*KAFKA_KEY).dropDuplicates(["device_id", "session_start"])
         if rows.isEmpty():
             return ready, {}

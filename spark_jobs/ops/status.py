@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
+from spark_jobs.ops.late_backlog import LateBacklog, backlog
+from spark_jobs.ops.late_backlog import describe as describe_backlog
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
@@ -128,6 +130,7 @@ class JobStatus:
     rows_dropped_by_watermark: int = 0
     lag: dict[str, int] = field(default_factory=dict)  # "topic[partition]" -> records behind
     behind: int | None = None  # every partition of the job's topics; None when Kafka is unreachable
+    late_backlog: LateBacklog | None = None  # a job whose results reconcile corrects
 
     def lines(self) -> list[str]:
         head = f"{self.job}: {self.verdict.word if self.verdict else '?'}"
@@ -145,6 +148,8 @@ class JobStatus:
                 state = f"{self.state_rows:,}" if self.state_rows is not None else "-"
                 rates += f"; state rows {state}; dropped late (all batches): {self.rows_dropped_by_watermark:,}"
             out.append(rates)
+        if self.late_backlog is not None:
+            out.append(f"  {describe_backlog(self.late_backlog)}")
         if self.lag:
             out.append("  kafka lag: " + ", ".join(f"{k}={v}" for k, v in sorted(self.lag.items())))
         if self.verdict and self.verdict.next_step:
@@ -224,7 +229,11 @@ def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, Job
             kafka_admin.check_reachable(kafka_address.connection(settings), timeout_s=3)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
-    return [job_status(settings, job, metrics, with_lag) for job in ALL_JOBS]
+    statuses = [job_status(settings, job, metrics, with_lag) for job in ALL_JOBS]
+    late = backlog(settings)
+    for status in statuses:
+        status.late_backlog = late.get(status.job)
+    return statuses
 
 
 def inspect_checkpoint(settings: Settings, job: str) -> list[str]:

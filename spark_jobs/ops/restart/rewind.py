@@ -110,6 +110,9 @@ def plan_rewind(
     plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
               lambda: _finish_rewind(checkpoint, job.name, to_batch))
     plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
+    if any(spec.corrected for spec in job.tables):
+        plan.afterwards.append(f"then `sigflow reconcile {job.name}`: the late events of the re-run batches "
+                               "are counted again")
     return plan
 
 

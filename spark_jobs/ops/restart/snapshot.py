@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import (
     LATE_EVENTS,
+    LATE_EVENTS_RECONCILED,
     PIPELINE_METRICS,
     TABLE_STATUS,
     TableSpec,
@@ -69,5 +70,8 @@ class JobSnapshot:
 
 
 def shared_tables(job: StreamingJob) -> tuple[TableSpec, ...]:
-    """The tables a job shares with others, where it owns only its rows."""
-    return ((LATE_EVENTS,) if job.late_rule else ()) + (PIPELINE_METRICS, TABLE_STATUS)
+    """The tables a job shares with others, where it owns only its rows. A job whose results
+    reconcile corrects owns the decisions on its late events too, stamped with its batch when
+    made: a rewind past that batch makes them wait for reconcile again (ops/reconcile.py)."""
+    reconciled = (LATE_EVENTS_RECONCILED,) if any(spec.corrected for spec in job.tables) else ()
+    return ((LATE_EVENTS,) if job.late_rule else ()) + reconciled + (PIPELINE_METRICS, TABLE_STATUS)

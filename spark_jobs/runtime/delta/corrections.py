@@ -84,39 +84,26 @@ def apply(spark: SparkSession, uri: str, spec: TableSpec, key: tuple[str, ...], 
                  "revision": F.col(f"s.{INSERTED_REVISION}"), "corrected_at": stamp["corrected_at"]}
     updated = {column: F.col(f"s.{column}") for column in values if column not in key}
     updated |= {"revision": F.coalesce(F.col("t.revision"), F.lit(0)) + 1, "corrected_at": stamp["corrected_at"]}
-    source = source.persist()  # read twice: what changes, then the merge
-    try:
-        return _merge(spark, uri, spec, key, source, updated, inserted)
-    finally:
-        source.unpersist()
-
-
-def _merge(spark: SparkSession, uri: str, spec: TableSpec, key: tuple[str, ...], source: DataFrame,
-           updated: dict, inserted: dict) -> Corrected:
-    from delta.tables import DeltaTable
-
     on = " AND ".join(f"t.{column} = s.{column}" for column in key)
-    target = DeltaTable.forPath(spark, uri).toDF().alias("t")
-    changes = (source.alias("s").join(target, [F.col(f"t.{c}") == F.col(f"s.{c}") for c in key], "left")
-               .where(f"(s.{ACTION} = '{UPSERT}' AND (t.{key[0]} IS NULL OR {_differs(spec, key)}))"
-                      f" OR (s.{ACTION} = '{DELETE}' AND t.{key[0]} IS NOT NULL)")
-               .select(F.col(f"s.{ACTION}").alias(ACTION), F.col(f"t.{key[0]}").isNull().alias("new"))
-               .groupBy(ACTION, "new").count().collect())
-    counted = {(row[ACTION], row["new"]): row["count"] for row in changes}
-    corrected = Corrected(updated=counted.get((UPSERT, False), 0), inserted=counted.get((UPSERT, True), 0),
-                          deleted=counted.get((DELETE, False), 0))
-    if not corrected.rows:
-        return corrected  # nothing to change: no commit
+    target = DeltaTable.forPath(spark, uri).toDF()
+    # only the rows that change go to the MERGE: one that changes nothing would still commit
+    changing = (source.alias("s").join(target.alias("t"), [F.col(f"t.{c}") == F.col(f"s.{c}") for c in key], "left")
+                .where(f"(s.{ACTION} = '{UPSERT}' AND (t.{key[0]} IS NULL OR {_differs(spec, key)}))"
+                       f" OR (s.{ACTION} = '{DELETE}' AND t.{key[0]} IS NOT NULL)")
+                .select("s.*")).localCheckpoint()
+    if changing.isEmpty():
+        return Corrected()
 
     @tenacity.retry(retry=tenacity.retry_if_exception(_concurrent), stop=tenacity.stop_after_attempt(8),
                     wait=tenacity.wait_random_exponential(multiplier=0.5, max=8), reraise=True,
                     before_sleep=lambda state: log.info("%s: a job wrote meanwhile; merging again", spec.name))
-    def merge() -> None:
-        (DeltaTable.forPath(spark, uri).alias("t").merge(source.alias("s"), on)
-         .whenMatchedDelete(condition=f"s.{ACTION} = '{DELETE}'")
-         .whenMatchedUpdate(condition=f"s.{ACTION} = '{UPSERT}' AND ({_differs(spec, key)})", set=updated)
-         .whenNotMatchedInsert(condition=f"s.{ACTION} = '{UPSERT}'", values=inserted)
-         .execute())
+    def merge():
+        return (DeltaTable.forPath(spark, uri).alias("t").merge(changing.alias("s"), on)
+                .whenMatchedDelete(condition=f"s.{ACTION} = '{DELETE}'")
+                .whenMatchedUpdate(condition=f"s.{ACTION} = '{UPSERT}' AND ({_differs(spec, key)})", set=updated)
+                .whenNotMatchedInsert(condition=f"s.{ACTION} = '{UPSERT}'", values=inserted)
+                .execute().first())
 
-    merge()
-    return corrected
+    metrics = merge()
+    return Corrected(updated=int(metrics.num_updated_rows or 0), inserted=int(metrics.num_inserted_rows or 0),
+                     deleted=int(metrics.num_deleted_rows or 0))

@@ -119,74 +119,72 @@ def play(spark, s, events) -> None:
         run_job(spark, s, job)
 
 
-@pytest.fixture
-def streamed(spark, settings):
-    """The stream has run over every event; the late ones sit in late_events."""
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # about 200 s alone: four reconciles, twelve job runs
+def test_late_events_are_counted_once_when_their_rows_are_final_and_again_changes_nothing(spark, settings):
     s = single_partition(settings).replace(late_horizon=HORIZON)
     play(spark, s, ON_TIME)
     play(spark, s, LATE)
-    return s
-
-
-def test_after_one_reconcile_every_table_equals_the_rules_over_every_event(spark, streamed):
-    s = streamed
-    play(spark, s, ADVANCE)
-    late = table(s, "late_events")
-    assert set(late.job) == {"windowed-averages", "fleet-rollup", "sessions"}
-    before = {name: table(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
-    assert window_table(s) != expected_windows(counted_events(), FINAL_MS)  # the stream alone misses them
-
-    result = reconcile.run(spark, s)
-
     events = counted_events()
+    assert window_table(s) != expected_windows(events, at(13, 50))  # the stream alone misses them
+
+    # A's 12:00 session and B's are still open (their last reading 14:00 + gap is past the
+    # watermark 13:50): the late readings that belong to them wait; the rest are counted
+    streamed = table(s, "device_signal_averages")
+    first = {job.job: job for job in reconcile.run(spark, s).jobs}
+    # windows no late event belongs to are what the stream wrote, stamps and all
+    after = table(s, "device_signal_averages")
+    kept = streamed.merge(after, how="inner")
+    assert len(kept) + (after.revision > 0).sum() == len(after) and (after.revision > 0).sum() > 0
+    assert after[after.revision > 0].corrected_at.notna().all() and after[after.revision == 0].corrected_at.isna().all()
+    so_far = [e for e in events if e not in ADVANCE]
+    closed = expected_sessions(so_far, at(13, 50))
+    in_closed = [e for e in LATE if (e.device_id, e.event_id) not in BEYOND and any(
+        device == e.device_id and start <= e.t_ms <= end for (device, start), (end, _, _) in closed.items())]
+    assert first["sessions"].still_waiting == len(LATE) - len(BEYOND) - len(in_closed) > 0
+    assert first["windowed-averages"].still_waiting == first["fleet-rollup"].still_waiting == 0
+    assert window_table(s) == expected_windows(so_far, at(13, 50))
+
+    play(spark, s, ADVANCE)
+    before = table(s, "device_signal_averages")
+    second = {job.job: job for job in reconcile.run(spark, s).jobs}
+    assert second["sessions"].waiting == second["sessions"].counted == first["sessions"].still_waiting
     assert window_table(s) == expected_windows(events, FINAL_MS)
     assert fleet_table(s) == expected_fleet(events, FINAL_MS)
     assert session_table(s) == expected_sessions(events, FINAL_MS)
-    by_job = {job.job: job for job in result.jobs}
-    for job in by_job.values():  # every late event decided on: counted or beyond the horizon
-        assert job.waiting == len(late[late.job == job.job]) == job.counted + job.beyond_horizon
-        assert job.beyond_horizon == 1
+    late = table(s, "late_events")
+    decided = table(s, "late_events_reconciled")
+    for job in ("windowed-averages", "fleet-rollup", "sessions"):  # each late event decided on once
+        mine = decided[decided.job == job]
+        assert sorted(mine.offset) == sorted(late[late.job == job].offset)
+        assert (mine.outcome == "beyond_horizon").sum() == len(BEYOND)
     # C's three offline hours: every reading counted, in one session from 10:00 to 13:03
-    assert expected_sessions(events, FINAL_MS)[("C", at(10, 0))] == session_table(s)[("C", at(10, 0))]
     readings_of_c = [e for e in ON_TIME + LATE if e.device_id == "C"]
     assert session_table(s)[("C", at(10, 0))][:2] == (at(13, 3), len(readings_of_c))
-
-    # rows no late event belongs to are what the stream wrote, stamps and all
-    after = table(s, "device_signal_averages")
-    untouched = before["device_signal_averages"].merge(after, how="inner")
-    corrected = after[after.revision > 0]
-    assert len(untouched) + len(corrected) == len(after)
-    assert (corrected.corrected_at.notna()).all() and (after[after.revision == 0].corrected_at.isna()).all()
     # A's two sessions are replaced by the one the bridging readings make
     sessions = table(s, "device_sessions")
     a = sessions[sessions.device_id == "A"].sort_values("session_start")
     assert [ms(t) for t in a.session_start] == [at(10, 0)] and a.revision.tolist() == [1]
+    # the windows were final and counted the first time: the second run left them
+    assert table(s, "device_signal_averages").sort_values(["device_id", "window_kind", "window_start"]).reset_index(
+        drop=True).equals(before.sort_values(["device_id", "window_kind", "window_start"]).reset_index(drop=True))
 
-
-def test_reconciling_again_changes_nothing_and_waits_for_rows_not_yet_final(spark, streamed):
-    s = streamed
-    # A's 12:00 session is still open (its last reading 14:00 + gap is past the watermark
-    # 13:50): the readings that bridge into it wait; C's buffer and the windows are final
-    first = {job.job: job for job in reconcile.run(spark, s).jobs}
-    assert first["sessions"].still_waiting == 2
-    assert first["windowed-averages"].still_waiting == 0
-    play(spark, s, ADVANCE)
-    second = {job.job: job for job in reconcile.run(spark, s).jobs}
-    assert second["sessions"].waiting == 2 and second["sessions"].counted == 2
-    events = counted_events()
-    assert session_table(s) == expected_sessions(events, FINAL_MS)
-    assert window_table(s) == expected_windows(events, FINAL_MS)
     versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
-    third = reconcile.run(spark, s)
-    assert all(job.waiting == 0 for job in third.jobs)
+    assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
     # a reconcile killed after its corrections and before it recorded them: all wait again,
     # and deciding on them again changes no row
-    DeltaTable(s.table_uri("late_events_reconciled")).delete()
-    again = {job.job: job for job in reconcile.run(spark, s).jobs}
-    assert all(job.waiting == job.counted + job.beyond_horizon > 0 for job in again.values())
-    assert all(not job.corrected or not any(c.rows for c in job.corrected.values()) for job in again.values())
+    DeltaTable(s.table_uri("late_events_reconciled")).delete("job = 'sessions'")
+    again = reconcile.run(spark, s).jobs
+    assert [job.waiting for job in again] == [0, 0, job_late(late, "sessions")]
+    assert all(job.waiting == job.counted + job.beyond_horizon for job in again)
+    assert all(c.rows == 0 for job in again for c in job.corrected.values())
     assert {name: _version(s, name) for name in versions} == versions
+
+
+def job_late(late: pd.DataFrame, job: str) -> int:
+    return int((late.job == job).sum())
 
 
 def _version(s, name: str) -> int:
     return DeltaTable(s.table_uri(name)).version()
+

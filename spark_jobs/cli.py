@@ -327,6 +327,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.spark import get_spark
 
     settings = _settings(args)
+    reconcile.check_jobs(args.jobs)  # before a Spark session is started
     result = reconcile.run(get_spark(settings, "sigflow-reconcile"), settings, args.jobs or None)
     print("\n".join(result.lines()))
     return 0

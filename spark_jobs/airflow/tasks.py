@@ -51,6 +51,15 @@ def check_table(table: str) -> str:
     return _logged(quality.check(load_settings(), [table]))[-1]
 
 
+def reconcile(jobs: list[str] | None = None) -> list[str]:
+    """Late events counted in the results they belong to: a line per job."""
+    from spark_jobs.ops import reconcile as late_reconcile
+    from spark_jobs.runtime.spark import get_spark
+
+    settings = load_settings()
+    return _logged(late_reconcile.run(get_spark(settings, "sigflow-reconcile"), settings, jobs).lines())
+
+
 def maintain() -> list[str]:
     from spark_jobs.ops import maintenance
 

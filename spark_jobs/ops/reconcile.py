@@ -92,16 +92,20 @@ class ReconcileResult:
 def run(spark: SparkSession, settings: Settings, jobs: list[str] | None = None,
         now: datetime | None = None) -> ReconcileResult:
     """Reconcile the late events of ``jobs`` (every job whose results reconcile corrects)."""
-    unknown = sorted(set(jobs or ()) - set(RECONCILED_JOBS))
-    if unknown:
-        raise SigflowError(f"reconcile corrects no table of {', '.join(unknown)}",
-                           f"name one of {', '.join(RECONCILED_JOBS)}, or none for all")
+    check_jobs(jobs)
     run_id = uuid.uuid4().hex
     at = now or datetime.now(timezone.utc)
     uri = settings.table_uri(LATE_EVENTS_RECONCILED.name)
     schema.ensure_with_spark(spark, uri, LATE_EVENTS_RECONCILED)
     done = [_reconcile_job(spark, settings, job, run_id, at) for job in (jobs or RECONCILED_JOBS)]
     return ReconcileResult(run_id, done)
+
+
+def check_jobs(jobs: list[str] | None) -> None:
+    unknown = sorted(set(jobs or ()) - set(RECONCILED_JOBS))
+    if unknown:
+        raise SigflowError(f"reconcile corrects no table of {', '.join(unknown)}",
+                           f"name one of {', '.join(RECONCILED_JOBS)}, or none for all")
 
 
 @dataclass
@@ -267,26 +271,28 @@ def _sessions(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict
     settings = job.settings.streaming
     gap_ms = settings.session_gap.ms
     late_ms = late.select(*KAFKA_KEY, "device_id", F.floor(F.unix_micros("event_time") / 1000).alias("late_ms"))
-    devices = late_ms.groupBy("device_id").agg(F.min("late_ms").alias("first_late_ms")).persist()
+    devices = late_ms.groupBy("device_id").agg(F.min("late_ms").alias("first_late_ms")).localCheckpoint()
     sessions = None
     lookback = 4 * gap_ms
-    for _ in range(8):
+    for _ in range(6):  # 4 gaps back, then 32, 256, ...: far enough for any session but the longest
         ranges = devices.withColumns({
             "_lo": F.timestamp_millis(F.col("first_late_ms") - F.lit(lookback)),
             "_hi": F.lit(job.final_through)})
         events = job.events(ranges, lambda col, e, w: (col(f"{e}.device_id") == col(f"{w}.device_id"))
                             & (col(f"{e}.event_time") >= col(f"{w}._lo")) & (col(f"{e}.event_time") <= col(f"{w}._hi")))
-        found = _holding(recount.session_rows(settings, events), late_ms).persist()
+        if events is None:
+            break
+        found = _holding(recount.session_rows(settings, events), late_ms).localCheckpoint()
         # a session that begins within the gap of where reading began may have begun earlier
         unsure = (found.join(ranges.select("device_id", "_lo"), "device_id")
                   .where(F.unix_millis("session_start") - gap_ms < F.unix_millis("_lo"))
-                  .select("device_id").distinct())
+                  .select("device_id").distinct()).localCheckpoint()
         sure = found.join(unsure, "device_id", "left_anti")
         sessions = sure if sessions is None else sessions.unionByName(sure)
-        devices = devices.join(unsure, "device_id", "left_semi").persist()
-        if devices.isEmpty():
-            break
+        devices = devices.join(unsure, "device_id", "left_semi").localCheckpoint()
         lookback *= 8
+    if sessions is None:  # no late event is in a recounted session: each is a copy of one counted
+        return late.select(*KAFKA_KEY).localCheckpoint(), {}
     final = sessions.where(F.unix_millis("session_end") + gap_ms <= F.unix_millis(F.lit(job.final_through))).persist()
     try:
         # a late event no recounted session holds is a copy of an event already counted
@@ -310,7 +316,6 @@ def _sessions(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict
         return ready, {DEVICE_SESSIONS.name: job.correct(DEVICE_SESSIONS, key, rows, replaced.select(*key), at)}
     finally:
         final.unpersist()
-        devices.unpersist()
 
 
 def _holding(sessions: DataFrame, late_ms: DataFrame) -> DataFrame:

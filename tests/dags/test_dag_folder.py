@@ -19,7 +19,8 @@ def test_dag_folder_loads_without_import_errors(airflow_home):
     bag = _bag()
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == [
-        "sigflow_deploy", "sigflow_maintenance", "sigflow_quality", "sigflow_restart", "sigflow_streaming",
+        "sigflow_deploy", "sigflow_maintenance", "sigflow_quality", "sigflow_reconcile", "sigflow_restart",
+        "sigflow_streaming",
     ]
     for dag in bag.dags.values():
         assert dag.owner == "sigflow" and dag.doc_md and "sigflow" in dag.tags, dag.dag_id

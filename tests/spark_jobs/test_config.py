@@ -139,6 +139,7 @@ FLAT_SAMPLES = {
     "watermark_delay": ("20 minutes", 1200), "max_clock_ahead": ("30s", 30), "multiple_watermark_policy": ("max", "max"),
     "tumbling_window": ("1 minute", 60), "sliding_window": ("4 minutes", 240), "sliding_step": ("2 minutes", 120),
     "fleet_window": ("1 hour", 3600), "session_gap": ("5 minutes", 300), "alert_watermark_delay": ("1 minute", 60),
+    "late_horizon": ("2 days", 172800),
     "alert_context": ("2 minutes", 120), "critical_alerts_topic": ("pager", "pager"),
     "critical_severities": ("critical, warning", "critical,warning"), "critical_kinds": ("smoke", "smoke"),
     "real_time_checkpoint_interval": ("30 seconds", 30), "lineage_url": ("http://marquez:5000/", "http://marquez:5000"),

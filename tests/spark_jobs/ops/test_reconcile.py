@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from spark_jobs.ops import reconcile
-from tests.helpers import at, run_job, send, single_partition, table
+from spark_jobs.jobs import RECONCILED_JOBS
+from spark_jobs.ops import late_backlog, reconcile
+from tests.helpers import at, run_job, send, sigflow, single_partition, table
 from tests.oracle import MINUTE_MS, Event
 
 JOBS = ("ingest", "windowed-averages", "fleet-rollup", "sessions")
@@ -130,6 +131,9 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
 
     # A's 12:00 session and B's are still open (their last reading 14:00 + gap is past the
     # watermark 13:50): the late readings that belong to them wait; the rest are counted
+    late = table(s, "late_events")
+    assert {job: entry.waiting for job, entry in late_backlog.backlog(s).items()} == {
+        job: job_late(late, job) for job in RECONCILED_JOBS}
     streamed = table(s, "device_signal_averages")
     first = {job.job: job for job in reconcile.run(spark, s).jobs}
     # windows no late event belongs to are what the stream wrote, stamps and all
@@ -171,6 +175,7 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
 
     versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
+    assert all(entry.waiting == 0 and entry.last_reconciled for entry in late_backlog.backlog(s).values())
     # a reconcile killed after its corrections and before it recorded them: all wait again,
     # and deciding on them again changes no row
     DeltaTable(s.table_uri("late_events_reconciled")).delete("job = 'sessions'")
@@ -188,3 +193,9 @@ def job_late(late: pd.DataFrame, job: str) -> int:
 def _version(s, name: str) -> int:
     return DeltaTable(s.table_uri(name)).version()
 
+
+
+def test_reconcile_refuses_a_job_whose_results_it_does_not_correct_in_one_line(settings):
+    printed = sigflow(settings, "reconcile", "ingest")
+    assert printed.returncode == 2 and "Traceback" not in printed.stderr
+    assert printed.stderr.splitlines()[0] == "sigflow: error: reconcile corrects no table of ingest"

@@ -125,6 +125,7 @@ def settings(tmp_path, embedded_broker) -> Settings:
 LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
     "tests/spark_jobs/jobs/test_alert_join.py",  # 253
     "tests/spark_jobs/runtime/test_runner.py",  # 188
+    "tests/spark_jobs/ops/test_reconcile.py",  # 181 alone: one scenario of four reconciles
     "tests/spark_jobs/ops/test_restart.py",  # 179
     "tests/test_bench.py",  # 172
     "tests/spark_jobs/local/test_airflow_local.py",  # 147

@@ -79,7 +79,8 @@ def test_a_device_id_with_dollar_signs_is_drawn_as_written(settings, tmp_path):
         "device_id": ["pump-$\\frac$-7", "pump-$\\frac$-7"], "window_start": [start, start.replace(minute=5)],
         "window_end": [start.replace(minute=5), start.replace(minute=10)], "window_kind": ["tumbling"] * 2,
         "avg_signal": [1.0, 2.0], "min_signal": [1.0, 2.0], "max_signal": [1.0, 2.0], "event_count": [1, 1],
-        "checkpoint_id": ["c1", "c1"], "batch_id": [0, 1],
+        "checkpoint_id": ["c1", "c1"], "batch_id": [0, 1], "revision": pd.Series([0, 0], dtype="int32"),
+        "corrected_at": pd.Series([None, None], dtype="datetime64[us, UTC]"),
     })
     write_deltalake(uri, rows, mode="append")
 

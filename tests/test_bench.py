@@ -58,3 +58,15 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
     assert schema_checks.groupby("table_name").rows_checked.apply(list).to_dict() == {
         "device_events": [2000, 300], "device_events_deduplicated": [2000, 300]}
     assert count_rows(str(tmp_path / "events-2000" / "delta" / "quarantined_events")) == 20
+
+
+@pytest.mark.slow
+def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_path, capsys):
+    from tests import bench_reconcile
+
+    assert bench_reconcile.main(["--rows", "40000", "--devices", "20", "--keep", str(tmp_path)]) == 0
+    (line,) = re.findall(r"^reconcile rows=40000 late=(\d+) \(1%\) counted=(\d+) rows_corrected=(\d+) seconds=\S+$",
+                         capsys.readouterr().out, re.M)
+    late, counted, corrected = map(int, line)
+    # 2,000 events per device, 5 s apart: all but the last quarter hour's windows are final
+    assert 300 < late < 500 and late * 0.8 < counted <= late and corrected > counted

@@ -173,6 +173,7 @@ def build(settings: Settings, span: str = "24 hours") -> str:
         busiest = averages.groupby("device_id").event_count.sum().nlargest(DEVICES_PLOTTED).index
         averages = averages[averages.device_id.isin(busiest)]
     late = recent(settings, "late_events", ["job", "event_time"], "event_time", span_s)
+    decided = recent(settings, "late_events_reconciled", ["job", "outcome", "reconciled_at"], "reconciled_at", span_s)
     quarantined = recent(settings, "quarantined_events", ["reason_code", "kafka_timestamp"], "kafka_timestamp", span_s)
     metrics = batches(recent(settings, "pipeline_metrics",
                             ["job", "batch_time", "duration_ms", "watermark", "progress_json"], "batch_time", span_s))
@@ -185,6 +186,10 @@ def build(settings: Settings, span: str = "24 hours") -> str:
         ("Late data", _figure(
             _stacked(late, "event_time", "job", "event time", "events dropped as late"),
             "Events dropped as late, by event time and job")),
+        ("Late events counted by reconcile", _figure(
+            _stacked(decided.assign(decision=decided.job + ": " + decided.outcome) if not decided.empty else decided,
+                     "reconciled_at", "decision", "reconciled at (UTC)", "late events decided on"),
+            "Late events sigflow reconcile counted in their windows and sessions, or found beyond late_horizon")),
         ("Quarantine", _figure(
             _stacked(quarantined, "kafka_timestamp", "reason_code", "arrival (Kafka timestamp)", "records"),
             "Quarantined records, by arrival time and reason")),

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.jobs import RECONCILED_JOBS
-from spark_jobs.ops import late_backlog, reconcile
+from spark_jobs.ops import late_backlog, reconcile, report
 from tests.helpers import at, run_job, send, sigflow, single_partition, table
 from tests.oracle import MINUTE_MS, Event
 
@@ -176,6 +176,9 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
     assert all(entry.waiting == 0 and entry.last_reconciled for entry in late_backlog.backlog(s).values())
+    page = report.build(s)
+    drawn = page.split("<h2>Late events counted by reconcile</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "data:image/png;base64," in drawn
     # a reconcile killed after its corrections and before it recorded them: all wait again,
     # and deciding on them again changes no row
     DeltaTable(s.table_uri("late_events_reconciled")).delete("job = 'sessions'")

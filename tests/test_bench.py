@@ -68,5 +68,6 @@ def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_
     (line,) = re.findall(r"^reconcile rows=40000 late=(\d+) \(1%\) counted=(\d+) rows_corrected=(\d+) seconds=\S+$",
                          capsys.readouterr().out, re.M)
     late, counted, corrected = map(int, line)
-    # 2,000 events per device, 5 s apart: all but the last quarter hour's windows are final
-    assert 300 < late < 500 and late * 0.8 < counted <= late and corrected > counted
+    # 2,000 events per device, 5 s apart (2 h 47 min): the late events of the last 20 minutes
+    # wait for their sliding windows, the watermark being 10 minutes behind; the others count
+    assert 300 < late < 500 and late * 0.8 < counted < late and corrected > 0

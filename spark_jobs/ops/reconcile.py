@@ -43,6 +43,7 @@ from spark_jobs.contracts.tables import (
 )
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs import RECONCILED_JOBS, recount
+from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint import guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import RUN, Lease
@@ -184,6 +185,7 @@ def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: s
             return result
         candidates = waiting.where(~F.col("beyond"))
         counted, result.corrected = RECOUNTS[name](job, candidates, at)
+        failpoints.hit("reconcile_after_corrections", 0, name)
         decided = _record(job, waiting, counted, run_id, at)
         result.counted, result.beyond_horizon = decided.get(COUNTED, 0), decided.get(BEYOND_HORIZON, 0)
     finally:

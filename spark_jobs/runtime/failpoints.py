@@ -17,7 +17,9 @@ import time
 from spark_jobs.config import armed_failpoints
 
 POINTS = ("before_delta_commit", "between_tables", "after_delta_commit")  # a batch's points
-# and a restart's: ``ingest/after_restart_step:1`` kills its apply after its first change
+# and a restart's: ``ingest/after_restart_step:1`` kills its apply after its first change;
+# and reconcile's: ``sessions/reconcile_after_corrections:0`` kills it between its
+# corrections of a job's tables and its record of them
 PAUSE_S = 5.0
 
 

@@ -150,16 +150,25 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     assert first["windowed-averages"].still_waiting == first["fleet-rollup"].still_waiting == 0
     assert window_table(s) == expected_windows(so_far, at(13, 50))
 
-    # the jobs' next batches run while a reconcile does: its merges meet their appends
+    # the jobs' next batches run while a reconcile of the windows does: its merges meet their appends
     send(s, ADVANCE)
     run_job(spark, s, "ingest")
     with ThreadPoolExecutor(1) as beside:
         streaming = beside.submit(lambda: [run_job(spark, s, job) for job in JOBS[1:]])
-        reconcile.run(spark, s)
+        reconcile.run(spark, s, ["windowed-averages", "fleet-rollup"])
         streaming.result()
-    before = table(s, "device_signal_averages")
+    # a reconcile of the sessions SIGKILLed after its corrections, before it recorded them
+    killed = sigflow(s, "reconcile", "sessions", extra_env={"SIGFLOW_FAILPOINTS": "reconcile_after_corrections:0",
+                                                                "SIGFLOW_LATE_HORIZON": HORIZON})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert session_table(s) == expected_sessions(events, FINAL_MS)  # corrected, and the events still wait
+    assert late_backlog.backlog(s)["sessions"].waiting == first["sessions"].still_waiting
+    versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
     second = {job.job: job for job in reconcile.run(spark, s).jobs}
     assert all(job.still_waiting == 0 for job in second.values())
+    # the run after the kill decided on them and changed no row: no table got a commit
+    assert second["sessions"].counted == first["sessions"].still_waiting
+    assert {name: _version(s, name) for name in versions} == versions
     assert window_table(s) == expected_windows(events, FINAL_MS)
     assert fleet_table(s) == expected_fleet(events, FINAL_MS)
     assert session_table(s) == expected_sessions(events, FINAL_MS)
@@ -176,33 +185,20 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     sessions = table(s, "device_sessions")
     a = sessions[sessions.device_id == "A"].sort_values("session_start")
     assert [ms(t) for t in a.session_start] == [at(10, 0)] and a.revision.tolist() == [1]
-    # the windows were final and counted the first time: the second run left them
-    assert table(s, "device_signal_averages").sort_values(["device_id", "window_kind", "window_start"]).reset_index(
-        drop=True).equals(before.sort_values(["device_id", "window_kind", "window_start"]).reset_index(drop=True))
-
-    versions = {name: _version(s, name) for name in ("device_signal_averages", "fleet_signal_rollups", "device_sessions")}
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
+    assert {name: _version(s, name) for name in versions} == versions  # again: nothing to do
     assert all(entry.waiting == 0 and entry.last_reconciled for entry in late_backlog.backlog(s).values())
     page = report.build(s)
     drawn = page.split("<h2>Late events counted by reconcile</h2>", 1)[1].split("<h2>", 1)[0]
     assert "data:image/png;base64," in drawn
-    # a reconcile killed after its corrections and before it recorded them: all wait again,
-    # and deciding on them again changes no row
-    DeltaTable(s.table_uri("late_events_reconciled")).delete("job = 'sessions'")
-    again = reconcile.run(spark, s).jobs
-    assert [job.waiting for job in again] == [0, 0, job_late(late, "sessions")]
-    assert all(job.waiting == job.counted + job.beyond_horizon for job in again)
-    assert all(c.rows == 0 for job in again for c in job.corrected.values())
-    assert {name: _version(s, name) for name in versions} == versions
-
-
-def job_late(late: pd.DataFrame, job: str) -> int:
-    return int((late.job == job).sum())
 
 
 def _version(s, name: str) -> int:
     return DeltaTable(s.table_uri(name)).version()
 
+
+def job_late(late: pd.DataFrame, job: str) -> int:
+    return int((late.job == job).sum())
 
 
 def test_reconcile_refuses_a_job_whose_results_it_does_not_correct_in_one_line(settings):

@@ -3,9 +3,12 @@
 In one run, on one broker: producer rates (kafka-python, confluent-kafka); three ceilings
 over the same topic: confluent-kafka, Kafka's own JVM consumer (ConsumerPerformance) and
 Spark's Kafka source alone (count only); the job a user would write by hand from Spark's and
-Delta's docs for the same tables (tests/bench_handwritten.py, which says what each does); then
-each job's end-to-end events per second from a fresh checkpoint, its ratio to its hand-written
-job (alert-join and sessions: to the plain ingest job) and to each ceiling, and its no-data
+Delta's docs for the same tables (tests/bench_handwritten.py, which says what each does) beside
+each job, measured alike (``side_by_side``: both warmed by a full-size run into throwaway
+tables, then --tries runs of each, alternating which goes first, each from a fresh
+checkpoint; the medians compared, every rate printed): each job's end-to-end events per
+second, its ratio to its hand-written job (alert-join and sessions: to the plain ingest job)
+and to each ceiling, and its no-data
 batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
 records; ingest's batch latency (p50, p95, p99) at a fixed offered load; a critical alert's
 end-to-end latency through alert-fastpath and alert-join at fixed alert rates
@@ -16,7 +19,7 @@ docs/benchmarks.md, whose header says how earlier runs are kept.
 
     python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
                           [--latency-rate 5000] [--latency-seconds 60]
-                          [--alert-rates 1000 5000] [--alert-seconds 60] [--no-write]
+                          [--alert-rates 1000 5000] [--alert-seconds 60] [--tries 3] [--no-write]
                           [--skip warm-up state alerts]
 """
 
@@ -26,6 +29,7 @@ import argparse
 import json
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -135,6 +139,40 @@ def source_into_spark(spark, settings, topic: str) -> int:
     start = {topic: {str(p): ends[p][0] for p in partitions}}
     end = {topic: {str(p): ends[p][1] for p in partitions}}
     return kafka_source.read_range(spark, settings, bootstrap, [topic], start, end).count()
+
+
+def side_by_side(spark, settings, job: str, kind: str, events: int, data: Path, tries: int,
+                 warm: bool = True) -> tuple[list[float], list[float]]:
+    """events/s of sigflow's ``job`` and of the hand-written ``kind``, measured alike: each side
+    first warmed by one full-size run into throwaway tables (unless ``warm`` is off), then
+    ``tries`` runs of each, alternating which goes first, every run from a fresh checkpoint
+    into fresh tables over the same records."""
+    from spark_jobs.jobs.registry import get_job
+    from spark_jobs.runtime.runner import JobRun
+
+    def ours(tag: str) -> float:
+        fresh = settings.replace(checkpoint_root=str(data / f"{tag}-cp"), delta_root=str(data / f"{tag}-delta"))
+        started = time.perf_counter()
+        JobRun(get_job(job), fresh, spark).run_available_now()
+        return _rate(events, time.perf_counter() - started)
+
+    def theirs(tag: str) -> float:
+        return bench_handwritten.rate(spark, settings, kind, events, data / tag)
+
+    slug = job.replace("-", "_")
+    if warm:
+        ours(f"{slug}-warm-ours")
+        theirs(f"{slug}-warm-theirs")
+    measured: dict[str, list[float]] = {"ours": [], "theirs": []}
+    for attempt in range(tries):
+        order = (("ours", ours), ("theirs", theirs)) if attempt % 2 == 0 else (("theirs", theirs), ("ours", ours))
+        for side, run in order:
+            measured[side].append(run(f"{slug}-{side}-{attempt}"))
+    return measured["ours"], measured["theirs"]
+
+
+def _rates(rates: list[float]) -> str:
+    return " / ".join(f"{rate:,.0f}" for rate in rates)
 
 
 def baseline(job: str) -> str:
@@ -263,6 +301,8 @@ def main(argv=None) -> int:
     parser.add_argument("--alert-seconds", type=int, default=60, help="how long each of those rates is offered")
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
                         help="the jobs to measure, each beside its hand-written job (all by default)")
+    parser.add_argument("--tries", type=int, default=3,
+                        help="measured runs of each job and of its hand-written job, alternating (median)")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     parser.add_argument("--skip", nargs="+", default=[], choices=("warm-up", "state", "alerts"),
                         help="leave out the JIT warm-ups, the state-rows measurement or the alert paths' "
@@ -329,18 +369,15 @@ def main(argv=None) -> int:
         say(f"  Kafka source into Spark, count only: {source:,.0f} events/s "
             f"({source / ceilings['confluent-kafka']:.2f} of confluent-kafka)")
         bar.update()
-        handwritten = {}
-        for kind in dict.fromkeys(baseline(job) for job in args.jobs):
-            handwritten[kind] = figures[_baseline_name(kind)] = bench_handwritten.rate(
-                spark, s, kind, args.events, data)
-            say(f"  hand-written {kind}: {handwritten[kind]:,.0f} events/s")
-        per_job = {}
+        handwritten, per_job = {}, {}
         for job in args.jobs:
-            started = time.perf_counter()
-            summary = JobRun(get_job(job), s, spark).run_available_now()
-            seconds = time.perf_counter() - started
-            per_job[job] = _rate(args.events, seconds)
-            say(f"  {job}: {seconds:.1f} s, {summary.line()}")
+            kind = baseline(job)
+            ours, theirs = side_by_side(spark, s, job, kind, args.events, data, args.tries,
+                                        warm="warm-up" not in args.skip)
+            per_job[job], handwritten[job] = statistics.median(ours), statistics.median(theirs)
+            figures[_baseline_name(kind)] = handwritten[job]
+            say(f"  {job}: {_rates(ours)} events/s; hand-written {kind}: {_rates(theirs)} events/s "
+                f"(median ratio {per_job[job] / handwritten[job]:.2f})")
             bar.update()
         idle_ms = no_data_batches(spark, s, args.jobs, say)
         bar.update()
@@ -379,11 +416,11 @@ def main(argv=None) -> int:
 
     print(f"  peak memory: driver {figures['driver peak rss MB']:,.0f} MB, "
           f"broker {figures['broker peak rss MB']:,.0f} MB")
-    handwritten = {job: figures[_baseline_name(baseline(job))] for job in per_job}
     for job, eps in per_job.items():
         versus = " ".join(f"vs_{_key(name)}={eps / rate:.2f}" for name, rate in ceilings.items())
         idle = "none" if idle_ms[job] is None else f"{idle_ms[job]:.0f}"
-        print(f"bench {job} events_per_s={eps:.0f} vs_handwritten={eps / handwritten[job]:.2f} {versus} "
+        print(f"bench {job} events_per_s={eps:.0f} handwritten_per_s={handwritten[job]:.0f} "
+              f"vs_handwritten={eps / handwritten[job]:.2f} {versus} "
               f"no_data_batch_ms={idle}")
     for path in alert_paths:
         print(f"bench {path.path} alerts_per_s={path.rate} p50_ms={path.p50_ms:.0f} p95_ms={path.p95_ms:.0f} "

@@ -21,10 +21,10 @@ MEASURED = ("ingest", "windowed-averages")
 @pytest.mark.timeout(600)  # about 150 s beside the suite
 def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_whole_storm(spark, capsys):
     assert bench.main(["--events", "1000", "--storm-events", "300", "--devices", "20",
-                       "--latency-rate", "200", "--latency-seconds", "3", "--no-write",
+                       "--latency-rate", "200", "--latency-seconds", "3", "--no-write", "--tries", "1",
                        "--jobs", *MEASURED, "--skip", "warm-up", "state", "alerts"]) == 0
     out = capsys.readouterr().out
-    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) vs_handwritten=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
+    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) handwritten_per_s=\d+ vs_handwritten=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
                        r"vs_kafka_jvm_consumer=(\d+\.\d\d) vs_spark_kafka_source=(\d+\.\d\d) no_data_batch_ms=(\S+)$",
                        out, re.M)
     assert [line[0] for line in lines] == list(MEASURED)

@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.jobs import RECONCILED_JOBS
-from spark_jobs.ops import late_backlog, reconcile, report, restart
+from spark_jobs.ops import late_backlog, prometheus, reconcile, report, restart
 from tests.helpers import at, run_job, send, sigflow, single_partition, table
 from tests.oracle import MINUTE_MS, Event
 
@@ -188,6 +188,9 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
     assert {name: _version(s, name) for name in versions} == versions  # again: nothing to do
     assert all(entry.waiting == 0 and entry.last_reconciled for entry in late_backlog.backlog(s).values())
+    scrape = prometheus.exposition(s)
+    assert 'sigflow_late_events_waiting{sigflow_job="sessions"} 0.0' in scrape
+    assert 'sigflow_last_reconcile_timestamp_seconds{sigflow_job="windowed-averages"}' in scrape
     page = report.build(s)
     drawn = page.split("<h2>Late events counted by reconcile</h2>", 1)[1].split("<h2>", 1)[0]
     assert "data:image/png;base64," in drawn

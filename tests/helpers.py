@@ -235,3 +235,18 @@ def jars_with(name: str, folder: str) -> Path:
 def json_lines(path: Path) -> list[dict]:
     """A JSON-lines file's records (lineage events, progress lines)."""
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def committed_checkpoint(settings: Settings, job: str, read_to: int, watermark_ms: int = 0,
+                         identity: dict | None = None) -> None:
+    """A checkpoint of ``job`` written by hand, as Spark and sigflow lay it out: one committed
+    batch that read the events topic's partition 0 up to ``read_to`` and left ``watermark_ms``."""
+    folder = Path(settings.checkpoint_uri(job))
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "commits").mkdir()
+    meta = {"batchWatermarkMs": watermark_ms, "batchTimestampMs": int(time.time() * 1000), "conf": {}}
+    read = {settings.streaming.events_topic: {"0": read_to}}
+    (folder / "offsets" / "0").write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(read)}")
+    (folder / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (folder / "sigflow.json").write_text(json.dumps({"app_id": f"{job}-app", "checkpoint_id": f"{job}-cp",
+                                                    "job": job, **(identity or {})}))

@@ -13,7 +13,13 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.tables import DEVICE_SESSIONS, DEVICE_SIGNAL_AVERAGES
-from spark_jobs.jobs.event_time import EVENT_KEY, flatten_window, signal_stats, sliding, tumbling
+from spark_jobs.jobs.event_time import (
+    EVENT_KEY,
+    flatten_window,
+    signal_stats,
+    sliding,
+    tumbling,
+)
 from spark_jobs.jobs.fleet_rollup import rollup
 from spark_jobs.jobs.sessions import CLOSED_BY_GAP
 

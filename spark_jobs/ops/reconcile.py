@@ -24,6 +24,7 @@ short after 4 and before 5 therefore does 4 again without changing a row, and th
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -143,9 +144,14 @@ class _Job:
             return None
         events = self.table(DEVICE_EVENTS.name).where(
             (F.col("event_time") >= F.lit(bounds.lo)) & (F.col("event_time") <= F.lit(bounds.hi)))
-        beyond = self.late().where("beyond").select(*KAFKA_KEY)
         matching = events.alias("e").join(F.broadcast(within.alias("w")), on(F.col, "e", "w"), "left_semi")
-        return recount.first_copies(matching.join(beyond, KAFKA_KEY, "left_anti"))
+        return recount.first_copies(matching.join(self.beyond_horizon, KAFKA_KEY, "left_anti"))
+
+    @functools.cached_property
+    def beyond_horizon(self) -> DataFrame:
+        """The keys of the job's late events beyond the horizon, decided or not: read once per
+        reconcile of the job, however many ranges of events it reads."""
+        return self.late().where("beyond").select(*KAFKA_KEY).localCheckpoint()
 
     def correct(self, spec, key, rows: DataFrame, replaced: DataFrame | None, at: datetime) -> Corrected:
         self.check_no_restart()  # again just before the commit: a restart may have begun meanwhile

@@ -14,7 +14,15 @@ from deltalake import DeltaTable
 
 from spark_jobs.jobs import RECONCILED_JOBS
 from spark_jobs.ops import late_backlog, prometheus, reconcile, report, restart
-from tests.helpers import at, run_job, send, sigflow, single_partition, table
+from tests.helpers import (
+    at,
+    committed_checkpoint,
+    run_job,
+    send,
+    sigflow,
+    single_partition,
+    table,
+)
 from tests.oracle import MINUTE_MS, Event
 
 JOBS = ("ingest", "windowed-averages", "fleet-rollup", "sessions")
@@ -220,34 +228,29 @@ def test_reconcile_refuses_a_job_whose_results_it_does_not_correct_in_one_line(s
     assert printed.stderr.splitlines()[0] == "sigflow: error: reconcile corrects no table of ingest"
 
 
-def _checkpoint(s, job: str, read_to: int, identity: dict | None = None) -> None:
-    """A checkpoint whose last committed batch read the events topic's partition 0 up to ``read_to``."""
-    import json
-    from pathlib import Path
-
-    folder = Path(s.checkpoint_uri(job))
-    (folder / "offsets").mkdir(parents=True)
-    (folder / "commits").mkdir()
-    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
-    topic = s.streaming.events_topic
-    (folder / "offsets" / "0").write_text(f"v1\n{json.dumps(meta)}\n{json.dumps({topic: {'0': read_to}})}")
-    (folder / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
-    (folder / "sigflow.json").write_text(json.dumps({"app_id": "a", "checkpoint_id": "c", **(identity or {})}))
-
-
 def test_reconcile_waits_while_ingest_has_read_less_than_the_job(settings):
     from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
-    _checkpoint(settings, "sessions", read_to=120)
-    _checkpoint(settings, "ingest", read_to=100)
+    committed_checkpoint(settings, "sessions", read_to=120)
+    committed_checkpoint(settings, "fleet-rollup", read_to=100)
+    committed_checkpoint(settings, "ingest", read_to=100)
     held = reconcile._ingest_behind(settings, Checkpoint(settings.checkpoint_uri("sessions")))
     assert held.startswith(f"ingest has not read {settings.streaming.events_topic} partition(s) 0 as far as the job")
+    assert reconcile._ingest_behind(settings, Checkpoint(settings.checkpoint_uri("fleet-rollup"))) == ""
 
 
-def test_reconcile_refuses_a_job_whose_rewind_is_half_applied(settings):
+def test_reconcile_refuses_a_job_whose_restart_is_being_applied_or_half_applied(settings):
     from spark_jobs.errors import SigflowError
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import Lease
 
-    _checkpoint(settings, "sessions", read_to=120, identity={"pending_rewind": 3})
+    committed_checkpoint(settings, "sessions", read_to=120)
     job = reconcile._Job(None, settings, "sessions", "c", 0, None)
+    job.check_no_restart()  # a run's lease, or none: reconcile goes on
+    checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
+    with Lease(checkpoint, "sessions", settings.operations.lease_ttl.seconds, purpose="rewind"):
+        with pytest.raises(SigflowError, match="a rewind is being applied to its checkpoint"):
+            job.check_no_restart()
+    checkpoint.save_identity({**checkpoint.identity(), "pending_rewind": 3})
     with pytest.raises(SigflowError, match="a rewind to batch 3 did not finish"):
         job.check_no_restart()

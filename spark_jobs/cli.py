@@ -12,6 +12,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
+from spark_jobs.jobs import RECONCILED_JOBS
 from spark_jobs.ops.terminal_text import TerminalStream, terminal
 from spark_jobs.runtime.kafka import address as kafka_address
 
@@ -533,8 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check every row, not only those added since the last passing run (in chunks)")
     actions.add_parser("assets", help="fetch the JS and CSS their Data Docs pages need offline (make install)")
 
-    p = sub.add_parser("reconcile", help="count late events in the windows and sessions they belong to")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="windowed-averages, fleet-rollup, sessions (default: all)")
+    p = sub.add_parser("reconcile", help="count late events in the windows, sessions and alert contexts they belong to")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help=", ".join(RECONCILED_JOBS) + " (default: all)")
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("maintenance", help="compact, vacuum, prune quarantine and checkpoint logs")

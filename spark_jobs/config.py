@@ -248,7 +248,7 @@ class StreamingSettings(_Group):
     fleet_window: DurationSetting = "15 minutes"
     session_gap: DurationSetting = "30 minutes"
     alert_watermark_delay: DurationSetting = "10 minutes"
-    # sigflow reconcile counts a late event in the windows and sessions it belongs to when it
+    # sigflow reconcile counts a late event in the results it belongs to when it
     # arrived (the watermark that dropped it) no more than this after the end of its tumbling
     # window; later ones are recorded as beyond the horizon, not counted (docs/semantics.md)
     late_horizon: DurationSetting = "7 days"

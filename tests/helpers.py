@@ -49,6 +49,25 @@ def single_partition(settings: Settings) -> Settings:
     return s
 
 
+def single_partition_topics(settings: Settings, **overrides) -> Settings:
+    """Settings on one-partition events and alerts topics, with ``overrides``."""
+    s = settings.replace(
+        events_topic=settings.streaming.events_topic + "-p1", alerts_topic=settings.streaming.alerts_topic + "-p1",
+        topic_partitions=1, **overrides,
+    )
+    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 1,
+                              s.kafka.topic_retention_ms)
+    return s
+
+
+def send_alert(settings: Settings, alert_id: str, device: str, t_ms: int, severity: str = "critical") -> int:
+    """Produce one contract-conforming alert, keyed by device."""
+    from spark_jobs.local.simulate import iso
+
+    body = {"alert_id": alert_id, "device_id": device, "alert_time": iso(t_ms), "severity": severity, "kind": "overheat"}
+    return produce(settings, [(device.encode(), json.dumps(body).encode())], settings.streaming.alerts_topic)
+
+
 def send(settings: Settings, events, topic: str | None = None) -> int:
     """Produce oracle Events as contract-conforming JSON, keyed by device."""
     return produce(settings, [

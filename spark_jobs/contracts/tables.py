@@ -190,13 +190,18 @@ DEVICE_SESSIONS = TableSpec(
 ALERT_SIGNAL_CONTEXT = TableSpec(
     "alert_signal_context",
     "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    f"event_id STRING, event_time TIMESTAMP, signal DOUBLE, {WRITTEN_BY}",
-    "One row per (alert, event of that device in the range before the alert).",
+    f"event_id STRING, event_time TIMESTAMP, signal DOUBLE, {WRITTEN_BY}, {REVISION}",
+    "One row per (alert, event of that device in the range before the alert); reconcile adds the "
+    "pairs late events and late alerts make.",
+    backfill=REVISION_BACKFILL,
 )
 ALERTS_WITHOUT_TELEMETRY = TableSpec(
     "alerts_without_telemetry",
-    f"alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, {WRITTEN_BY}",
-    "Alerts for which no event of the device arrived in the range: silent devices.",
+    f"alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, {WRITTEN_BY}, "
+    f"{REVISION}",
+    "Alerts for which no event of the device arrived in the range: silent devices. Reconcile adds late "
+    "alerts that have none, and deletes an alert's row when a late event of its range is counted.",
+    backfill=REVISION_BACKFILL,
 )
 LATE_EVENTS = TableSpec(
     "late_events",
@@ -210,8 +215,8 @@ LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
     f"job STRING, {EVENT_COLUMNS}, topic STRING, partition INT, offset BIGINT, outcome STRING, "
     "run_id STRING, reconciled_at TIMESTAMP, checkpoint_id STRING, batch_id BIGINT",
-    "One row per late_events row sigflow reconcile has decided on: counted (the windows and sessions "
-    "it belongs to were corrected, or already held it), or beyond_horizon (more than late_horizon "
+    "One row per late_events row sigflow reconcile has decided on: counted (the windows, sessions or "
+    "alert contexts it belongs to were corrected, or already held it), or beyond_horizon (more than late_horizon "
     "after its window's end: not counted). checkpoint_id and batch_id are the job's: the latest of "
     "the batch that dropped the event and those that wrote the rows it corrected, so a rewind or "
     "recover past any of them makes the event wait for reconcile again.",
@@ -314,9 +319,13 @@ READING = {
     ALERT_SIGNAL_CONTEXT.name: Reading(
         ("alert_id", "event_id"),
         "an alert's rows can arrive over several batches; they are all there once table_status's "
-        "final_through for this table has passed alert_time"),
-    ALERTS_WITHOUT_TELEMETRY.name: Reading(("alert_id",),
-                                           "when written: once the watermark proves no event of the range can come"),
+        "final_through for this table has passed alert_time; sigflow reconcile may later insert the rows late "
+        "events or a late alert make (revision 1), an insert in the change feed"),
+    ALERTS_WITHOUT_TELEMETRY.name: Reading(
+        ("alert_id",),
+        "when written: once the watermark proves no event of the range can come in time; sigflow reconcile "
+        "deletes the row when a late event of the range is counted (a delete in the change feed, with the "
+        "alert's new alert_signal_context rows), and inserts late alerts without events (revision 1)"),
     LATE_EVENTS.name: Reading(("job", "topic", "partition", "offset"),
                               "when written: one row per job that dropped the event (an event late for five jobs "
                               "is five rows)"),

@@ -15,7 +15,7 @@ is emitted with nulls once the watermark proves none can come (-> alerts_without
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
@@ -46,13 +46,18 @@ def alerts_with_signal(settings: StreamingSettings, alert_records: DataFrame, ev
     events = deduplicate(settings, valid_events(settings, event_records)).select(
         F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal"
     )
+    return alerts.join(events, in_context(settings), "leftOuter").select(*ALERT_COLUMNS, "event_id", "event_time", "signal")
+
+
+def in_context(settings: StreamingSettings) -> Column:
+    """The join's condition: an event of the alert's device (``event_device_id``) with
+    ``event_time`` in ``[alert_time - alert_context, alert_time]``."""
     context = F.expr(f"INTERVAL {int(settings.alert_context.seconds)} SECONDS")
-    condition = (
+    return (
         (F.col("device_id") == F.col("event_device_id"))
         & (F.col("event_time") >= F.col("alert_time") - context)
         & (F.col("event_time") <= F.col("alert_time"))
     )
-    return alerts.join(events, condition, "leftOuter").select(*ALERT_COLUMNS, "event_id", "event_time", "signal")
 
 
 def build(settings: StreamingSettings, records: DataFrame) -> DataFrame:

@@ -12,7 +12,13 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.tables import DEVICE_SESSIONS, DEVICE_SIGNAL_AVERAGES
+from spark_jobs.contracts.tables import (
+    ALERT_SIGNAL_CONTEXT,
+    ALERTS_WITHOUT_TELEMETRY,
+    DEVICE_SESSIONS,
+    DEVICE_SIGNAL_AVERAGES,
+)
+from spark_jobs.jobs.alert_join import ALERT_COLUMNS, in_context
 from spark_jobs.jobs.event_time import (
     EVENT_KEY,
     flatten_window,
@@ -23,12 +29,15 @@ from spark_jobs.jobs.event_time import (
 from spark_jobs.jobs.fleet_rollup import rollup
 from spark_jobs.jobs.sessions import CLOSED_BY_GAP
 
+ALERT_KEY = ["alert_id"]
 
-def first_copies(events: DataFrame) -> DataFrame:
-    """One row per event (``EVENT_KEY``): the copy that reached Kafka first, the one the
-    streaming jobs' deduplication keeps. A copy re-sent later counts once, however late."""
-    first = Window.partitionBy(*EVENT_KEY).orderBy("kafka_timestamp", "partition", "offset")
-    return events.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
+
+def first_copies(records: DataFrame, key: list[str] = EVENT_KEY) -> DataFrame:
+    """One row per event (``EVENT_KEY``), or per alert (``ALERT_KEY``): the copy that reached
+    Kafka first, the one the streaming jobs' deduplication keeps. A copy re-sent later counts
+    once, however late."""
+    first = Window.partitionBy(*key).orderBy("kafka_timestamp", "partition", "offset")
+    return records.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
 
 def pane_end(settings: StreamingSettings, time_col: str = "event_time"):
@@ -95,3 +104,16 @@ def session_rows(settings: StreamingSettings, events: DataFrame) -> DataFrame:
     )
     return sessions.withColumn("closed_reason", F.lit(CLOSED_BY_GAP)).select(
         *DEVICE_SESSIONS.job_schema.fieldNames())
+
+
+# ---- alert-join: each alert with its device's events in the range before it
+
+
+def alert_rows(settings: StreamingSettings, alerts: DataFrame, events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(alert_signal_context rows, alerts_without_telemetry rows) of deduplicated alerts
+    joined with deduplicated events by the streaming join's condition."""
+    joined = alerts.select(*ALERT_COLUMNS).join(
+        events.select(F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal"),
+        in_context(settings), "left")
+    return (joined.where(F.col("event_id").isNotNull()).select(*ALERT_SIGNAL_CONTEXT.job_schema.fieldNames()),
+            joined.where(F.col("event_id").isNull()).select(*ALERTS_WITHOUT_TELEMETRY.job_schema.fieldNames()))

@@ -1,17 +1,18 @@
-"""sigflow reconcile: late events counted in the windows and sessions they belong to.
+"""sigflow reconcile: late events counted in the windows, sessions and alert contexts they belong to.
 
 A streaming job drops an event behind its watermark and records it in late_events. Reconcile
 takes the late events it has not decided on yet, and for each job:
 
-1. **Guards.** Refuses while a restart of the job is being applied or was left half done
-   (its rows may be deleted under it), and waits while ingest has not read as far as the job
-   (device_events must hold every event the job counted).
+1. **Guards.** Takes the job's reconcile lease (one reconcile of a job at a time; a rewind
+   or recover refuses while it is held), then refuses while a restart of the job is being
+   applied or was left half done (its rows may be deleted under it), and waits while ingest
+   has not read as far as the job (device_events must hold every event the job counted).
 2. **Horizon.** A late event that arrived (the watermark that dropped it) more than
    ``late_horizon`` after the end of its tumbling window is recorded ``beyond_horizon``,
    and never counted.
 3. **Final.** A late event waits until every row it belongs to is final in the stream (the
-   window ended, the session closed, at or before the job's watermark): the stream will
-   not write that row again.
+   window ended, the session closed, the alerts whose range it is in, at or before the job's
+   watermark): the stream will not write that row again.
 4. **Recount.** Those rows are computed again as a batch from device_events (every valid
    event, first copy of each, beyond-horizon ones left out) with the job's own rules
    (``spark_jobs.jobs.recount``), and merged: changed rows updated (revision + 1), missing
@@ -35,6 +36,9 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import (
+    ALERT_SIGNAL_CONTEXT,
+    ALERTS_WITHOUT_TELEMETRY,
+    DEVICE_ALERTS,
     DEVICE_EVENTS,
     DEVICE_SESSIONS,
     DEVICE_SIGNAL_AVERAGES,
@@ -44,10 +48,11 @@ from spark_jobs.contracts.tables import (
 )
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs import RECONCILED_JOBS, recount
+from spark_jobs.jobs.alert_join import ALERT_COLUMNS
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint import guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.lease import RUN, Lease
+from spark_jobs.runtime.checkpoint.lease import RECONCILE, RUN, Lease
 from spark_jobs.runtime.delta import corrections, schema, table_access
 from spark_jobs.runtime.delta.corrections import Corrected
 
@@ -120,6 +125,7 @@ class _Job:
     checkpoint_id: str
     last_batch: int
     final_through: datetime  # the job's watermark: rows ending at or before it are final
+    lease: Lease | None = None  # this reconcile's of the job, held throughout
 
     def table(self, name: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.settings.table_uri(name))
@@ -139,13 +145,19 @@ class _Job:
         """device_events' events matching ``on`` against the rows of ``within`` (first copy of
         each, beyond-horizon late ones left out), in the time ``within`` spans; None when
         ``within`` has no rows."""
+        return self._first_copies(DEVICE_EVENTS.name, "event_time", recount.EVENT_KEY, within, on)
+
+    def alerts(self, within: DataFrame, on) -> DataFrame | None:
+        """device_alerts' alerts matching ``on`` against the rows of ``within``, as ``events``."""
+        return self._first_copies(DEVICE_ALERTS.name, "alert_time", recount.ALERT_KEY, within, on)
+
+    def _first_copies(self, name: str, time: str, key: list[str], within: DataFrame, on) -> DataFrame | None:
         bounds = within.agg(F.min("_lo").alias("lo"), F.max("_hi").alias("hi")).first()
         if bounds.lo is None:
             return None
-        events = self.table(DEVICE_EVENTS.name).where(
-            (F.col("event_time") >= F.lit(bounds.lo)) & (F.col("event_time") <= F.lit(bounds.hi)))
-        matching = events.alias("e").join(F.broadcast(within.alias("w")), on(F.col, "e", "w"), "left_semi")
-        return recount.first_copies(matching.join(self.beyond_horizon, KAFKA_KEY, "left_anti"))
+        rows = self.table(name).where((F.col(time) >= F.lit(bounds.lo)) & (F.col(time) <= F.lit(bounds.hi)))
+        matching = rows.alias("e").join(F.broadcast(within.alias("w")), on(F.col, "e", "w"), "left_semi")
+        return recount.first_copies(matching.join(self.beyond_horizon, KAFKA_KEY, "left_anti"), key)
 
     @functools.cached_property
     def beyond_horizon(self) -> DataFrame:
@@ -161,6 +173,8 @@ class _Job:
                                  stamps, at)
 
     def check_no_restart(self) -> None:
+        if self.lease is not None:
+            self.lease.check()  # a reconcile stalled past lease_ttl is no longer the one
         checkpoint = Checkpoint(self.settings.checkpoint_uri(self.name))
         lease = Lease(checkpoint, self.name, self.settings.operations.lease_ttl.seconds)
         guards.check_no_pending_rewind(checkpoint, self.name)
@@ -174,42 +188,50 @@ class _Job:
 def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: str, at: datetime) -> JobReconciled:
     result = JobReconciled(name)
     checkpoint = Checkpoint(settings.checkpoint_uri(name))
-    last = checkpoint.last_committed() if checkpoint.exists() else None
-    if last is None or not table_access.exists(settings.table_uri(LATE_EVENTS.name)):
+    if not checkpoint.exists() or not table_access.exists(settings.table_uri(LATE_EVENTS.name)):
         return result
-    job = _Job(spark, settings, name, checkpoint.checkpoint_id(name), last,
-               datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc))
-    job.check_no_restart()
-    waiting = job.waiting().persist()
-    try:
-        result.waiting = waiting.count()
-        if not result.waiting:
+    with Lease(checkpoint, name, settings.operations.lease_ttl.seconds, purpose=RECONCILE) as lease:
+        # the checkpoint is read holding the lease: a rewind applied before it took the lease is in it
+        last = checkpoint.last_committed()
+        if last is None:
             return result
-        behind = _ingest_behind(settings, checkpoint)
-        if behind:
-            result.held = behind
-            return result
-        candidates = waiting.where(~F.col("beyond"))
-        counted, result.corrected = RECOUNTS[name](job, candidates, at)
-        failpoints.hit("reconcile_after_corrections", 0, name)
-        decided = _record(job, waiting, counted, run_id, at)
-        result.counted, result.beyond_horizon = decided.get(COUNTED, 0), decided.get(BEYOND_HORIZON, 0)
-    finally:
-        waiting.unpersist()
+        job = _Job(spark, settings, name, checkpoint.checkpoint_id(name), last,
+                   datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc), lease)
+        job.check_no_restart()  # and a rewind that took the job's lease first is seen here
+        _count(job, result, run_id, at)
     log.info("reconcile %s", result.line())
     return result
 
 
+def _count(job: _Job, result: JobReconciled, run_id: str, at: datetime) -> None:
+    """Steps 2 to 5 of one job, into ``result``."""
+    waiting = job.waiting().persist()
+    try:
+        result.waiting = waiting.count()
+        if not result.waiting:
+            return
+        result.held = _ingest_behind(job.settings, Checkpoint(job.settings.checkpoint_uri(job.name)))
+        if result.held:
+            return
+        counted, result.corrected = RECOUNTS[job.name](job, waiting.where(~F.col("beyond")), at)
+        failpoints.hit("reconcile_after_corrections", 0, job.name)
+        decided = _record(job, waiting, counted, run_id, at)
+        result.counted, result.beyond_horizon = decided.get(COUNTED, 0), decided.get(BEYOND_HORIZON, 0)
+    finally:
+        waiting.unpersist()
+
+
 def _ingest_behind(settings: Settings, checkpoint: Checkpoint) -> str:
-    """Why device_events may lack an event the job has read: ingest has not read its topic as far."""
-    job_read = checkpoint.committed_offsets().get(settings.streaming.events_topic, {})
-    ingest_read = Checkpoint(settings.checkpoint_uri("ingest")).committed_offsets().get(
-        settings.streaming.events_topic, {})
-    short = sorted(int(p) for p, end in job_read.items() if int(ingest_read.get(p, 0)) < int(end))
-    if not short:
-        return ""
-    return (f"ingest has not read {settings.streaming.events_topic} partition(s) "
-            f"{', '.join(map(str, short))} as far as the job: run ingest, then reconcile")
+    """Why device_events or device_alerts may lack a record the job has read: ingest has not
+    read that topic as far."""
+    ingest_read = Checkpoint(settings.checkpoint_uri("ingest")).committed_offsets()
+    for topic, job_read in sorted(checkpoint.committed_offsets().items()):
+        short = sorted(int(p) for p, end in job_read.items()
+                       if int(ingest_read.get(topic, {}).get(p, 0)) < int(end))
+        if short:
+            return (f"ingest has not read {topic} partition(s) {', '.join(map(str, short))} as far as the job: "
+                    "run ingest, then reconcile")
+    return ""
 
 
 def _record(job: _Job, waiting: DataFrame, counted: DataFrame, run_id: str, at: datetime) -> dict[str, int]:
@@ -334,4 +356,38 @@ def _holding(sessions: DataFrame, late_ms: DataFrame) -> DataFrame:
                   & (F.col("l.late_ms") <= F.unix_millis("s.session_end"))).select("s.*", *[F.col(f"l.{c}") for c in KAFKA_KEY])
 
 
-RECOUNTS = {"windowed-averages": _windows, "fleet-rollup": _fleet, "sessions": _sessions}
+def _alerts(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[str, Corrected]]:
+    """The alerts a late event falls in the range of, and the late alerts themselves,
+    joined again with every event of their ranges."""
+    settings = job.settings.streaming
+    context = F.expr(f"INTERVAL {settings.alert_context.ms} MILLISECONDS")
+    is_alert = F.col("topic") == settings.alerts_topic
+    # a late event waits until every alert whose range it is in is final; a late alert is final
+    # (the watermark that dropped it had passed it)
+    ready = late.where(is_alert | (F.col("event_time") + context <= F.lit(job.final_through))).localCheckpoint()
+    # an alert a late event is in the range of: the device's, in [event_time, event_time + context]
+    reach = ready.select("device_id", F.col("event_time").alias("_lo"), (F.col("event_time") + context).alias("_hi"),
+                         F.when(is_alert, F.col("event_id")).alias("late_alert_id"))
+    alerts = job.alerts(reach, lambda col, a, r: (col(f"{a}.device_id") == col(f"{r}.device_id")) & (
+        (col(f"{a}.alert_id") == col(f"{r}.late_alert_id"))
+        | (col(f"{r}.late_alert_id").isNull() & (col(f"{a}.alert_time") >= col(f"{r}._lo"))
+           & (col(f"{a}.alert_time") <= col(f"{r}._hi")))))
+    if alerts is None:
+        return ready.select(*KAFKA_KEY), {}
+    alerts = alerts.select(*ALERT_COLUMNS).persist()
+    try:
+        ranges = alerts.select("device_id", (F.col("alert_time") - context).alias("_lo"), F.col("alert_time").alias("_hi"))
+        events = job.events(ranges, lambda col, e, r: (col(f"{e}.device_id") == col(f"{r}.device_id"))
+                            & (col(f"{e}.event_time") >= col(f"{r}._lo")) & (col(f"{e}.event_time") <= col(f"{r}._hi")))
+        context_rows, silent = recount.alert_rows(settings, alerts, events)
+        key = ("alert_id", "event_id")
+        corrected = {ALERT_SIGNAL_CONTEXT.name: job.correct(ALERT_SIGNAL_CONTEXT, key, context_rows, None, at),
+                     # an alert a counted event now joins is taken back from the silent ones
+                     ALERTS_WITHOUT_TELEMETRY.name: job.correct(ALERTS_WITHOUT_TELEMETRY, ("alert_id",), silent,
+                                                                alerts.select("alert_id"), at)}
+        return ready.select(*KAFKA_KEY), corrected
+    finally:
+        alerts.unpersist()
+
+
+RECOUNTS = {"windowed-averages": _windows, "fleet-rollup": _fleet, "sessions": _sessions, "alert-join": _alerts}

@@ -189,7 +189,7 @@ def build(settings: Settings, span: str = "24 hours") -> str:
         ("Late events counted by reconcile", _figure(
             _stacked(decided.assign(decision=decided.job + ": " + decided.outcome) if not decided.empty else decided,
                      "reconciled_at", "decision", "reconciled at (UTC)", "late events decided on"),
-            "Late events sigflow reconcile counted in their windows and sessions, or found beyond late_horizon")),
+            "Late events sigflow reconcile counted in the results they belong to, or found beyond late_horizon")),
         ("Quarantine", _figure(
             _stacked(quarantined, "kafka_timestamp", "reason_code", "arrival (Kafka timestamp)", "records"),
             "Quarantined records, by arrival time and reason")),

@@ -13,7 +13,11 @@ from datetime import datetime, timezone
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError
-from spark_jobs.ops.restart.plan import Plan, refuse_if_unfinished_restart
+from spark_jobs.ops.restart.plan import (
+    Plan,
+    refuse_if_reconciling,
+    refuse_if_unfinished_restart,
+)
 from spark_jobs.ops.restart.recover import plan_recover
 from spark_jobs.ops.restart.resume import plan_resume, stop_running
 from spark_jobs.ops.restart.rewind import plan_rewind
@@ -51,6 +55,8 @@ def plan(
         made.command = command(job, action, to_batch=to_batch, to_time=to_time, source=source, force=force,
                                accept_state_loss=accept_state_loss)
         refuse_if_unfinished_restart(made)
+        if action != "resume":  # resume deletes no row
+            refuse_if_reconciling(made)
         return made
 
     first = planned()

@@ -181,6 +181,17 @@ def refuse_if_applying(holder: Holder, plan: Plan) -> bool:
     return True
 
 
+def refuse_if_reconciling(plan: Plan) -> None:
+    """A rewind or recover refuses while a reconcile of the job runs: it would delete rows
+    and decisions under the reconcile's corrections, or the reconcile would correct rows the
+    re-run then writes again. Looked at again holding the job's lease (``Plan.replan``), after
+    which a reconcile starting refuses in turn (ops/reconcile.py)."""
+    reconciling = plan.snapshot.reconciling if plan.snapshot else None
+    if reconciling is not None:
+        plan.refuse(f"a reconcile of {reconciling.job} is running ({reconciling.describe()}): let it finish, "
+                    "then plan again")
+
+
 def refuse_if_unfinished_restart(plan: Plan) -> None:
     """Any plan refuses while another restart is half applied on the job (its intent is
     there): planned on top of it, it would skip or repeat rows. Applying that same restart

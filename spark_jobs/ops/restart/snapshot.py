@@ -24,7 +24,7 @@ from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
-from spark_jobs.runtime.checkpoint.lease import Holder, Lease
+from spark_jobs.runtime.checkpoint.lease import RECONCILE, Holder, Lease
 from spark_jobs.runtime.delta.table_access import table_version
 
 
@@ -45,6 +45,8 @@ class JobSnapshot:
     intent: RestartIntent | UnreadableIntent | None
     # the job's own tables' versions (the shared tables are changed by their rows, not restored)
     table_versions: dict[str, int | None] = field(default_factory=dict)
+    # a live reconcile of the job, which may be correcting the rows a rewind or recover deletes
+    reconciling: Holder | None = None
 
     @classmethod
     def take(cls, settings: Settings, job_name: str, action: str, lease: Lease | None = None) -> JobSnapshot:
@@ -62,8 +64,10 @@ class JobSnapshot:
             intent = lease.intent()
         except UnreadableIntent as unreadable:
             intent = unreadable
+        reconciling = Lease(checkpoint, job.name, lease.ttl_s, purpose=RECONCILE).holder()
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
-                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables})
+                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables},
+                   reconciling if reconciling is not None and reconciling.alive() else None)
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)

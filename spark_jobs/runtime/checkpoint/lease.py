@@ -55,6 +55,11 @@ from spark_jobs.runtime.processes import start_time, started_as_recorded
 LEASE_FILE = "sigflow.lease"
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
+# sigflow reconcile's own lease, beside the job's (``<checkpoint>.reconcile.lease/``): one
+# reconcile of a job at a time, and a rewind or recover holding the job's lease refuses while
+# one is taken (each takes its own first, then looks at the other's: one of two always sees
+# the other)
+RECONCILE = "reconcile"
 # How far apart two hosts' wall clocks may be (NTP keeps them within milliseconds): a holder
 # on another host keeps its lease this much past lease_ttl.
 CLOCK_SKEW_S = 10.0
@@ -74,7 +79,7 @@ class Holder:
     process_started: float  # the process's start time (runtime/processes.py), which a reused pid lacks
     renewed: float  # epoch seconds
     ttl_s: float
-    purpose: str = RUN  # or the restart being applied: "rewind", "recover", "resume"
+    purpose: str = RUN  # or the restart being applied: "rewind", "recover", "resume"; or RECONCILE
     renewed_since_boot: float | None = None  # since_boot() at the renewal; None from older versions
     released: bool = False  # let go by its holder: the file stays, so generations only grow
     generation: int = 0  # from the file's name, not its content
@@ -124,7 +129,8 @@ class Lease:
             raise ValueError(f"a lease's ttl must be above 0 s, not {ttl_s}")
         self.checkpoint, self.job, self.ttl_s, self.purpose = checkpoint, job, ttl_s, purpose
         # beside the checkpoint, not in it: a recover moves the checkpoint aside while it holds this
-        self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.lease"
+        kind = "reconcile.lease" if purpose == RECONCILE else "lease"
+        self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.{kind}"
         self.owner = uuid.uuid4().hex[:12]
         self.generation: int | None = None  # the one this lease took
         self._heartbeat: threading.Thread | None = None
@@ -339,6 +345,9 @@ def _s3_put_if_absent(path: str, data: bytes) -> bool:
 
 def _refusal(holder: Holder, uri: str) -> JobAlreadyRunning:
     where = "this host" if holder.on_this_host() else holder.host
+    if holder.purpose == RECONCILE:
+        return JobAlreadyRunning(f"{holder.job}: a reconcile is running on {where}: {holder.describe()}",
+                                 "let it finish: the next reconcile goes on from what it recorded")
     if holder.purpose != RUN:
         return JobAlreadyRunning(
             f"{holder.job}: a {holder.purpose} is being applied to its checkpoint ({uri}) on {where}: "

@@ -4,32 +4,22 @@ import json
 
 import pytest
 
-from spark_jobs.runtime.kafka import admin as kafka_admin
-from tests.helpers import at, produce, run_job, send, table
+from tests.helpers import (
+    at,
+    run_job,
+    send,
+    send_alert,
+    single_partition_topics,
+    table,
+)
 from tests.oracle import Event
 
 
-def one_partition_topics(settings, **overrides):
-    s = settings.replace(
-        events_topic=settings.streaming.events_topic + "-p1", alerts_topic=settings.streaming.alerts_topic + "-p1",
-        topic_partitions=1, **overrides,
-    )
-    kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic], 1, s.kafka.topic_retention_ms)
-    return s
-
-
-def alert(settings, alert_id, device, t_ms, severity="critical"):
-    from spark_jobs.local.simulate import iso
-
-    body = {"alert_id": alert_id, "device_id": device, "alert_time": iso(t_ms), "severity": severity, "kind": "overheat"}
-    produce(settings, [(device.encode(), json.dumps(body).encode())], settings.streaming.alerts_topic)
-
-
 def test_alert_gets_the_events_in_its_range_as_soon_as_both_arrive(spark, settings):
-    s = one_partition_topics(settings)
+    s = single_partition_topics(settings)
     send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 3), 2.0),
              Event("e3", "d1", at(12, 6), 3.0), Event("e4", "d9", at(12, 4), 9.0)])
-    alert(s, "a1", "d1", at(12, 5))
+    send_alert(s, "a1", "d1", at(12, 5))
     run_job(spark, s, "alert-join")
     context = table(s, "alert_signal_context")
     assert sorted(context.event_id) == ["e1", "e2"]  # [12:00, 12:05] of d1 only
@@ -39,7 +29,7 @@ def test_alert_gets_the_events_in_its_range_as_soon_as_both_arrive(spark, settin
 
 def _silent_device_scenario(spark, s):
     send(s, [Event("e1", "d1", at(12, 0), 1.0)])
-    alert(s, "silent", "d2", at(12, 5))  # no d2 event at all
+    send_alert(s, "silent", "d2", at(12, 5))  # no d2 event at all
     run_job(spark, s, "alert-join")
     assert len(table(s, "alerts_without_telemetry")) == 0  # not proven yet
     send(s, [Event("e2", "d1", at(12, 50), 1.0)])  # only the events side moves on
@@ -47,12 +37,12 @@ def _silent_device_scenario(spark, s):
 
 
 def test_silent_device_alert_waits_for_the_slower_side_under_min_policy(spark, settings):
-    s = one_partition_topics(settings, multiple_watermark_policy="min")
+    s = single_partition_topics(settings, multiple_watermark_policy="min")
     _silent_device_scenario(spark, s)
     assert len(table(s, "alerts_without_telemetry")) == 0  # alerts' watermark holds it back
     # Both inputs must see data within one run: Spark checkpoints only the global watermark,
     # so a restarted query under `min` waits for every input (docs/streaming-facts.md).
-    alert(s, "later", "d1", at(12, 50))
+    send_alert(s, "later", "d1", at(12, 50))
     send(s, [Event("e3", "d1", at(12, 51), 1.0)])
     run_job(spark, s, "alert-join")
     silent = table(s, "alerts_without_telemetry")
@@ -60,18 +50,18 @@ def test_silent_device_alert_waits_for_the_slower_side_under_min_policy(spark, s
 
 
 def test_silent_device_alert_follows_the_faster_side_under_max_policy(spark, settings):
-    s = one_partition_topics(settings, multiple_watermark_policy="max")
+    s = single_partition_topics(settings, multiple_watermark_policy="max")
     _silent_device_scenario(spark, s)
     assert table(s, "alerts_without_telemetry").alert_id.tolist() == ["silent"]
 
 
 def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
-    s = one_partition_topics(settings)
+    s = single_partition_topics(settings)
     for step in range(3):  # 3 x 15 minutes of event time, an event a minute per device
         base = at(6, 0) + step * 15 * 60_000
         send(s, [Event(f"e{step}-{m}-{d}", f"d{d}", base + m * 60_000, 1.0) for m in range(15) for d in range(3)])
         for m in range(0, 15, 5):
-            alert(s, f"a{step}-{m}", "d0", base + m * 60_000)
+            send_alert(s, f"a{step}-{m}", "d0", base + m * 60_000)
         run_job(spark, s, "alert-join")
     last = json.loads(table(s, "pipeline_metrics").sort_values("batch_id").progress_json.iloc[-1])
     join_rows = [op["numRowsTotal"] for op in last["stateOperators"] if op["operatorName"] == "symmetricHashJoin"]
@@ -87,14 +77,14 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
     join, so an event 10 minutes behind its own side is still joined; under `max` the faster
     side's governs, and both that event and an alert 8 minutes behind are dropped, and listed
     in late_events."""
-    s = one_partition_topics(settings, watermark_delay="2 minutes", alert_watermark_delay="20 minutes",
+    s = single_partition_topics(settings, watermark_delay="2 minutes", alert_watermark_delay="20 minutes",
                              multiple_watermark_policy=policy)
     send(s, [Event("e_new", "d1", at(12, 30), 1.0)])
-    alert(s, "a_new", "d2", at(12, 30))
+    send_alert(s, "a_new", "d2", at(12, 30))
     run_job(spark, s, "alert-join")  # watermarks: events 12:28, alerts 12:10
     send(s, [Event("e_late", "d3", at(12, 20), 1.0)])
-    alert(s, "a3", "d3", at(12, 22))
-    alert(s, "keep-inputs-moving", "d1", at(12, 31))
+    send_alert(s, "a3", "d3", at(12, 22))
+    send_alert(s, "keep-inputs-moving", "d1", at(12, 31))
     send(s, [Event("e_more", "d1", at(12, 31), 1.0)])
     run_job(spark, s, "alert-join")
     context = table(s, "alert_signal_context")
@@ -111,13 +101,13 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
 def test_a_re_sent_event_joins_each_alert_once(spark, settings):
     """The same event sent twice in one batch and again in the next: one row per
     (alert, event) pair, and the repeats are counted as duplicates."""
-    s = one_partition_topics(settings)
+    s = single_partition_topics(settings)
     e1, e2 = Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 2), 2.0)
     send(s, [e1, e1, e2])
-    alert(s, "a1", "d1", at(12, 4))
+    send_alert(s, "a1", "d1", at(12, 4))
     run_job(spark, s, "alert-join")
     send(s, [e2, Event("e3", "d1", at(12, 3), 3.0)])
-    alert(s, "a2", "d1", at(12, 5))
+    send_alert(s, "a2", "d1", at(12, 5))
     run_job(spark, s, "alert-join")
     context = table(s, "alert_signal_context")
     assert sorted(zip(context.alert_id, context.event_id)) == [
@@ -129,16 +119,16 @@ def test_a_re_sent_event_joins_each_alert_once(spark, settings):
 def test_a_re_sent_alert_is_one_alert(spark, settings):
     """An at-least-once producer re-sends alerts: an alert_id is one alert. A copy in the same
     batch or in a later one adds no context row and no second 'without telemetry' row."""
-    s = one_partition_topics(settings)
+    s = single_partition_topics(settings)
     send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 2), 2.0)])
-    alert(s, "a1", "d1", at(12, 4))
-    alert(s, "a1", "d1", at(12, 4))
-    alert(s, "silent", "d2", at(12, 5))
+    send_alert(s, "a1", "d1", at(12, 4))
+    send_alert(s, "a1", "d1", at(12, 4))
+    send_alert(s, "silent", "d2", at(12, 5))
     run_job(spark, s, "alert-join")
-    alert(s, "a1", "d1", at(12, 4))  # re-sent after its first copy was joined
-    alert(s, "silent", "d2", at(12, 5))
+    send_alert(s, "a1", "d1", at(12, 4))  # re-sent after its first copy was joined
+    send_alert(s, "silent", "d2", at(12, 5))
     send(s, [Event("e3", "d1", at(12, 50), 3.0)])
-    alert(s, "later", "d1", at(12, 50))
+    send_alert(s, "later", "d1", at(12, 50))
     run_job(spark, s, "alert-join")
     context = table(s, "alert_signal_context")
     assert sorted(zip(context.alert_id, context.event_id)) == [("a1", "e1"), ("a1", "e2"), ("later", "e3")]

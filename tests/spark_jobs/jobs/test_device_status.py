@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from spark_jobs.ops import restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from tests.helpers import at, run_job, send, table
+from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
 from tests.oracle import Event
-from tests.spark_jobs.jobs.test_alert_join import alert, one_partition_topics
 
 
 def _oracle(events: list[Event], alerts: list[tuple[str, str, int, str]]) -> dict[str, tuple]:
@@ -37,11 +36,11 @@ def _status(s) -> dict[str, tuple]:
 
 def _send_alerts(s, alerts) -> None:
     for alert_id, device, t_ms, severity in alerts:
-        alert(s, alert_id, device, t_ms, severity)
+        send_alert(s, alert_id, device, t_ms, severity)
 
 
 def test_device_status_is_each_devices_latest_event_and_alert_through_restarts_and_a_rewind(spark, settings):
-    s = one_partition_topics(settings)
+    s = single_partition_topics(settings)
     first = [Event("a1", "d1", at(12, 5), 1.0), Event("a2", "d1", at(12, 1), 2.0),  # out of order
              Event("a3", "d2", at(12, 3), 3.0), Event("a4", "d2", at(12, 3), 4.0),  # a tie: the later one wins
              Event("a5", "d3", at(12, 0), 5.0)]

@@ -195,7 +195,8 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     assert [ms(t) for t in a.session_start] == [at(10, 0)] and a.revision.tolist() == [1]
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
     assert {name: _version(s, name) for name in versions} == versions  # again: nothing to do
-    assert all(entry.waiting == 0 and entry.last_reconciled for entry in late_backlog.backlog(s).values())
+    backlog = late_backlog.backlog(s)
+    assert all(backlog[job].waiting == 0 and backlog[job].last_reconciled for job in JOBS[1:])
     scrape = prometheus.exposition(s)
     assert 'sigflow_late_events_waiting{sigflow_job="sessions"} 0.0' in scrape
     assert 'sigflow_last_reconcile_timestamp_seconds{sigflow_job="windowed-averages"}' in scrape
@@ -254,3 +255,50 @@ def test_reconcile_refuses_a_job_whose_restart_is_being_applied_or_half_applied(
     checkpoint.save_identity({**checkpoint.identity(), "pending_rewind": 3})
     with pytest.raises(SigflowError, match="a rewind to batch 3 did not finish"):
         job.check_no_restart()
+
+
+def test_one_reconcile_of_a_job_at_a_time(spark, settings):
+    """Two reconciles of one job at once (the hourly DAG's and one by hand) would both record
+    the same decisions: the second is refused, naming the first, until it ends."""
+    from spark_jobs.contracts.tables import LATE_EVENTS
+    from spark_jobs.errors import JobAlreadyRunning
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import RECONCILE, Lease
+    from spark_jobs.runtime.delta import schema
+
+    committed_checkpoint(settings, "sessions", read_to=0)
+    schema.ensure_with_spark(spark, settings.table_uri(LATE_EVENTS.name), LATE_EVENTS)
+    running = Lease(Checkpoint(settings.checkpoint_uri("sessions")), "sessions", settings.operations.lease_ttl.seconds,
+                    purpose=RECONCILE)
+    with running:
+        with pytest.raises(JobAlreadyRunning, match=f"sessions: a reconcile is running on this host: reconcile of "
+                                                    f"sessions {running.owner}"):
+            reconcile.run(spark, settings, ["sessions"])
+    assert reconcile.run(spark, settings, ["sessions"]).jobs[0].line() == "sessions: no late events waiting"
+
+
+def test_a_rewind_refuses_while_a_reconcile_of_the_job_runs_even_one_begun_after_planning(spark, settings):
+    """A rewind deletes the rows a running reconcile is correcting and the decisions it is
+    recording. Planned before the reconcile began and approved after, its apply looks again
+    holding the job's lease, refuses, and changes nothing."""
+    from spark_jobs.ops.restart.plan import PlanRefused
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import RECONCILE, Lease
+
+    s = single_partition(settings)
+    for t in (at(10, 0), at(11, 0)):
+        send(s, [Event(f"e{t}", "A", t, 1.0)])
+        run_job(spark, s, "sessions")
+    checkpoint = Checkpoint(s.checkpoint_uri("sessions"))
+    last, versions = checkpoint.last_committed(), _version(s, "late_events")
+    planned = restart.plan(s, "sessions", "rewind", to_batch=0)
+    assert not planned.refusals
+    with Lease(checkpoint, "sessions", s.operations.lease_ttl.seconds, purpose=RECONCILE):
+        again = restart.plan(s, "sessions", "rewind", to_batch=0)
+        assert any(r.startswith("a reconcile of sessions is running") for r in again.refusals)
+        with pytest.raises(PlanRefused, match="(?s)REFUSED: a reconcile of sessions is running.*nothing was changed"):
+            planned.apply()
+    assert checkpoint.last_committed() == last and _version(s, "late_events") == versions
+    assert Lease(checkpoint, "sessions", s.operations.lease_ttl.seconds).intent() is None
+    restart.plan(s, "sessions", "rewind", to_batch=0).apply()  # once the reconcile ended
+    assert checkpoint.last_committed() == 0

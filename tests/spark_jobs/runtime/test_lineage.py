@@ -11,19 +11,25 @@ from deltalake import DeltaTable
 
 from spark_jobs.ops.table_lineage import table_lineage
 from spark_jobs.runtime.lineage_events import RunLineage, events_file
-from tests.helpers import at, json_lines, run_job, send, table
+from tests.helpers import (
+    at,
+    json_lines,
+    run_job,
+    send,
+    send_alert,
+    table,
+)
 from tests.oracle import Event
-from tests.spark_jobs.jobs.test_alert_join import alert
 
 
 def test_the_lineage_of_alert_signal_context_names_both_topics_and_alert_join(spark, settings):
     s = settings
     send(s, [Event("e1", "d1", at(12, 0), 1.0), Event("e2", "d1", at(12, 3), 2.0)])
-    alert(s, "a1", "d1", at(12, 5))
+    send_alert(s, "a1", "d1", at(12, 5))
     run_job(spark, s, "alert-join")
     first_version = DeltaTable(s.table_uri("alert_signal_context")).version()
     send(s, [Event("e3", "d1", at(12, 20), 3.0)])
-    alert(s, "a2", "d1", at(12, 21))
+    send_alert(s, "a2", "d1", at(12, 21))
     run_job(spark, s, "alert-join")
     assert set(table(s, "alert_signal_context").alert_id) == {"a1", "a2"}
 

@@ -79,6 +79,7 @@ bench: install
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench_scale
 	$(BIN)/python -m tests.bench_reconcile
+	$(BIN)/python -m tests.bench_sessions
 	$(BIN)/python -m tests.bench_long
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)

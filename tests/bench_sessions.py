@@ -1,0 +1,208 @@
+"""The sessions job's state step, measured against its candidates in one run: each variant
+runs the whole job (Kafka to device_sessions) over the same records, warmed by one
+full-size run into throwaway tables, then --tries runs each in turn, the order rotating,
+each from a fresh checkpoint. Prints every rate and the medians beside plain ingest's.
+
+    python -m tests.bench_sessions [--events 100000] [--devices 1000] [--tries 3]
+
+Variants:
+- the job as it ships: ``applyInPandasWithState``, each device's batch cut with numpy.
+- ``transformWithState``: Spark 4's state API (Row-based Python, a value state and an
+  event-time timer per device, RocksDB state store), the same rule.
+- two bounds: the same operator with a state function that does nothing (what any state
+  function costs at least), and no session step at all (parse, dedup and Delta alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from spark_jobs.config import StreamingSettings, load_settings
+from spark_jobs.jobs.event_time import drop_repeats, valid_events, with_event_watermark
+from spark_jobs.jobs.sessions import (
+    CLOSED_BY_GAP,
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+    Session,
+    _from_state,
+    _to_state,
+    merge_sessions,
+)
+from spark_jobs.local import broker
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from tests import bench_handwritten
+from tests.helpers import confluent_produce
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+
+
+def _ms(value: datetime) -> int:
+    return int(value.replace(microsecond=0).timestamp()) * 1000 + value.microsecond // 1000
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+class SessionProcessor(StatefulProcessor):
+    """A device's open sessions in one value state, and one event-time timer at the earliest
+    open session's end (last event + gap): the watermark reaching it closes the session."""
+
+    def __init__(self, gap_ms: int):
+        self.gap_ms = gap_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.open = handle.getValueState("open_sessions", STATE_SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        sessions = _from_state(self.open.get()) if self.open.exists() else []
+        arrivals = [Session.of_event(_ms(row.event_time), row.signal) for row in rows]
+        yield from self._settle(key[0], merge_sessions(sessions + arrivals, self.gap_ms),
+                                timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
+        sessions = _from_state(self.open.get()) if self.open.exists() else []
+        yield from self._settle(key[0], sessions, timerValues.getCurrentWatermarkInMs())
+
+    def _settle(self, device_id: str, sessions: list[Session], watermark: int) -> Iterator[Row]:
+        still_open = [s for s in sessions if s.last_ms + self.gap_ms > watermark]
+        for timer in self.handle.listTimers():
+            self.handle.deleteTimer(timer)
+        if still_open:
+            self.open.update(_to_state(still_open))
+            self.handle.registerTimer(min(s.last_ms for s in still_open) + self.gap_ms)
+        else:
+            self.open.clear()
+        for s in sessions:
+            if s.last_ms + self.gap_ms <= watermark:
+                yield Row(device_id=device_id, session_start=_utc(s.start_ms), session_end=_utc(s.last_ms),
+                          event_count=s.event_count, avg_signal=s.signal_sum / s.event_count,
+                          min_signal=s.signal_min, max_signal=s.signal_max, closed_reason=CLOSED_BY_GAP)
+
+    def close(self) -> None:
+        pass
+
+
+def build_tws(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+    events = valid_events(settings, records)
+    return (
+        drop_repeats(with_event_watermark(settings, events))
+        .select("device_id", "event_time", "signal")
+        .groupBy("device_id")
+        .transformWithState(SessionProcessor(settings.session_gap.ms), outputStructType=OUTPUT_SCHEMA,
+                            outputMode="Append", timeMode="EventTime")
+    )
+
+
+def _noop(key, batches, state):
+    for _ in batches:
+        pass
+    return iter(())
+
+
+def build_noop(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+    """The operator with a state function that does nothing: what the Python step cannot save."""
+    events = valid_events(settings, records)
+    return (
+        drop_repeats(with_event_watermark(settings, events))
+        .select("device_id", "event_time", "signal")
+        .groupBy("device_id")
+        .applyInPandasWithState(_noop, outputStructType=OUTPUT_SCHEMA, stateStructType=STATE_SCHEMA,
+                                outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
+    )
+
+
+def build_no_state(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+    """Dedup alone, no session step: what the rest of the job costs."""
+    events = valid_events(settings, records)
+    return (drop_repeats(with_event_watermark(settings, events)).select(
+        "device_id", F.col("event_time").alias("session_start"), F.col("event_time").alias("session_end"),
+        F.lit(1).cast("bigint").alias("event_count"), F.col("signal").alias("avg_signal"),
+        F.col("signal").alias("min_signal"), F.col("signal").alias("max_signal"), F.lit("x").alias("closed_reason")))
+
+
+def variants():
+    from dataclasses import replace
+
+    from spark_jobs.jobs.sessions import SESSIONS
+
+    return {
+        "applyInPandasWithState (the job)": (SESSIONS, None),
+        "transformWithState": (replace(SESSIONS, build=build_tws), ROCKSDB),
+        "applyInPandasWithState, a state function doing nothing": (replace(SESSIONS, build=build_noop), None),
+        "no session step (dedup only)": (replace(SESSIONS, build=build_no_state), None),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--tries", type=int, default=3)
+    parser.add_argument("--only", nargs="+", default=None)
+    args = parser.parse_args(argv)
+
+    from spark_jobs.runtime.runner import JobRun
+    from spark_jobs.runtime.spark import get_spark
+
+    data = Path(tempfile.mkdtemp(prefix="sigflow-bench-sessions-"))
+    base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0, "shuffle_partitions": 2})
+    info = broker.start(base)
+    try:
+        s = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
+        kafka_admin.create_topics(info.bootstrap_servers, [s.streaming.events_topic], s.kafka.topic_partitions,
+                                  s.kafka.topic_retention_ms)
+        records = generate_events(args.events, devices=args.devices, seed=1, late_ratio=0.01, duplicate_ratio=0.02,
+                                  malformed_ratio=0.01)
+        confluent_produce(info.bootstrap_servers, s.streaming.events_topic, [(r.key, r.value) for r in records])
+        spark = get_spark(s, "sigflow-bench-sessions")
+        default_provider = spark.conf.get(PROVIDER)
+        chosen = {name: v for name, v in variants().items() if not args.only or name in args.only}
+
+        def run(name: str, tag: str) -> float:
+            job, provider = chosen[name]
+            spark.conf.set(PROVIDER, provider or default_provider)
+            fresh = s.replace(checkpoint_root=str(data / f"{tag}-cp"), delta_root=str(data / f"{tag}-delta"))
+            started = time.perf_counter()
+            JobRun(job, fresh, spark).run_available_now()
+            return args.events / (time.perf_counter() - started)
+
+        def plain(tag: str) -> float:
+            return bench_handwritten.rate(spark, s, "plain ingest", args.events, data / tag)
+
+        runners = {name: (lambda tag, name=name: run(name, tag)) for name in chosen} | {"plain ingest": plain}
+        for name, runner in runners.items():
+            runner(f"warm-{name}")
+        rates: dict[str, list[float]] = {name: [] for name in runners}
+        names = list(runners)
+        for attempt in range(args.tries):
+            for name in names[attempt % len(names):] + names[:attempt % len(names)]:
+                rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
+        plain_median = statistics.median(rates["plain ingest"])
+        for name, measured in rates.items():
+            median = statistics.median(measured)
+            print(f"{name}: {' / '.join(f'{r:,.0f}' for r in measured)} events/s; median {median:,.0f} "
+                  f"({median / plain_median:.2f} of plain ingest)")
+    finally:
+        broker.stop(base)
+        shutil.rmtree(data, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

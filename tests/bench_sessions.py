@@ -1,7 +1,8 @@
 """The sessions job's state step, measured against its candidates in one run: each variant
 runs the whole job (Kafka to device_sessions) over the same records, warmed by one
 full-size run into throwaway tables, then --tries runs each in turn, the order rotating,
-each from a fresh checkpoint. Prints every rate and the medians beside plain ingest's.
+each from a fresh checkpoint. Prints every rate and the medians beside plain ingest's,
+and whether a candidate's device_sessions equal the job's.
 
     python -m tests.bench_sessions [--events 100000] [--devices 1000] [--tries 3]
 
@@ -136,13 +137,25 @@ def build_no_state(settings: StreamingSettings, records: DataFrame) -> DataFrame
         F.col("signal").alias("min_signal"), F.col("signal").alias("max_signal"), F.lit("x").alias("closed_reason")))
 
 
+JOB = "applyInPandasWithState (the job)"
+SAME_RULE = (JOB, "transformWithState")
+
+
+def _sessions(delta_root: Path) -> list[tuple]:
+    from spark_jobs.runtime.delta.table_access import read_pandas
+
+    rows = read_pandas(str(delta_root / "device_sessions"), columns=["device_id", "session_start", "session_end",
+                                                                      "event_count"])
+    return sorted(rows.itertuples(index=False, name=None))
+
+
 def variants():
     from dataclasses import replace
 
     from spark_jobs.jobs.sessions import SESSIONS
 
     return {
-        "applyInPandasWithState (the job)": (SESSIONS, None),
+        JOB: (SESSIONS, None),
         "transformWithState": (replace(SESSIONS, build=build_tws), ROCKSDB),
         "applyInPandasWithState, a state function doing nothing": (replace(SESSIONS, build=build_noop), None),
         "no session step (dedup only)": (replace(SESSIONS, build=build_no_state), None),
@@ -193,11 +206,15 @@ def main(argv=None) -> int:
         for attempt in range(args.tries):
             for name in names[attempt % len(names):] + names[:attempt % len(names)]:
                 rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
+        # the candidates must give the job's sessions, or their rate means nothing
+        same = {name: _sessions(data / f"warm-{name}-delta") == _sessions(data / f"warm-{JOB}-delta")
+                for name in chosen if name in SAME_RULE and JOB in chosen}
         plain_median = statistics.median(rates["plain ingest"])
         for name, measured in rates.items():
             median = statistics.median(measured)
+            rule = "" if name not in same else "; the job's sessions" if same[name] else "; NOT the job's sessions"
             print(f"{name}: {' / '.join(f'{r:,.0f}' for r in measured)} events/s; median {median:,.0f} "
-                  f"({median / plain_median:.2f} of plain ingest)")
+                  f"({median / plain_median:.2f} of plain ingest){rule}")
     finally:
         broker.stop(base)
         shutil.rmtree(data, ignore_errors=True)

@@ -9,8 +9,8 @@ tables, then --tries runs of each, alternating which goes first, each from a fre
 checkpoint; the medians compared, every rate printed): each job's end-to-end events per
 second, its ratio to its hand-written job (alert-join and sessions: to the plain ingest job)
 and to each ceiling, and its no-data
-batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10% malformed storm beside its rate over as many clean
-records; ingest's batch latency (p50, p95, p99) at a fixed offered load; a critical alert's
+batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10%
+malformed storm beside its rate over as many clean records, measured alike (``storm_rates``); ingest's batch latency (p50, p95, p99) at a fixed offered load; a critical alert's
 end-to-end latency through alert-fastpath and alert-join at fixed alert rates
 (tests/bench_alerts.py); the state rows of the
 stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
@@ -263,26 +263,47 @@ def state_rows_over_event_time(spark, settings, devices: int, say=print) -> dict
     return {job: tuple(rows) for job, rows in stages.items()}
 
 
-def storm_rates(spark, settings, events: int, say=print) -> tuple[float, float]:
-    """ingest's events per second over `events` clean records, then over as many of which
-    10% are garbage of every kind (binary, truncated JSON, 300 KiB payloads, wrong types,
-    far-future and far-past times); the quarantined count is printed beside the malformed
-    count. Same volume, same batch shape: the two rates compare."""
+def storm_rates(spark, settings, events: int, tries: int = 3, warm: bool = True, say=print) -> tuple[float, float]:
+    """ingest's events per second over `events` clean records, and over as many of which 10%
+    are garbage of every kind (binary, truncated JSON, 300 KiB payloads, wrong types,
+    far-future and far-past times), measured alike: each warmed by one run (unless ``warm``
+    is off), then ``tries`` runs of each, alternating which goes first, every run from a
+    fresh checkpoint into fresh tables over the same records; the medians. The quarantined
+    count is printed beside the malformed count."""
     from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
-    rates = []
+    sides = {}
     for name, malformed_ratio in (("clean", 0.0), ("storm", 0.10)):
         s = _own_topics(settings, name, alerts=True)  # the shared alerts topic has malformed alerts
         records = generate_events(events, devices=1000, seed=3, malformed_ratio=malformed_ratio)
         confluent_produce(s.kafka.bootstrap_servers, s.streaming.events_topic, [(r.key, r.value) for r in records])
+        sides[name] = (s, sum(r.kind in MALFORMED_KINDS for r in records))
+
+    quarantined: list[int] = []  # by each storm run
+
+    def run(name: str, tag: str) -> float:
+        s, _ = sides[name]
+        fresh = s.replace(checkpoint_root=f"{s.checkpoint_root_uri}-{tag}", delta_root=f"{s.delta_root_uri}-{tag}")
         started = time.perf_counter()
-        summary = JobRun(get_job("ingest"), s, spark).run_available_now()
-        rates.append(_rate(events, time.perf_counter() - started))
-        malformed = sum(r.kind in MALFORMED_KINDS for r in records)
-        say(f"  ingest, {name} ({malformed_ratio:.0%} malformed): {rates[-1]:,.0f} events/s, "
-            f"{summary.rows_written.get('quarantined_events', 0):,} quarantined of {malformed:,} malformed")
-    return rates[0], rates[1]
+        summary = JobRun(get_job("ingest"), fresh, spark).run_available_now()
+        rate = _rate(events, time.perf_counter() - started)
+        if name == "storm":
+            quarantined.append(summary.rows_written.get("quarantined_events", 0))
+        return rate
+
+    if warm:
+        for name in sides:
+            run(name, "warm")
+    measured: dict[str, list[float]] = {name: [] for name in sides}
+    for attempt in range(tries):
+        for name in (("clean", "storm") if attempt % 2 == 0 else ("storm", "clean")):
+            measured[name].append(run(name, str(attempt)))
+    clean, storm = statistics.median(measured["clean"]), statistics.median(measured["storm"])
+    say(f"  ingest, clean: {_rates(measured['clean'])} events/s; storm (10% malformed): "
+        f"{_rates(measured['storm'])} events/s (median ratio {storm / clean:.2f}), the fewest a run "
+        f"quarantined: {min(quarantined):,} quarantined of {sides['storm'][1]:,} malformed")
+    return clean, storm
 
 
 def main(argv=None) -> int:
@@ -381,7 +402,7 @@ def main(argv=None) -> int:
             bar.update()
         idle_ms = no_data_batches(spark, s, args.jobs, say)
         bar.update()
-        clean, storm = storm_rates(spark, s, args.storm_events, say)
+        clean, storm = storm_rates(spark, s, args.storm_events, args.tries, "warm-up" not in args.skip, say)
         bar.update()
         figures[f"ingest, {args.storm_events} clean records (events/s)"] = clean
         figures[f"ingest under a 10% malformed storm, {args.storm_events} records (events/s)"] = storm

@@ -99,15 +99,17 @@ class SessionProcessor(StatefulProcessor):
         pass
 
 
-def build_tws(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+def _by_device(settings: StreamingSettings, records: DataFrame):
+    """The job's input to its state step: valid events, deduplicated, grouped by device."""
     events = valid_events(settings, records)
-    return (
-        drop_repeats(with_event_watermark(settings, events))
-        .select("device_id", "event_time", "signal")
+    return drop_repeats(with_event_watermark(settings, events)).select("device_id", "event_time", "signal") \
         .groupBy("device_id")
-        .transformWithState(SessionProcessor(settings.session_gap.ms), outputStructType=OUTPUT_SCHEMA,
-                            outputMode="Append", timeMode="EventTime")
-    )
+
+
+def build_tws(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+    return _by_device(settings, records).transformWithState(
+        SessionProcessor(settings.session_gap.ms), outputStructType=OUTPUT_SCHEMA, outputMode="Append",
+        timeMode="EventTime")
 
 
 def _noop(key, batches, state):
@@ -118,14 +120,9 @@ def _noop(key, batches, state):
 
 def build_noop(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     """The operator with a state function that does nothing: what the Python step cannot save."""
-    events = valid_events(settings, records)
-    return (
-        drop_repeats(with_event_watermark(settings, events))
-        .select("device_id", "event_time", "signal")
-        .groupBy("device_id")
-        .applyInPandasWithState(_noop, outputStructType=OUTPUT_SCHEMA, stateStructType=STATE_SCHEMA,
-                                outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
-    )
+    return _by_device(settings, records).applyInPandasWithState(
+        _noop, outputStructType=OUTPUT_SCHEMA, stateStructType=STATE_SCHEMA, outputMode="append",
+        timeoutConf=GroupStateTimeout.EventTimeTimeout)
 
 
 def build_no_state(settings: StreamingSettings, records: DataFrame) -> DataFrame:
@@ -198,17 +195,20 @@ def main(argv=None) -> int:
         def plain(tag: str) -> float:
             return bench_handwritten.rate(spark, s, "plain ingest", args.events, data / tag)
 
-        runners = {name: (lambda tag, name=name: run(name, tag)) for name in chosen} | {"plain ingest": plain}
-        for name, runner in runners.items():
-            runner(f"warm-{name}")
-        rates: dict[str, list[float]] = {name: [] for name in runners}
-        names = list(runners)
-        for attempt in range(args.tries):
-            for name in names[attempt % len(names):] + names[:attempt % len(names)]:
-                rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
-        # the candidates must give the job's sessions, or their rate means nothing
-        same = {name: _sessions(data / f"warm-{name}-delta") == _sessions(data / f"warm-{JOB}-delta")
-                for name in chosen if name in SAME_RULE and JOB in chosen}
+        try:
+            runners = {name: (lambda tag, name=name: run(name, tag)) for name in chosen} | {"plain ingest": plain}
+            for name, runner in runners.items():
+                runner(f"warm-{name}")
+            rates: dict[str, list[float]] = {name: [] for name in runners}
+            names = list(runners)
+            for attempt in range(args.tries):
+                for name in names[attempt % len(names):] + names[:attempt % len(names)]:
+                    rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
+            # the candidates must give the job's sessions, or their rate means nothing
+            same = {name: _sessions(data / f"warm-{name}-delta") == _sessions(data / f"warm-{JOB}-delta")
+                    for name in chosen if name in SAME_RULE and JOB in chosen}
+        finally:
+            spark.conf.set(PROVIDER, default_provider)  # the session may go on (the suite's)
         plain_median = statistics.median(rates["plain ingest"])
         for name, measured in rates.items():
             median = statistics.median(measured)

@@ -71,3 +71,15 @@ def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_
     # 2,000 events per device, 5 s apart (2 h 47 min): the late events of the last 20 minutes
     # wait for their sliding windows, the watermark being 10 minutes behind; the others count
     assert 300 < late < 500 and late * 0.8 < counted < late and corrected > 0
+
+
+@pytest.mark.slow
+def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessions(capsys):
+    from tests import bench_sessions
+
+    assert bench_sessions.main(["--events", "600", "--devices", "20", "--tries", "1",
+                                "--only", bench_sessions.JOB, "transformWithState"]) == 0
+    out = capsys.readouterr().out
+    rates = dict(re.findall(r"^(.+?): [\d,]+ events/s; median [\d,]+ \((\d\.\d\d) of plain ingest\)", out, re.M))
+    assert set(rates) == {bench_sessions.JOB, "transformWithState", "plain ingest"} and rates["plain ingest"] == "1.00"
+    assert re.search(r"^transformWithState: .*; the job's sessions$", out, re.M), out

@@ -1,11 +1,11 @@
-"""sigflow_reconcile: late events counted in the windows, fleet rollups and sessions they
-belong to, every hour.
+"""sigflow_reconcile: late events counted in the windows, fleet rollups, sessions and alert
+contexts they belong to, every hour.
 
 A streaming job drops an event behind its watermark into late_events. This run recounts
 the rows each such event belongs to, once they are final, and corrects them in place
 (`revision` + 1, `corrected_at`); an event more than `late_horizon` after its window's
 end is recorded as beyond the horizon and not counted. It refuses while a restart of a job
-is being applied. Running it again changes nothing. docs/runbooks/late-events.md.
+is being applied, or another reconcile of it runs. Running it again changes nothing. docs/runbooks/late-events.md.
 
 By hand: `sigflow reconcile [JOB...]`.
 """

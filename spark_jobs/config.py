@@ -353,6 +353,9 @@ class OperationsSettings(_Group):
     vacuum_retention: DurationSetting = "7 days"
     vacuum_retention_floor: DurationSetting = "1 hour"
     quarantine_retention: DurationSetting = "30 days"
+    # table_status gets a row per table per batch; maintenance deletes those older than this,
+    # each table's newest kept
+    table_status_retention: DurationSetting = "30 days"
     checkpoint_batches_retained: AtLeastOne = 100
     # `sigflow metrics serve`: the Prometheus exporter of what Spark does not know (verdicts,
     # records behind in Kafka, late and quarantined counts); loopback unless set otherwise.

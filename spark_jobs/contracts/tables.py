@@ -332,7 +332,9 @@ READING = {
     LATE_EVENTS_RECONCILED.name: Reading(("job", "topic", "partition", "offset"),
                                          "when written: one row per late_events row reconcile decided on"),
     PIPELINE_METRICS.name: Reading(("job", "checkpoint_id", "batch_id"), "when written, one row per batch"),
-    TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"), "when written, one row per batch"),
+    TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"),
+                               "when written, one row per batch; maintenance deletes rows older than "
+                               "table_status_retention, each table's newest kept"),
     DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written"),
     RESTART_AUDIT.name: Reading(("applied_at", "job", "action"), "when written"),
 }

@@ -1,11 +1,13 @@
 """Daily upkeep of the Delta tables and checkpoints; never changes what a table holds,
-except quarantined records past their retention.
+except quarantined records and table_status rows past their retention.
 
 * compact: small files (one per table per micro-batch) merged by delta-rs ``optimize.compact``;
 * vacuum: files no table version younger than ``vacuum_retention`` needs are deleted;
   a retention under ``vacuum_retention_floor`` is refused, and one that is not whole hours
   (what delta-rs takes) is rounded up, never down to 0;
 * quarantine: records older than ``quarantine_retention`` are deleted;
+* table_status: rows older than ``table_status_retention`` are deleted, each table's newest
+  kept (it says how complete the table is however long ago its job last ran);
 * checkpoints: offset and commit entries beyond the last ``checkpoint_batches_retained``.
 
 delta-rs is used in both modes: it reads and writes the same Delta protocol as delta-spark,
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS
+from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS, TABLE_STATUS
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
@@ -58,6 +60,8 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
         pruned = 0
         if name == QUARANTINED_EVENTS.name:
             pruned = _prune_quarantine(settings, table, dry_run)
+        if name == TABLE_STATUS.name:
+            pruned = _prune_table_status(settings, table, dry_run)
         if not dry_run:
             table.optimize.compact()
         vacuumed = table.vacuum(
@@ -93,6 +97,23 @@ def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
     old = count_matching(table.table_uri, ds.field("ingest_time") < cutoff)
     if old and not dry_run:
         table.delete(f"ingest_time < '{cutoff.strftime('%Y-%m-%d %H:%M:%S')}'")
+    return old
+
+
+def _prune_table_status(settings: Settings, table, dry_run: bool) -> int:
+    """Delete table_status rows older than its retention, but not a table's newest row."""
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=settings.operations.table_status_retention.seconds)
+    rows = table_access.read_pandas(table.table_uri, ["table_name", "recorded_at"])
+    if rows.empty:
+        return 0
+    newest = rows.groupby("table_name").recorded_at.max()
+    # per table, rows before the older of the cutoff and its newest row
+    bounds = {name: min(cutoff, at.to_pydatetime()) for name, at in newest.items()}
+    old = sum(int(((rows.table_name == name) & (rows.recorded_at < bound)).sum()) for name, bound in bounds.items())
+    if old and not dry_run:
+        table.delete(" OR ".join(
+            f"(table_name = '{name.replace(chr(39), chr(39) * 2)}' AND recorded_at < "
+            f"'{bound.strftime('%Y-%m-%d %H:%M:%S.%f')}')" for name, bound in bounds.items()))
     return old
 
 

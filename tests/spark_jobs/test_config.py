@@ -153,6 +153,7 @@ FLAT_SAMPLES = {
     "signal_max": ("5", 5.0), "quality_freshness": ("1 hour", 3600), "quality_chunk_rows": ("5000", 5000),
     "vacuum_retention": ("2 days", 172_800),
     "vacuum_retention_floor": ("2 hours", 7200), "quarantine_retention": ("10 days", 864_000),
+    "table_status_retention": ("3 days", 259_200),
     "checkpoint_batches_retained": ("50", 50), "metrics_host": ("0.0.0.0", "0.0.0.0"), "metrics_port": ("9500", 9500),
     "broker_port": ("29092", 29092), "broker_heap": ("1g", "1g"), "broker_log_level": ("WARN", "WARN"),
     "cluster_port": ("7078", 7078), "cluster_ui_port": ("8091", 8091), "cluster_workers": ("3", 3),

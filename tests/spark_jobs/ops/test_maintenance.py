@@ -64,3 +64,25 @@ def test_quarantined_records_past_retention_are_deleted(spark, settings):
     assert any("1 rows past retention deleted" in line for line in lines)
     remaining = table(settings, "quarantined_events")
     assert len(remaining) == 3 and remaining.ingest_time.min().year > 2020
+
+
+def test_table_status_rows_past_retention_are_deleted_but_each_tables_newest_stays(settings):
+    """A job that last ran before the retention still says how complete its table is."""
+    from spark_jobs.contracts.tables import TABLE_STATUS
+
+    now = datetime.now(timezone.utc)
+
+    def row(name: str, recorded_at: datetime) -> dict:
+        return {"table_name": name, "job": "j", "checkpoint_id": "c", "batch_id": 0, "batch_time": recorded_at,
+                "final_through": None, "rows_written": 1, "recorded_at": recorded_at}
+
+    rows = [row("quiet", datetime(2020, 1, 1, tzinfo=timezone.utc)), row("quiet", datetime(2020, 1, 2, tzinfo=timezone.utc)),
+            row("busy", datetime(2020, 1, 1, tzinfo=timezone.utc)), row("busy", now),
+            row("it's", datetime(2020, 1, 1, tzinfo=timezone.utc))]
+    write_deltalake(settings.table_uri("table_status"), pa.Table.from_pylist(rows, schema=arrow_schema(TABLE_STATUS)))
+
+    lines = maintenance.run(settings.replace(table_status_retention="30 days"))
+    assert any(line.startswith("table_status:") and "2 rows past retention deleted" in line for line in lines), lines
+    kept = table(settings, "table_status")
+    assert sorted(zip(kept.table_name, kept.recorded_at.dt.year)) == [("busy", now.year), ("it's", 2020), ("quiet", 2020)]
+    assert kept[kept.table_name == "quiet"].recorded_at.dt.day.tolist() == [2]

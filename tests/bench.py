@@ -32,6 +32,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -446,9 +447,47 @@ def main(argv=None) -> int:
     for path in alert_paths:
         print(f"bench {path.path} alerts_per_s={path.rate} p50_ms={path.p50_ms:.0f} p95_ms={path.p95_ms:.0f} "
               f"p99_ms={path.p99_ms:.0f} arrived={path.arrived}/{path.sent}")
+    goals = targets(per_job, handwritten, idle_ms, (clean, storm), latency["p95_ms"], args.latency_rate, alert_paths)
+    print(f"targets ({sum(t.met for t in goals)} of {len(goals)} met; `make run` <= 45 s is timed by hand):")
+    for goal in goals:
+        print(f"  {goal.line()}")
     if not args.no_write:
-        _append_report(args, figures, per_job, handwritten, ceilings, idle_ms)
+        _append_report(args, figures, per_job, handwritten, ceilings, idle_ms, goals)
     return 0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of docs/benchmarks.md's targets, with this run's figure."""
+
+    name: str
+    figure: float
+    goal: float
+    at_most: bool = False  # the figure must stay under the goal (a time), not reach it (a rate)
+
+    @property
+    def met(self) -> bool:
+        return self.figure <= self.goal if self.at_most else self.figure >= self.goal
+
+    def line(self) -> str:
+        sign, fmt = ("<=", ",.0f") if self.at_most else (">=", ".2f")
+        return f"{self.name}: {self.figure:{fmt}} (target {sign} {self.goal:{fmt}}) {'met' if self.met else 'MISSED'}"
+
+
+RATIO_GOALS = {"ingest": 1.0, "dedup": 1.0, "windowed-averages": 1.5, "alert-join": 0.7, "sessions": 0.7}
+
+
+def targets(per_job: dict[str, float], handwritten: dict[str, float], idle_ms: dict[str, float | None],
+            storm: tuple[float, float], p95_ms: float, latency_rate: int, alert_paths: list) -> list[Target]:
+    """Each target the run measured, beside its figure (docs/benchmarks.md)."""
+    found = [Target(f"{job} of {baseline(job)}", per_job[job] / handwritten[job], RATIO_GOALS[job])
+             for job in per_job]
+    found.append(Target("ingest under a 10% malformed storm, of clean", storm[1] / storm[0], 0.8))
+    found.append(Target(f"ingest batch p95 ms at {latency_rate:,} events/s", p95_ms, 1000, at_most=True))
+    found += [Target(f"{job} no-data batch ms", ms, 300, at_most=True) for job, ms in idle_ms.items() if ms is not None]
+    found += [Target(f"{path.path} p99 ms at {path.rate:,} alerts/s", path.p99_ms, 300, at_most=True)
+              for path in alert_paths if path.path == "alert-fastpath"]
+    return found
 
 
 def _baseline_name(kind: str) -> str:
@@ -460,7 +499,7 @@ def _key(ceiling: str) -> str:
 
 
 def _append_report(args, figures: dict[str, float], per_job: dict[str, float], handwritten: dict[str, float],
-                   ceilings: dict[str, float], idle_ms: dict[str, float | None]) -> None:
+                   ceilings: dict[str, float], idle_ms: dict[str, float | None], goals: list[Target]) -> None:
     import pyspark
 
     cpu = f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB"
@@ -479,7 +518,10 @@ def _append_report(args, figures: dict[str, float], per_job: dict[str, float], h
         f"\n## {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.events} events, {args.devices} devices\n\n"
         f"{platform.platform()}, {cpu}, Python {platform.python_version()}, PySpark {pyspark.__version__}, "
         "embedded Apache Kafka broker, Spark's Kafka source, delta-spark.\n\n"
-        "| figure | value |\n| --- | --- |\n" + "\n".join(rows) + "\n"
+        "| figure | value |\n| --- | --- |\n" + "\n".join(rows) + "\n\n"
+        "| target | figure | goal | met |\n| --- | ---: | --- | --- |\n"
+        + "\n".join(f"| {t.name} | {t.figure:{',.0f' if t.at_most else '.2f'}} | {'<=' if t.at_most else '>='} "
+                     f"{t.goal:{',.0f' if t.at_most else '.2f'}} | {'yes' if t.met else 'no'} |" for t in goals) + "\n"
     )
     with REPORT.open("a") as out:
         out.write(section)

@@ -124,10 +124,10 @@ def settings(tmp_path, embedded_broker) -> Settings:
 # ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
     "tests/spark_jobs/jobs/test_alert_join.py",  # 253
+    "tests/spark_jobs/ops/test_reconcile.py",  # about 240 alone: four reconciles, the lease guards
+    "tests/test_bench.py",  # about 220 alone: three benches' smoke runs
     "tests/spark_jobs/runtime/test_runner.py",  # 188
-    "tests/spark_jobs/ops/test_reconcile.py",  # 181 alone: one scenario of four reconciles
     "tests/spark_jobs/ops/test_restart.py",  # 179
-    "tests/test_bench.py",  # 172
     "tests/spark_jobs/local/test_airflow_local.py",  # 147
     "tests/spark_jobs/runtime/test_metrics.py",  # 122
     "tests/spark_jobs/jobs/test_sessions.py",  # 114

@@ -129,6 +129,7 @@ LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
     "tests/spark_jobs/runtime/test_runner.py",  # 188
     "tests/spark_jobs/ops/test_restart.py",  # 179
     "tests/spark_jobs/local/test_airflow_local.py",  # 147
+    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # about 130 alone: two alert-join scenarios
     "tests/spark_jobs/runtime/test_metrics.py",  # 122
     "tests/spark_jobs/jobs/test_sessions.py",  # 114
     "tests/spark_jobs/test_cli.py",  # 107
@@ -137,7 +138,6 @@ LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
     "tests/dags/test_sigflow_restart.py",  # 91
     "tests/spark_jobs/runtime/test_pipeline.py",  # 88
     "tests/spark_jobs/jobs/test_dedup.py",  # 84
-    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # 80 alone: alert-join's scenario
     "tests/spark_jobs/jobs/test_ingest.py",  # 79
     "tests/dags/test_sigflow_streaming.py",  # 76
     "tests/spark_jobs/local/test_broker_security.py",  # 71

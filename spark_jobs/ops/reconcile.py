@@ -362,9 +362,10 @@ def _alerts(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[s
     settings = job.settings.streaming
     context = F.expr(f"INTERVAL {settings.alert_context.ms} MILLISECONDS")
     is_alert = F.col("topic") == settings.alerts_topic
-    # a late event waits until every alert whose range it is in is final; a late alert is final
-    # (the watermark that dropped it had passed it)
-    ready = late.where(is_alert | (F.col("event_time") + context <= F.lit(job.final_through))).localCheckpoint()
+    # a late event waits until every alert whose range it is in is final: the stream decides an
+    # alert (reports it without telemetry) only once the watermark is past it, not at it; a late
+    # alert is final (the watermark that dropped it had reached it)
+    ready = late.where(is_alert | (F.col("event_time") + context < F.lit(job.final_through))).localCheckpoint()
     # an alert a late event is in the range of: the device's, in [event_time, event_time + context]
     reach = ready.select("device_id", F.col("event_time").alias("_lo"), (F.col("event_time") + context).alias("_hi"),
                          F.when(is_alert, F.col("event_id")).alias("late_alert_id"))

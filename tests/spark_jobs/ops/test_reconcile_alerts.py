@@ -123,3 +123,21 @@ def test_late_events_and_alerts_join_their_alerts_and_events_once_the_alerts_are
     again = reconcile.run(spark, s, ["alert-join"]).jobs[0]
     assert again.waiting == 0 and versions(s) == before  # nothing to do, no commit
     assert late_backlog.backlog(s)["alert-join"].waiting == 0
+
+
+@pytest.mark.slow
+def test_a_late_event_waits_for_an_alert_at_the_watermark_which_the_stream_has_not_decided_yet(spark, settings):
+    """An alert exactly at the watermark is not final in the stream: Spark reports it without
+    telemetry only once the watermark is past it. A late event in its range counted then
+    would pair with an alert the stream later reports as silent, in both tables at once."""
+    s = single_partition_topics(settings, late_horizon=HORIZON)
+    play(spark, s, [Event("d1-a", "d1", at(12, 10), 1.0)], [Alert("edge", "d2", at(12, 0)), Alert("keep", "d1", at(12, 10))])
+    play(spark, s, [Event("late-d2", "d2", at(11, 55), 5.0), Event("d1-b", "d1", at(12, 10, 1), 1.0)], [])
+    late = table(s, "late_events")
+    assert late[late.job == "alert-join"].event_id.tolist() == ["late-d2"]  # the watermark is 12:00
+    assert reconcile.run(spark, s, ["alert-join"]).jobs[0].still_waiting == 1
+
+    play(spark, s, ADVANCE_EVENTS, ADVANCE_ALERTS)  # the stream reports edge without telemetry
+    assert reconcile.run(spark, s, ["alert-join"]).jobs[0].counted == 1
+    pairs, silent = tables(s, at(12, 50))
+    assert ("edge", "late-d2") in pairs and not silent & {alert for alert, _ in pairs}

@@ -126,6 +126,7 @@ class _Job:
     last_batch: int
     final_through: datetime  # the job's watermark: rows ending at or before it are final
     lease: Lease | None = None  # this reconcile's of the job, held throughout
+    app_id: str = ""  # the checkpoint's when this reconcile read it: a rewind or recover gives a new one
 
     def table(self, name: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.settings.table_uri(name))
@@ -183,6 +184,11 @@ class _Job:
         if holder is not None and holder.purpose != RUN and holder.alive():
             raise SigflowError(f"{self.name}: a {holder.purpose} is being applied to its checkpoint",
                                "run reconcile once the restart is applied")
+        # a reconcile that stalled past its lease may have let a whole restart through: what it
+        # read of the checkpoint (its last batch, its watermark) is then no longer so
+        if self.app_id and checkpoint.app_id(self.name) != self.app_id:
+            raise SigflowError(f"{self.name}: its checkpoint was rewound or recovered while this reconcile ran",
+                               "run reconcile again: it reads the checkpoint as it is now")
 
 
 def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: str, at: datetime) -> JobReconciled:
@@ -196,7 +202,8 @@ def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: s
         if last is None:
             return result
         job = _Job(spark, settings, name, checkpoint.checkpoint_id(name), last,
-                   datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc), lease)
+                   datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc), lease,
+                   checkpoint.app_id(name))
         job.check_no_restart()  # and a rewind that took the job's lease first is seen here
         _count(job, result, run_id, at)
     log.info("reconcile %s", result.line())

@@ -302,3 +302,20 @@ def test_a_rewind_refuses_while_a_reconcile_of_the_job_runs_even_one_begun_after
     assert Lease(checkpoint, "sessions", s.operations.lease_ttl.seconds).intent() is None
     restart.plan(s, "sessions", "rewind", to_batch=0).apply()  # once the reconcile ended
     assert checkpoint.last_committed() == 0
+
+
+def test_a_reconcile_stalled_past_its_lease_while_a_rewind_went_through_does_not_write(settings):
+    """Its lease lapsed, a rewind saw no reconcile, was applied and released the job's lease:
+    the reconcile wakes holding the checkpoint's batch and watermark from before, and must not
+    merge corrections stamped with batches the rewind took back."""
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+
+    committed_checkpoint(settings, "sessions", read_to=120)
+    checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
+    job = reconcile._Job(None, settings, "sessions", checkpoint.checkpoint_id("sessions"), 0, None,
+                         app_id=checkpoint.app_id("sessions"))
+    job.check_no_restart()  # as it read it
+    checkpoint.rotate_app_id("sessions", 0)  # what a rewind does, with nothing left in flight
+    with pytest.raises(SigflowError, match="its checkpoint was rewound or recovered while this reconcile ran"):
+        job.check_no_restart()

@@ -1,7 +1,9 @@
 """Every Delta table sigflow writes: its name and schema, declared once.
 
 Readers of these tables: see docs/tables.md. Columns are nullable in the Delta schema so
-both writers (delta-spark and delta-rs) produce identical table metadata.
+both writers (delta-spark and delta-rs) produce identical table metadata, and a key's columns
+are kept from null by a Delta CHECK constraint instead: one that can be added to a table made
+before it, which a NOT NULL column cannot.
 """
 
 from __future__ import annotations
@@ -138,10 +140,11 @@ DEVICE_ALERTS = TableSpec(
 QUARANTINED_EVENTS = TableSpec(
     "quarantined_events",
     f"reason_code STRING, reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
-    f"source_job STRING, ingest_time TIMESTAMP, {WRITTEN_BY}",
+    f"job STRING, source_job STRING, ingest_time TIMESTAMP, {WRITTEN_BY}",
     "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
-    "(docs/event-contract.md) and the reason in words.",
-    backfill=(("reason_code", code_from_detail_sql("reason")),),
+    "(docs/event-contract.md) and the reason in words; job is the job that read them (source_job "
+    "holds the same, for readers written before job).",
+    backfill=(("reason_code", code_from_detail_sql("reason")), ("job", "source_job")),
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
@@ -175,8 +178,8 @@ FLEET_SIGNAL_ROLLUPS = TableSpec(
     "fleet_signal_rollups",
     "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
     f"mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT, {WRITTEN_BY}, {REVISION}",
-    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation), corrected by "
-    "reconcile from late events.",
+    "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation) per fleet window "
+    "(window_end - window_start, the fleet_window setting), corrected by reconcile from late events.",
     backfill=REVISION_BACKFILL,
 )
 DEVICE_SESSIONS = TableSpec(
@@ -203,23 +206,29 @@ ALERTS_WITHOUT_TELEMETRY = TableSpec(
     "alerts that have none, and deletes an alert's row when a late event of its range is counted.",
     backfill=REVISION_BACKFILL,
 )
+# rows from before record_kind: an alert's is the one without a signal, which every valid
+# event has (docs/event-contract.md)
+RECORD_KIND_BACKFILL = (("record_kind", "CASE WHEN signal IS NULL THEN 'alert' ELSE 'event' END"),)
 LATE_EVENTS = TableSpec(
     "late_events",
-    f"job STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
+    f"job STRING, record_kind STRING, {EVENT_COLUMNS}, missed STRING, watermark TIMESTAMP, batch_id BIGINT, "
     "topic STRING, partition INT, offset BIGINT, checkpoint_id STRING",
-    "Valid events a stateful job dropped because the watermark had passed them (alert-join "
-    "also lists dropped alerts: alert_id as event_id, alert_time as event_time). "
-    "checkpoint_id names the checkpoint whose batch_id it is (batch ids restart after a recover).",
+    "Valid records a stateful job dropped because the watermark had passed them: record_kind "
+    "`event`, or `alert` for the alerts alert-join drops (its alert_id in event_id, alert_time in "
+    "event_time, no signal). checkpoint_id names the checkpoint whose batch_id it is (batch ids "
+    "restart after a recover).",
+    backfill=RECORD_KIND_BACKFILL,
 )
 LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
-    f"job STRING, {EVENT_COLUMNS}, topic STRING, partition INT, offset BIGINT, outcome STRING, "
+    f"job STRING, record_kind STRING, {EVENT_COLUMNS}, topic STRING, partition INT, offset BIGINT, outcome STRING, "
     "run_id STRING, reconciled_at TIMESTAMP, checkpoint_id STRING, batch_id BIGINT",
     "One row per late_events row sigflow reconcile has decided on: counted (the windows, sessions or "
     "alert contexts it belongs to were corrected, or already held it), or beyond_horizon (more than late_horizon "
     "after its window's end: not counted). checkpoint_id and batch_id are the job's: the latest of "
     "the batch that dropped the event and those that wrote the rows it corrected, so a rewind or "
     "recover past any of them makes the event wait for reconcile again.",
+    backfill=RECORD_KIND_BACKFILL,
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
@@ -283,6 +292,25 @@ class Reading:
 
     key: tuple[str, ...]
     final: str
+    # key columns that are null where the row is about the whole of something (dq_results:
+    # an expectation on the table rather than a column)
+    nullable_in_key: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The key's columns no row may leave null."""
+        return tuple(column for column in self.key if column not in self.nullable_in_key)
+
+
+# The CHECK constraint every table carries on its key: Delta refuses a write (delta-spark's
+# or delta-rs's) that would leave one of its columns null.
+KEY_CONSTRAINT = "key_not_null"
+
+
+def key_constraint(table: str) -> str:
+    """The SQL of the table's ``KEY_CONSTRAINT``, columns quoted (``partition`` and ``offset``
+    are SQL keywords)."""
+    return " AND ".join(f"`{column}` IS NOT NULL" for column in READING[table].required)
 
 
 INGEST_FINAL = "when written: a record's row is added once, in the batch that read it"
@@ -335,9 +363,15 @@ READING = {
     TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"),
                                "when written, one row per batch; maintenance deletes rows older than "
                                "table_status_retention, each table's newest kept"),
-    DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written"),
+    DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written",
+                             nullable_in_key=("column_name",)),
     RESTART_AUDIT.name: Reading(("applied_at", "job", "action"), "when written"),
 }
+
+
+def _never_null(reading: Reading) -> str:
+    nullable = "".join(f", except `{column}`: null for a row about the whole table" for column in reading.nullable_in_key)
+    return f" (never null, by the Delta CHECK constraint `{KEY_CONSTRAINT}`{nullable})"
 
 
 def markdown() -> str:
@@ -359,7 +393,8 @@ def markdown() -> str:
     for spec in ALL_TABLES.values():
         reading = READING[spec.name]
         lines += [f"## `{spec.name}`", "", spec.description, "",
-                  f"Key: {', '.join(f'`{column}`' for column in reading.key)}. Final: {reading.final}."
+                  f"Key: {', '.join(f'`{column}`' for column in reading.key)}{_never_null(reading)}."
+                  f" Final: {reading.final}."
                   + (f" {REWOUND}" if "batch_id" in spec.columns else ""), "",
                   "| column | type |", "| --- | --- |"]
         lines += [f"| `{f.name}` | {f.dataType.simpleString()} |" for f in spec.schema.fields]

@@ -75,8 +75,8 @@ def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, waterma
     sides' delays) and filters each side's input with it on its own time column; the range
     condition only decides when buffered rows are evicted. Pinned against Spark's own
     ``numRowsDroppedByWatermark`` by the alert-join tests. A dropped alert is listed with
-    its ``alert_id`` as ``event_id`` and ``alert_time`` as ``event_time``; ``topic`` tells
-    the two apart.
+    its ``alert_id`` as ``event_id`` and ``alert_time`` as ``event_time``, ``record_kind``
+    "alert".
     """
     events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms)
     alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0].where(
@@ -84,7 +84,7 @@ def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, waterma
     )
     return events.withColumn("missed", F.lit("event time at or behind the watermark: joined with no alert")).unionByName(
         alerts.select(
-            F.col("alert_id").alias("event_id"), "device_id", F.col("alert_time").alias("event_time"),
+            F.lit("alert").alias("record_kind"), F.col("alert_id").alias("event_id"), "device_id", F.col("alert_time").alias("event_time"),
             F.lit(None).cast("double").alias("signal"),
             F.lit("alert time at or behind the watermark: neither joined nor reported").alias("missed"),
             "topic", "partition", "offset",

@@ -86,6 +86,6 @@ def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_
     Every windowed job deduplicates first, so this is also their lateness rule: an event is
     kept whole or dropped whole, never counted in some of its windows only.
     """
-    return valid_events(settings, records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumn(
-        "missed", F.lit("event time at or behind the watermark")
+    return valid_events(settings, records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumns(
+        {"record_kind": F.lit("event"), "missed": F.lit("event time at or behind the watermark")}
     )

@@ -246,7 +246,7 @@ class BatchCommit:
         )
         late = self.job.late_rule(self.settings.streaming, records, late_watermark_ms)
         return late.select(
-            F.lit(self.job.name).alias("job"), "event_id", "device_id", "event_time", "signal",
+            F.lit(self.job.name).alias("job"), "record_kind", "event_id", "device_id", "event_time", "signal",
             "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),
             F.lit(batch.batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
             F.lit(self.checkpoint_id).alias("checkpoint_id"),

@@ -96,6 +96,9 @@ def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, set
     assert sorted(late.event_id) == (["a3", "e_late"] if policy == "max" else [])
     assert len(late) == dropped
     assert set(late.topic) == ({s.streaming.events_topic, s.streaming.alerts_topic} if policy == "max" else set())
+    # each row says which kind of record it is: a3 was sent as an alert, e_late as an event
+    assert sorted(zip(late.event_id, late.record_kind)) == (
+        [("a3", "alert"), ("e_late", "event")] if policy == "max" else [])
 
 
 def test_a_re_sent_event_joins_each_alert_once(spark, settings):

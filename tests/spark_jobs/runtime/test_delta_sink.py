@@ -6,7 +6,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_jobs.contracts.tables import QUARANTINED_EVENTS, TableSpec
+from spark_jobs.contracts.tables import (
+    ALL_TABLES,
+    DEVICE_SIGNAL_AVERAGES,
+    LATE_EVENTS,
+    LATE_EVENTS_RECONCILED,
+    QUARANTINED_EVENTS,
+    READING,
+    TABLE_STATUS,
+    TableSpec,
+)
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.schema import arrow_schema, create_table
@@ -146,14 +155,16 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
     assert today.reason_code.nunique() >= 6
 
     old_uri = settings.table_uri("quarantined_events_before_codes")
-    old_layout = TableSpec("old", QUARANTINED_EVENTS.ddl.replace("reason_code STRING, ", ""), "before codes")
-    write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns="reason_code"), preserve_index=False)
+    old_layout = TableSpec("old", QUARANTINED_EVENTS.ddl.replace("reason_code STRING, ", "").replace("job STRING, ", "", 1),
+                           "before codes")
+    write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns=["reason_code", "job"]), preserve_index=False)
                     .cast(arrow_schema(old_layout)))
 
     assert create_table(old_uri, QUARANTINED_EVENTS) == (
-        f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added column(s) "
-        f"reason_code, {len(today)} rows filled")
+        f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added constraint "
+        f"key_not_null, added column(s) reason_code, job, {len(today)} rows filled")
     migrated = read_pandas(old_uri)
+    assert set(migrated.job) == {"ingest"}  # the job that read them, from source_job
     by_offset = ["topic", "partition", "offset"]
     assert (migrated.sort_values(by_offset).reason_code.tolist() == today.sort_values(by_offset).reason_code.tolist())
 
@@ -201,3 +212,67 @@ def test_a_commit_whose_metadata_is_not_a_sigflow_record_is_not_a_sigflow_commit
     assert CommitInfo.parse(metadata) is None
     written = CommitInfo(job="ingest", app_id="a1", batch_id=3, watermark_ms=0, kafka_end_offsets={"t": {"0": 5}})
     assert CommitInfo.parse(written.user_metadata()) == written
+
+
+def _key_constraint(uri: str) -> str | None:
+    return DeltaTable(uri).metadata().configuration.get("delta.constraints.key_not_null")
+
+
+def test_no_writer_can_leave_a_tables_key_null(spark, settings):
+    """Every table, made by either writer, refuses a row without its key: Spark's append of
+    a window with no kind, delta-rs's append of a status row with no table name."""
+    averages = settings.table_uri(DEVICE_SIGNAL_AVERAGES.name)
+    assert DeltaSink(spark, settings).ensure_table(DEVICE_SIGNAL_AVERAGES) == "created"  # by Spark
+    for name, spec in ALL_TABLES.items():
+        if name != DEVICE_SIGNAL_AVERAGES.name:
+            assert create_table(settings.table_uri(name), spec) == "created"  # by delta-rs
+        constraint = _key_constraint(settings.table_uri(name))
+        assert all(f"{column} IS NOT NULL" in constraint for column in READING[name].required), name
+
+    window = {"device_id": "d1", "window_start": "2026-01-01 00:00:00", "window_end": "2026-01-01 00:01:00",
+              "window_kind": None, "event_count": 1, "revision": 0}
+    columns = ", ".join(f"{value!r} AS {column}" if value is not None else f"CAST(NULL AS STRING) AS {column}"
+                        for column, value in window.items())
+    row = spark.sql(f"SELECT {columns}").selectExpr(
+        *(f"CAST({f.name} AS {f.dataType.simpleString()}) AS {f.name}" if f.name in window
+          else f"CAST(NULL AS {f.dataType.simpleString()}) AS {f.name}" for f in DEVICE_SIGNAL_AVERAGES.schema))
+    with pytest.raises(Exception, match="key_not_null"):
+        row.write.format("delta").mode("append").save(averages)
+    row.fillna({"window_kind": "tumbling"}).write.format("delta").mode("append").save(averages)
+
+    status = settings.table_uri(TABLE_STATUS.name)
+    no_name = pa.Table.from_pylist([{"job": "ingest", "checkpoint_id": "c", "batch_id": 3}],
+                                   schema=arrow_schema(TABLE_STATUS))
+    with pytest.raises(Exception, match="failed validation"):
+        write_deltalake(status, no_name, mode="append")
+    assert count_matching(status) == 0 and count_matching(averages) == 1
+
+
+def test_a_table_made_before_keys_were_constrained_gets_the_constraint_unless_a_row_breaks_it(settings):
+    """Migration adds the constraint after Delta has checked every row; a table already
+    holding a null key is left without it, keeps every row, and the line says why."""
+    spec = TABLE_STATUS
+    rows = [{"table_name": "device_events", "job": "ingest", "checkpoint_id": "c", "batch_id": 1}]
+    clean, broken = settings.table_uri("status_clean"), settings.table_uri("status_broken")
+    write_deltalake(clean, pa.Table.from_pylist(rows, schema=arrow_schema(spec)))
+    write_deltalake(broken, pa.Table.from_pylist(rows + [{"job": "ingest", "batch_id": 2}], schema=arrow_schema(spec)))
+
+    assert create_table(clean, spec).endswith(", added constraint key_not_null")
+    assert create_table(clean, spec) == "exists"
+    assert create_table(broken, spec).endswith(
+        ", key constraint not added: a row has a null key in " + ", ".join(READING[spec.name].required))
+    assert _key_constraint(broken) is None and count_matching(broken) == 2
+
+
+def test_late_rows_from_before_record_kind_say_whether_an_event_or_an_alert_was_dropped(settings):
+    """An alert's late row has no signal (every valid event has one): that is what the
+    migration tells them apart by, in both late tables."""
+    for spec in (LATE_EVENTS, LATE_EVENTS_RECONCILED):
+        old_layout = TableSpec("old", spec.ddl.replace("record_kind STRING, ", ""), "before record_kind")
+        rows = [{"job": "alert-join", "event_id": "e1", "signal": 2.5, "topic": "t", "partition": 0, "offset": 1},
+                {"job": "alert-join", "event_id": "a1", "signal": None, "topic": "t", "partition": 0, "offset": 2}]
+        uri = settings.table_uri(f"{spec.name}_before_kinds")
+        write_deltalake(uri, pa.Table.from_pylist(rows, schema=arrow_schema(old_layout)))
+        assert create_table(uri, spec).endswith("added column(s) record_kind, 2 rows filled")
+        migrated = read_pandas(uri).sort_values("offset")
+        assert migrated.record_kind.tolist() == ["event", "alert"], spec.name

@@ -42,7 +42,9 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> None:
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(spec.schema)
-    for key, value in TABLE_PROPERTIES.items():
+    # delta-spark takes the key constraint as a property of the creating commit
+    constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec.name)} if spec.name in READING else {}
+    for key, value in {**TABLE_PROPERTIES, **constraint}.items():
         builder = builder.property(key, value)
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)
@@ -63,8 +65,8 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
     if not _table_exists(uri):
         try:
             create()
-            # version 1: Delta takes a CHECK constraint by its own commit, not at creation
-            _add_key_constraint(uri, spec)
+            # delta-rs refuses a constraint in its creating commit: version 1 adds it
+            _add_key_constraint(uri, spec, logged=False)
             return "created"
         except Exception:
             # Jobs start at once and share tables: another driver may have committed
@@ -125,7 +127,7 @@ def _unset_properties(table) -> dict[str, str]:
     return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}
 
 
-def _add_key_constraint(uri: str, spec: TableSpec) -> str:
+def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
     """Add the table's ``KEY_CONSTRAINT`` where it lacks it: what was done, for the migration's
     line. Delta first checks every row, so a table already holding a null key keeps going
     without it and says so (sigflow quality's key checks find those rows)."""
@@ -139,7 +141,8 @@ def _add_key_constraint(uri: str, spec: TableSpec) -> str:
         log.warning("%s: key constraint not added, a row has a null key (%s); sigflow quality lists them",
                     spec.name, str(exc).splitlines()[0])
         return f", key constraint not added: a row has a null key in {', '.join(READING[spec.name].required)}"
-    log.info("%s: added constraint %s", spec.name, KEY_CONSTRAINT)
+    if logged:  # a migration's line; a table's creation says nothing more
+        log.info("%s: added constraint %s", spec.name, KEY_CONSTRAINT)
     return f", added constraint {KEY_CONSTRAINT}"
 
 

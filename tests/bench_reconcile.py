@@ -95,7 +95,7 @@ def build(data_dir: Path, rows: int, late_every: int, devices: int = DEVICES) ->
         late = frame[_late(frame, late_every)]
         late_rows += len(late)
         _write(settings.table_uri(LATE_EVENTS.name), LATE_EVENTS, pd.DataFrame({
-            "job": JOB, "event_id": late.event_id, "device_id": late.device_id, "event_time": late.event_time,
+            "job": JOB, "record_kind": "event", "event_id": late.event_id, "device_id": late.device_id, "event_time": late.event_time,
             "signal": late.signal, "missed": "event time at or behind the watermark",
             "watermark": late.event_time + pd.Timedelta(minutes=30), "batch_id": 0, "topic": late.topic,
             "partition": late.partition, "offset": late.offset, "checkpoint_id": "bench"}))

@@ -104,7 +104,7 @@ def test_a_metrics_row_whose_progress_is_not_json_loses_its_figures_not_the_repo
     create_table(uri, PIPELINE_METRICS)
     schema = arrow_schema(PIPELINE_METRICS)
     row = {field.name: None for field in schema}
-    row.update(job="dedup", batch_id=0, batch_time=datetime(2026, 11, 22, 10, tzinfo=timezone.utc), duration_ms=1500,
+    row.update(job="dedup", checkpoint_id="checkpoint-1", batch_id=0, batch_time=datetime(2026, 11, 22, 10, tzinfo=timezone.utc), duration_ms=1500,
                input_rows=10, progress_json='{"id": "cut short')
     write_deltalake(uri, pa.Table.from_pylist([row], schema=schema), mode="append")
 

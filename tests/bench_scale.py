@@ -61,7 +61,7 @@ def _column(field: pa.Field, start: int, rows: int, rng: np.random.Generator) ->
     if name == "device_id":
         return pa.array(np.char.add("device-", (index % 1000).astype(str)), type=kind)
     choices = {"window_kind": ["tumbling", "sliding"], "job": ["ingest", "dedup", "windowed-averages"],
-               "reason_code": ["bad_json", "bad_time"], "missed": ["watermark"], "topic": ["device-events"],
+               "reason_code": ["bad_json", "bad_time"], "missed": ["watermark"], "record_kind": ["event", "alert"], "topic": ["device-events"],
                "progress_json": ["{}"]}
     values = choices.get(name, [name])
     return pa.array(np.array(values)[index % len(values)], type=kind)

@@ -69,7 +69,7 @@ class TableSpec:
     # it has newer data for, and a replay or a rewind's re-run changes nothing (runtime/commit.py)
     merge_key: tuple[str, ...] = ()
     # the parts of a merged row each updated on its own, when newer: (name, its columns); a
-    # part is newer by (<name>_time, <name>_kafka_timestamp, <name>_offset)
+    # part is newer by (<name>_time, <name>_kafka_timestamp, <name>_offset): runtime/delta/newest.py
     merge_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property

@@ -39,23 +39,18 @@ def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: B
     }
 
 
-def _latest(rows: DataFrame, time: str, fields: list[str], prefix: str) -> DataFrame:
-    """Each device's latest row: the largest ``time``, then the latest to reach Kafka (its
-    timestamp, then its offset; a device's records share a partition, keyed by its id)."""
-    order = [F.col(time), F.col("kafka_timestamp"), F.col("offset")]
-    latest = F.max(F.struct(*order, *[F.col(name) for name in fields])).alias("latest")
-    return rows.groupBy("device_id").agg(latest).select(
-        "device_id", *[F.col(f"latest.{name}").alias(name) for name in fields],
-        F.col("latest.kafka_timestamp").alias(f"{prefix}_kafka_timestamp"), F.col("latest.offset").alias(f"{prefix}_offset"),
-        F.col(f"latest.{time}").alias(time))
-
-
 def device_status(events: DataFrame, alerts: DataFrame) -> DataFrame:
-    """The batch's newest event and alert per device (device_status's merge keeps the newer of
-    these and what the table holds)."""
-    latest_events = _latest(events, "event_time", ["event_id", "signal"], "event")
-    latest_alerts = _latest(alerts, "alert_time", ["alert_id", "severity", "kind"], "alert")
-    return latest_events.join(latest_alerts, "device_id", "full_outer").select(*DEVICE_STATUS.columns)
+    """Every valid event and alert of the batch as a device_status row holding its part
+    (the other part null). The sink keeps each device's newest of them per part, and
+    device_status's merge the newer of that and what the table holds (the rule:
+    runtime/delta/newest.py)."""
+    event_rows = events.select("device_id", "event_id", "event_time", "signal",
+                               F.col("kafka_timestamp").alias("event_kafka_timestamp"),
+                               F.col("offset").alias("event_offset"))
+    alert_rows = alerts.select("device_id", "alert_id", "alert_time", "severity", "kind",
+                               F.col("kafka_timestamp").alias("alert_kafka_timestamp"),
+                               F.col("offset").alias("alert_offset"))
+    return event_rows.unionByName(alert_rows, allowMissingColumns=True).select(*DEVICE_STATUS.columns)
 
 
 INGEST = StreamingJob(

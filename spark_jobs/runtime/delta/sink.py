@@ -21,6 +21,7 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
 from spark_jobs.runtime.delta import schema, table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
+from spark_jobs.runtime.delta.newest import newest_per_key
 from spark_jobs.runtime.delta.table_access import commit_metadata
 
 log = logging.getLogger("sigflow.delta")
@@ -82,12 +83,16 @@ class DeltaSink:
 
     def merge(self, df: DataFrame, spec: TableSpec, info: CommitInfo) -> int:
         """Merge one batch's rows into a table kept current by key (``spec.merge_key``): the
-        rows it inserted or updated. The batch's rows are few (one per key at most) and go
-        through delta-rs, whose merge of them skips the Spark job and the state rebuild of a
-        Spark merge; a replay's merge finds nothing newer and changes nothing."""
-        rows = df.toArrow().cast(schema.arrow_schema(spec))
+        rows it inserted or updated. The batch's rows (several per key: ingest's are its valid
+        records, a bounded batch's narrow columns) are collected and reduced to the newest per
+        key on the driver, then merged through delta-rs, whose merge skips the Spark job and
+        the state rebuild of a Spark merge; a replay's merge finds nothing newer and changes
+        nothing."""
+        arrow_schema = schema.arrow_schema(spec)
+        rows = df.toArrow().cast(arrow_schema)
         if rows.num_rows == 0:
             return 0
+        rows = newest_per_key(rows, spec.merge_key, spec.merge_parts).select(list(spec.columns)).cast(arrow_schema)
         metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
         return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
 

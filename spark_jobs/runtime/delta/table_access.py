@@ -69,24 +69,20 @@ def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
 
 
 def merge_newer(uri: str, source: pa.Table, key: tuple[str, ...], parts, user_metadata: str) -> dict:
-    """Merge ``source`` into the table on ``key``: a new key's row is inserted; for a known
-    one, each part (name, columns) takes the source's values only where the source's is newer
-    by (<name>_time, <name>_kafka_timestamp, <name>_offset), so merging the same rows again
-    changes nothing. Delta's merge metrics."""
+    """Merge ``source`` (one row per key) into the table on ``key``: a new key's row is
+    inserted; for a known one, each part (name, columns) takes the source's values only where
+    the source's is newer (``newest.newer_sql``), so merging the same rows again changes
+    nothing. Delta's merge metrics."""
     from deltalake import CommitProperties
 
-    def newer(name: str) -> str:
-        s, t = (f"s.{name}_time", f"s.{name}_kafka_timestamp", f"s.{name}_offset"), \
-            (f"t.{name}_time", f"t.{name}_kafka_timestamp", f"t.{name}_offset")
-        return (f"({s[0]} IS NOT NULL AND ({t[0]} IS NULL OR {s[0]} > {t[0]} OR ({s[0]} = {t[0]} AND "
-                f"({s[1]} > {t[1]} OR ({s[1]} = {t[1]} AND {s[2]} > {t[2]})))))")
+    from spark_jobs.runtime.delta.newest import newer_sql
 
-    updates = {column: f"CASE WHEN {newer(name)} THEN s.{column} ELSE t.{column} END"
+    updates = {column: f"CASE WHEN {newer_sql(name)} THEN s.{column} ELSE t.{column} END"
                for name, columns in parts for column in columns}
     return (open_table(uri).merge(source, " AND ".join(f"t.{c} = s.{c}" for c in key), source_alias="s",
                                   target_alias="t",
                                   commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}))
-            .when_matched_update(updates, predicate=" OR ".join(newer(name) for name, _ in parts))
+            .when_matched_update(updates, predicate=" OR ".join(newer_sql(name) for name, _ in parts))
             .when_not_matched_insert_all()
             .execute())
 

@@ -98,11 +98,17 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
             if _unset_properties(table):  # not a second driver migrating the same table at once
                 raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
-    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items()) + _add_key_constraint(uri, spec)
+    done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
+    # the constraint after the columns: it may name a key column this migration adds
+    return done + _add_columns(uri, spec, table) + _add_key_constraint(uri, spec)
+
+
+def _add_columns(uri: str, spec: TableSpec, table) -> str:
+    """The spec's columns the table lacks, added and backfilled: what was done."""
     present = {field.name for field in table.schema().fields}
     missing = [field for field in arrow_schema(spec) if field.name not in present]
     if not missing:
-        return done
+        return ""
     try:
         table_access.add_nullable_columns(uri, missing)
     except Exception:
@@ -110,7 +116,7 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
         # the columns added by another
         if {field.name for field in missing} - {field.name for field in table_access.open_table(uri).schema().fields}:
             raise
-        return done
+        return ""
     added = [field.name for field in missing]
     fills = {column: sql for column, sql in spec.backfill if column in added}
     filled = ""
@@ -119,7 +125,7 @@ def migrate_table(uri: str, spec: TableSpec) -> str:
             updates=fills, predicate=" OR ".join(f"{column} IS NULL" for column in fills))
         filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
     log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
-    return f"{done}, added column(s) {', '.join(added)}{filled}"
+    return f", added column(s) {', '.join(added)}{filled}"
 
 
 def _unset_properties(table) -> dict[str, str]:
@@ -133,14 +139,18 @@ def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
     without it and says so (sigflow quality's key checks find those rows)."""
     if spec.name not in READING or _has_key_constraint(table_access.open_table(uri)):
         return ""
+    required = READING[spec.name].required
     try:
         table_access.open_table(uri).alter.add_constraint({KEY_CONSTRAINT: key_constraint(spec.name)})
-    except Exception as exc:
+    except Exception:
         if _has_key_constraint(table_access.open_table(uri)):
             return ""  # a second driver migrating the same table at once added it
-        log.warning("%s: key constraint not added, a row has a null key (%s); sigflow quality lists them",
-                    spec.name, str(exc).splitlines()[0])
-        return f", key constraint not added: a row has a null key in {', '.join(READING[spec.name].required)}"
+        nulls = table_access.count_matching(uri, _any_null(required))
+        if not nulls:
+            raise
+        log.warning("%s: key constraint not added: %d row(s) with a null key; sigflow quality lists them",
+                    spec.name, nulls)
+        return f", key constraint not added: {nulls:,} row(s) with a null key in {', '.join(required)}"
     if logged:  # a migration's line; a table's creation says nothing more
         log.info("%s: added constraint %s", spec.name, KEY_CONSTRAINT)
     return f", added constraint {KEY_CONSTRAINT}"
@@ -148,3 +158,12 @@ def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
 
 def _has_key_constraint(table) -> bool:
     return f"delta.constraints.{KEY_CONSTRAINT.lower()}" in table.metadata().configuration
+
+
+def _any_null(columns: tuple[str, ...]):
+    import pyarrow.dataset as ds
+
+    condition = ds.field(columns[0]).is_null()
+    for column in columns[1:]:
+        condition = condition | ds.field(column).is_null()
+    return condition

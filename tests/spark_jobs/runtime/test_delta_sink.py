@@ -161,8 +161,8 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
                     .cast(arrow_schema(old_layout)))
 
     assert create_table(old_uri, QUARANTINED_EVENTS) == (
-        f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added constraint "
-        f"key_not_null, added column(s) reason_code, job, {len(today)} rows filled")
+        f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added column(s) "
+        f"reason_code, job, {len(today)} rows filled, added constraint key_not_null")
     migrated = read_pandas(old_uri)
     assert set(migrated.job) == {"ingest"}  # the job that read them, from source_job
     by_offset = ["topic", "partition", "offset"]
@@ -261,7 +261,7 @@ def test_a_table_made_before_keys_were_constrained_gets_the_constraint_unless_a_
     assert create_table(clean, spec).endswith(", added constraint key_not_null")
     assert create_table(clean, spec) == "exists"
     assert create_table(broken, spec).endswith(
-        ", key constraint not added: a row has a null key in " + ", ".join(READING[spec.name].required))
+        ", key constraint not added: 1 row(s) with a null key in " + ", ".join(READING[spec.name].required))
     assert _key_constraint(broken) is None and count_matching(broken) == 2
 
 
@@ -274,6 +274,6 @@ def test_late_rows_from_before_record_kind_say_whether_an_event_or_an_alert_was_
                 {"job": "alert-join", "event_id": "a1", "signal": None, "topic": "t", "partition": 0, "offset": 2}]
         uri = settings.table_uri(f"{spec.name}_before_kinds")
         write_deltalake(uri, pa.Table.from_pylist(rows, schema=arrow_schema(old_layout)))
-        assert create_table(uri, spec).endswith("added column(s) record_kind, 2 rows filled")
+        assert create_table(uri, spec).endswith("added column(s) record_kind, 2 rows filled, added constraint key_not_null")
         migrated = read_pandas(uri).sort_values("offset")
         assert migrated.record_kind.tolist() == ["event", "alert"], spec.name

@@ -103,6 +103,22 @@ def test_injected_bad_rows_fail_naming_the_expectation_with_a_sample(good_tables
     assert set(results[~results.success].table_name) == {"device_events_deduplicated", "device_signal_averages"}
 
 
+def test_a_table_from_before_the_key_constraint_with_a_null_key_is_named_by_deploy_and_by_quality(
+        good_tables, tmp_path):
+    """What the constraint cannot hold: a row written before it existed. Deploy's migration
+    leaves such a table without it and says how many rows; quality names the key column."""
+    s = _copy(good_tables, tmp_path)
+    uri = s.table_uri("device_events")
+    DeltaTable(uri).alter.drop_constraint("key_not_null")  # as made before keys were constrained
+    row = table(s, "device_events").iloc[0].to_dict()
+    _append(s, "device_events", [{**row, "event_id": "e-no-offset", "offset": None}])
+    assert create_table(uri, ALL_TABLES["device_events"]).endswith(
+        ", key constraint not added: 1 row(s) with a null key in topic, partition, offset")
+    with pytest.raises(quality.QualityFailed) as failed:
+        quality.run(s, ["device_events"])
+    assert "device_events: expect_column_values_to_not_be_null(offset)" in failed.value.message
+
+
 def test_a_signal_outside_the_device_range_fails_and_the_cli_says_so(good_tables, tmp_path):
     s = _copy(good_tables, tmp_path)
     row = table(s, "device_events_deduplicated").iloc[0].to_dict()

@@ -102,8 +102,10 @@ def run(spark: SparkSession, settings: Settings, jobs: list[str] | None = None,
     check_jobs(jobs)
     run_id = uuid.uuid4().hex
     at = now or datetime.now(timezone.utc)
-    uri = settings.table_uri(LATE_EVENTS_RECONCILED.name)
-    schema.ensure_with_spark(spark, uri, LATE_EVENTS_RECONCILED)
+    # the late tables in today's layout, whether or not a job started since an upgrade: its
+    # rows are selected into late_events_reconciled's columns, record_kind among them
+    for spec in (LATE_EVENTS, LATE_EVENTS_RECONCILED):
+        schema.ensure_with_spark(spark, settings.table_uri(spec.name), spec)
     done = [_reconcile_job(spark, settings, job, run_id, at) for job in (jobs or RECONCILED_JOBS)]
     return ReconcileResult(run_id, done)
 

@@ -319,3 +319,31 @@ def test_a_reconcile_stalled_past_its_lease_while_a_rewind_went_through_does_not
     checkpoint.rotate_app_id("sessions", 0)  # what a rewind does, with nothing left in flight
     with pytest.raises(SigflowError, match="its checkpoint was rewound or recovered while this reconcile ran"):
         job.check_no_restart()
+
+
+def test_a_reconcile_right_after_an_upgrade_reads_late_events_from_before_record_kind(spark, settings):
+    """The hourly reconcile may run before any job restarted on the new code, so before the
+    jobs migrated late_events: it brings the table to today's layout itself instead of failing
+    on the column it selects."""
+    from datetime import datetime, timedelta, timezone
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
+    from spark_jobs.runtime.delta.schema import arrow_schema
+
+    committed_checkpoint(settings, "sessions", read_to=120)
+    committed_checkpoint(settings, "ingest", read_to=120)
+    before = TableSpec(LATE_EVENTS.name, LATE_EVENTS.ddl.replace("record_kind STRING, ", ""), "before record_kind")
+    dropped = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
+    write_deltalake(settings.table_uri(LATE_EVENTS.name), pa.Table.from_pylist([{
+        "job": "sessions", "event_id": "e1", "device_id": "d1", "event_time": dropped, "signal": 1.0,
+        "missed": "event time at or behind the watermark", "watermark": dropped + timedelta(days=30), "batch_id": 0,
+        "topic": settings.streaming.events_topic, "partition": 0, "offset": 7, "checkpoint_id": "sessions-cp"}],
+        schema=arrow_schema(before)))
+
+    decided = reconcile.run(spark, settings, ["sessions"]).jobs[0]
+    assert (decided.beyond_horizon, decided.counted) == (1, 0)  # 30 days late: past the horizon
+    assert table(settings, "late_events_reconciled")[["event_id", "record_kind", "outcome"]].values.tolist() == [
+        ["e1", "event", "beyond_horizon"]]

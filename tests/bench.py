@@ -469,9 +469,16 @@ class Target:
     def met(self) -> bool:
         return self.figure <= self.goal if self.at_most else self.figure >= self.goal
 
+    def shown(self, value: float) -> str:
+        """A figure or goal as printed: a time in whole ms, a ratio to two places."""
+        return f"{value:{',.0f' if self.at_most else '.2f'}}"
+
+    @property
+    def bound(self) -> str:
+        return f"{'<=' if self.at_most else '>='} {self.shown(self.goal)}"
+
     def line(self) -> str:
-        sign, fmt = ("<=", ",.0f") if self.at_most else (">=", ".2f")
-        return f"{self.name}: {self.figure:{fmt}} (target {sign} {self.goal:{fmt}}) {'met' if self.met else 'MISSED'}"
+        return f"{self.name}: {self.shown(self.figure)} (target {self.bound}) {'met' if self.met else 'MISSED'}"
 
 
 RATIO_GOALS = {"ingest": 1.0, "dedup": 1.0, "windowed-averages": 1.5, "alert-join": 0.7, "sessions": 0.7}
@@ -520,8 +527,7 @@ def _append_report(args, figures: dict[str, float], per_job: dict[str, float], h
         "embedded Apache Kafka broker, Spark's Kafka source, delta-spark.\n\n"
         "| figure | value |\n| --- | --- |\n" + "\n".join(rows) + "\n\n"
         "| target | figure | goal | met |\n| --- | ---: | --- | --- |\n"
-        + "\n".join(f"| {t.name} | {t.figure:{',.0f' if t.at_most else '.2f'}} | {'<=' if t.at_most else '>='} "
-                     f"{t.goal:{',.0f' if t.at_most else '.2f'}} | {'yes' if t.met else 'no'} |" for t in goals) + "\n"
+        + "\n".join(f"| {t.name} | {t.shown(t.figure)} | {t.bound} | {'yes' if t.met else 'no'} |" for t in goals) + "\n"
     )
     with REPORT.open("a") as out:
         out.write(section)

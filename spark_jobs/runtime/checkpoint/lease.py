@@ -23,6 +23,9 @@ fails, whatever its late writes leave behind. A holder on this host that is aliv
 stopped renewing past its time (a stopped or hung driver) is killed by the taker before the
 takeover, so it can never write again; one on another host stops at its next check.
 
+A lease file the storage fails to read (a timeout, a 503) is read again for a while, never
+taken as no holder: a holder would stop a healthy run, a taker would take a live lease.
+
 How old a renewal is: on this host, on the clock that counts from boot (``CLOCK_BOOTTIME``),
 which a step of the wall clock does not move; for a holder on another host, on the wall
 clock, allowing ``CLOCK_SKEW_S`` of difference between the two hosts' clocks.
@@ -146,15 +149,22 @@ class Lease:
         return sorted(int(match.group(1) or 0) for match in found if match)
 
     def _read(self, generation: int) -> Holder | None:
+        """The holder in ``generation``'s file; None when the file is gone or holds no holder.
+        A storage that fails to answer raises OSError: the file may well be there, so its
+        holder may well be alive."""
         try:
             with self.fs.open_input_stream(self._path(generation)) as stream:
                 fields = json.loads(stream.read().decode())
             return _HOLDER.validate_python({**fields, "generation": generation})
-        except (FileNotFoundError, OSError, ValueError, TypeError):  # pydantic's errors are ValueErrors
+        except (FileNotFoundError, ValueError, TypeError):  # pydantic's errors are ValueErrors
             return None
 
     def holder(self) -> Holder | None:
-        """Who holds the lease: the highest generation's holder, or None when there is none."""
+        """Who holds the lease: the highest generation's holder, or None when there is none.
+        Storage that fails for a moment is asked again; OSError once it keeps failing."""
+        return _storage_retries()(self._newest)
+
+    def _newest(self) -> Holder | None:
         generations = self._generations()
         return self._read(generations[-1]) if generations else None
 
@@ -172,8 +182,8 @@ class Lease:
         """Take the lease, or raise JobAlreadyRunning naming the live holder."""
         self.fs.create_dir(self.folder, recursive=True)
         while True:
-            generations = self._generations()
-            current = self._settled(generations[-1]) if generations else None
+            generations = _storage_retries()(self._generations)
+            current = _storage_retries()(self._settled, generations[-1]) if generations else None
             if current is not None and current.owner == self.owner and not current.released:
                 return
             if current is not None and current.alive():
@@ -240,7 +250,17 @@ class Lease:
     # ---- holding ---------------------------------------------------------------------------
     def check(self) -> None:
         """Raise LeaseLost unless this run still holds the lease (before each batch's writes,
-        and before each table's commit)."""
+        and before each table's commit). A run that cannot read its lease does not write either."""
+        try:
+            self._check_held()
+        except OSError as exc:
+            raise LeaseLost(
+                f"{self.job} could not read its lease on {self.checkpoint.uri} ({exc}); this run stopped "
+                "before writing its batch", "once the storage answers again, rerun this job: it goes on "
+                "from its checkpoint") from exc
+
+    def _check_held(self) -> None:
+        """LeaseLost when another holds the lease or none does; OSError when storage keeps failing."""
         current = self.holder()
         if current is None or current.owner != self.owner or current.released:
             taker = f": {current.describe()} holds it" if current else ""
@@ -253,9 +273,9 @@ class Lease:
         """Renew this generation's file only while no taker has made a higher one, and check
         again after the write: a write that stalled past a takeover lands on a generation
         below the taker's, which is never the lease again (generations only grow)."""
-        self.check()
+        self._check_held()
         self._write(self._path(self.generation or 0))
-        self.check()
+        self._check_held()
 
     def release(self) -> None:
         """Stop renewing and mark this generation released; its file stays, so the next
@@ -301,6 +321,13 @@ class Lease:
         self._heartbeat = threading.Thread(target=beat, name=f"sigflow-lease-{self.job}", daemon=True)
         self._heartbeat.start()
 
+
+# how long a lease read waits out storage that fails for a moment (a timeout, a 5xx): a holder
+# must not read a failed read as a lost lease, nor a taker as a lease free to take
+def _storage_retries() -> tenacity.Retrying:
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2), stop=tenacity.stop_after_delay(10), reraise=True)
 
 # a lease file's fields checked for their types as they are read: a file another version or
 # a hand wrote wrongly is unreadable (and taken over), never a TypeError later

@@ -269,3 +269,32 @@ def committed_checkpoint(settings: Settings, job: str, read_to: int, watermark_m
     (folder / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
     (folder / "sigflow.json").write_text(json.dumps({"app_id": f"{job}-app", "checkpoint_id": f"{job}-cp",
                                                     "job": job, **(identity or {})}))
+
+
+class StorageDown:
+    """Storage that fails reads for a while (an object store's 503s, a GET that times out):
+    each file read in that time fails with OSError, as pyarrow raises it, while listings
+    still answer. ``filesystem()`` is the local disk seen through it."""
+
+    def __init__(self, seconds: float):
+        self.until = time.monotonic() + seconds
+        self.refused = 0
+
+    def filesystem(self):
+        from fsspec.implementations.local import LocalFileSystem
+        from pyarrow import fs as pafs
+
+        outage = self
+
+        class Handler(pafs.FSSpecHandler):
+            def open_input_stream(self, path):
+                outage.answer(path)
+                return super().open_input_stream(path)
+
+        return pafs.PyFileSystem(Handler(LocalFileSystem()))
+
+    def answer(self, path: str) -> None:
+        if time.monotonic() < self.until:
+            self.refused += 1
+            raise OSError(f"When reading information for key '{path}': AWS Error SLOW_DOWN (HTTP status code: 503)")
+

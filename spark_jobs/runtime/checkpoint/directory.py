@@ -17,6 +17,7 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import CheckpointDamaged, CheckpointIdentityLost
+from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.identifiers import checked
 
 
@@ -43,16 +44,14 @@ class Checkpoint:
         self.fs, self.path = _filesystem(uri)
 
     def _read(self, relative: str) -> str | None:
-        try:
-            with self.fs.open_input_stream(f"{self.path}/{relative}") as stream:
-                return stream.read().decode()
-        except (FileNotFoundError, OSError):
-            return None
+        """The file's text; None only when it is not there (storage.py)."""
+        raw = storage.read_bytes(self.fs, f"{self.path}/{relative}")
+        return None if raw is None else raw.decode()
 
     def _batches(self, folder: str) -> list[int]:
         selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True)
         ids = []
-        for info in self.fs.get_file_info(selector):
+        for info in storage.patiently()(self.fs.get_file_info, selector):
             if info.type == pafs.FileType.File and info.base_name.isdigit():
                 ids.append(int(info.base_name))
         return sorted(ids)

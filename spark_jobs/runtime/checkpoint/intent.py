@@ -18,6 +18,7 @@ from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spark_jobs.errors import SigflowError
+from spark_jobs.runtime.checkpoint import storage
 
 INTENT_FILE = "sigflow.applying.json"
 RUNBOOK = "docs/runbooks/job-crashed.md"
@@ -49,14 +50,13 @@ def read(fs: pafs.FileSystem, folder: str) -> RestartIntent | None:
     """The pending restart's intent; None only when no file is there."""
     where = path(folder)
     try:
-        with fs.open_input_stream(where) as stream:
-            raw = stream.read()
-    except FileNotFoundError:
-        return None
+        raw = storage.read_bytes(fs, where)
     except OSError as exc:
         if fs.get_file_info(where).type == pafs.FileType.NotFound:
             return None
         raise _unreadable(where, f"it cannot be read ({exc})") from None
+    if raw is None:
+        return None
     try:
         return RestartIntent.model_validate(json.loads(raw.decode()))
     except (UnicodeDecodeError, ValueError, ValidationError) as exc:

@@ -51,6 +51,7 @@ from pydantic import TypeAdapter
 from spark_jobs.config import object_store
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.runtime.checkpoint import intent as intents
+from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.processes import start_time, started_as_recorded
@@ -150,22 +151,18 @@ class Lease:
 
     def _read(self, generation: int) -> Holder | None:
         """The holder in ``generation``'s file; None when the file is gone or holds no holder.
-        A storage that fails to answer raises OSError: the file may well be there, so its
-        holder may well be alive."""
+        Storage that keeps failing raises OSError: the file may well be there, and its holder
+        alive."""
+        raw = storage.read_bytes(self.fs, self._path(generation))
         try:
-            with self.fs.open_input_stream(self._path(generation)) as stream:
-                fields = json.loads(stream.read().decode())
-            return _HOLDER.validate_python({**fields, "generation": generation})
-        except (FileNotFoundError, ValueError, TypeError):  # pydantic's errors are ValueErrors
+            return None if raw is None else _HOLDER.validate_python({**json.loads(raw.decode()), "generation": generation})
+        except (ValueError, TypeError):  # pydantic's errors are ValueErrors
             return None
 
     def holder(self) -> Holder | None:
         """Who holds the lease: the highest generation's holder, or None when there is none.
         Storage that fails for a moment is asked again; OSError once it keeps failing."""
-        return _storage_retries()(self._newest)
-
-    def _newest(self) -> Holder | None:
-        generations = self._generations()
+        generations = storage.patiently()(self._generations)
         return self._read(generations[-1]) if generations else None
 
     # ---- taking ----------------------------------------------------------------------------
@@ -182,8 +179,8 @@ class Lease:
         """Take the lease, or raise JobAlreadyRunning naming the live holder."""
         self.fs.create_dir(self.folder, recursive=True)
         while True:
-            generations = _storage_retries()(self._generations)
-            current = _storage_retries()(self._settled, generations[-1]) if generations else None
+            generations = storage.patiently()(self._generations)
+            current = self._settled(generations[-1]) if generations else None
             if current is not None and current.owner == self.owner and not current.released:
                 return
             if current is not None and current.alive():
@@ -321,13 +318,6 @@ class Lease:
         self._heartbeat = threading.Thread(target=beat, name=f"sigflow-lease-{self.job}", daemon=True)
         self._heartbeat.start()
 
-
-# how long a lease read waits out storage that fails for a moment (a timeout, a 5xx): a holder
-# must not read a failed read as a lost lease, nor a taker as a lease free to take
-def _storage_retries() -> tenacity.Retrying:
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=2), stop=tenacity.stop_after_delay(10), reraise=True)
 
 # a lease file's fields checked for their types as they are read: a file another version or
 # a hand wrote wrongly is unreadable (and taken over), never a TypeError later

@@ -84,3 +84,51 @@ def test_an_edited_checkpoint_id_never_reaches_a_delete_predicate(tmp_path):
             delete_rows(uri, **bad)
     delete_rows(uri, job="ingest", checkpoint_id="a")
     assert DeltaTable(uri).to_pyarrow_dataset().to_table().column("job").to_pylist() == ["dedup"]
+
+
+def _checkpoint_mid_rewind(tmp_path):
+    """A checkpoint with one committed batch whose rewind stopped half way (pending_rewind)."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}')
+    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint.save_identity({"app_id": "sigflow-dedup-0123456789ab", "checkpoint_id": "sigflow-dedup-0123456789ab",
+                              "job": "dedup", "pending_rewind": 0})
+    return checkpoint
+
+
+def test_a_read_the_storage_fails_for_a_moment_is_read_again_not_taken_for_no_file(tmp_path):
+    """A job starting while the object store fails reads for a moment: it used to take the
+    unread sigflow.json for none, miss the rewind left half done, and start."""
+    import pytest
+
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.runtime.checkpoint.guards import check_no_pending_rewind
+    from tests.helpers import StorageDown
+
+    checkpoint = _checkpoint_mid_rewind(tmp_path)
+    outage = StorageDown(1.0)
+    checkpoint.fs = outage.filesystem()
+    with pytest.raises(SigflowError, match="a rewind to batch 0 did not finish"):
+        check_no_pending_rewind(checkpoint, "dedup")
+    assert outage.refused >= 1
+
+
+def test_an_identity_the_storage_failed_to_read_is_never_saved_over(tmp_path, settings, monkeypatch):
+    """The settings check saves sigflow.json with what it recorded: over an identity it could
+    not read, it used to save one without the app id its Delta commits carry."""
+    import json
+
+    import pytest
+
+    from spark_jobs.jobs.registry import get_job
+    from spark_jobs.runtime.checkpoint import storage
+    from spark_jobs.runtime.checkpoint.guards import check_settings_compatible
+    from tests.helpers import StorageDown
+
+    checkpoint = _checkpoint_mid_rewind(tmp_path)
+    checkpoint.fs = StorageDown(60).filesystem()
+    monkeypatch.setattr(storage, "READ_PATIENCE_S", 1.0)  # a storage down for good, sooner
+    with pytest.raises(OSError, match="503"):
+        check_settings_compatible(checkpoint, get_job("dedup"), settings)
+    kept = json.loads((tmp_path / "sigflow.json").read_text())
+    assert (kept["app_id"], kept["pending_rewind"]) == ("sigflow-dedup-0123456789ab", 0)

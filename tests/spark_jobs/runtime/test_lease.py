@@ -15,7 +15,7 @@ from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import CLOCK_SKEW_S, LEASE_FILE, Lease
-from tests.helpers import produce, run_job, table, wait_for
+from tests.helpers import StorageDown, produce, run_job, table, wait_for
 
 
 def _lease(tmp_path, ttl_s=60.0):
@@ -306,41 +306,13 @@ def test_a_lease_file_with_wrong_types_is_unreadable_not_a_crash(tmp_path):
     lease.release()
 
 
-class _StorageDown:
-    """Storage that fails reads for a while (an object store's 503s, a GET that times out):
-    each read of a lease file in that time fails with OSError, as pyarrow raises it, while
-    listings still answer."""
-
-    def __init__(self, seconds: float):
-        self.until = time.monotonic() + seconds
-        self.refused = 0
-
-    def filesystem(self):
-        from fsspec.implementations.local import LocalFileSystem
-        from pyarrow import fs as pafs
-
-        outage = self
-
-        class Handler(pafs.FSSpecHandler):
-            def open_input_stream(self, path):
-                outage.answer()
-                return super().open_input_stream(path)
-
-        return pafs.PyFileSystem(Handler(LocalFileSystem()))
-
-    def answer(self) -> None:
-        if time.monotonic() < self.until:
-            self.refused += 1
-            raise OSError("When reading information for key 'cp.lease/sigflow.lease': AWS Error SLOW_DOWN (HTTP status code: 503)")
-
-
 def test_a_holder_whose_storage_fails_for_a_moment_still_holds_its_lease(tmp_path):
     """A read that fails is not a lease taken over: the holder's check before a commit asks
     again and goes on writing, where it used to stop its run."""
     lease = _lease(tmp_path)
     lease.acquire()
     try:
-        outage = _StorageDown(1.0)
+        outage = StorageDown(1.0)
         lease.fs = outage.filesystem()
         lease.check()
         assert outage.refused >= 1
@@ -348,11 +320,14 @@ def test_a_holder_whose_storage_fails_for_a_moment_still_holds_its_lease(tmp_pat
         lease.release()
 
 
-def test_a_holder_whose_storage_keeps_failing_stops_saying_so(tmp_path):
+def test_a_holder_whose_storage_keeps_failing_stops_saying_so(tmp_path, monkeypatch):
+    from spark_jobs.runtime.checkpoint import storage
+
+    monkeypatch.setattr(storage, "READ_PATIENCE_S", 1.0)  # a storage down for good, sooner
     lease = _lease(tmp_path)
     lease.acquire()
     try:
-        lease.fs = _StorageDown(60).filesystem()
+        lease.fs = StorageDown(60).filesystem()
         with pytest.raises(LeaseLost, match="could not read its lease.*503") as lost:
             lease.check()
         assert "once the storage answers again" in lost.value.hint
@@ -366,7 +341,7 @@ def test_a_taker_that_cannot_read_a_live_lease_does_not_take_it(tmp_path):
     first, second = _lease(tmp_path), _lease(tmp_path)
     first.acquire()
     try:
-        outage = _StorageDown(1.5)
+        outage = StorageDown(1.5)
         second.fs = outage.filesystem()
         with pytest.raises(JobAlreadyRunning, match=f"pid {os.getpid()}"):
             second.acquire()
@@ -382,7 +357,7 @@ def test_the_heartbeat_renews_again_once_the_storage_answers(tmp_path):
     lease = _lease(tmp_path, ttl_s=2.0)  # renewed every 0.5 s
     lease.acquire()
     try:
-        outage = _StorageDown(1.5)
+        outage = StorageDown(1.5)
         lease.fs = outage.filesystem()
         wait_for(lambda: time.monotonic() > outage.until, timeout_s=10, what="the storage to answer")
         before = lease.holder().renewed

@@ -1,0 +1,38 @@
+"""Reads of checkpoint storage that tell "no file there" from "the storage did not answer".
+
+An object store fails a request now and then (a timeout, a 503). Taken for "no file", such a
+failure lets a run miss a rewind left half done, save sigflow.json over an identity it could
+not read (losing the id its Delta commits carry), or take a live run's lease. So a read that
+fails is asked again for up to ``READ_PATIENCE_S``, and raises OSError if it keeps failing;
+only a file that is not there reads as None.
+"""
+
+from __future__ import annotations
+
+import tenacity
+from pyarrow import fs as pafs
+
+READ_PATIENCE_S = 10.0
+
+
+def _did_not_answer(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
+
+
+def patiently() -> tenacity.Retrying:
+    """Retries for a storage read: again while it fails, for up to READ_PATIENCE_S."""
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(_did_not_answer),
+                             wait=tenacity.wait_exponential(multiplier=0.1, max=2),
+                             stop=tenacity.stop_after_delay(READ_PATIENCE_S), reraise=True)
+
+
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
+    """The file's bytes, or None when there is no file; OSError when the storage keeps failing."""
+    def once() -> bytes | None:
+        try:
+            with fs.open_input_stream(path) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+
+    return patiently()(once)

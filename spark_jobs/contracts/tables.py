@@ -57,6 +57,17 @@ TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.enableChangeDataFe
 
 
 @dataclass(frozen=True)
+class MergePart:
+    """Columns of a row kept current by merge that change together, and the columns that say
+    which of two values is newer (larger is newer, compared in order; a row whose first is
+    null has none of the part)."""
+
+    name: str
+    columns: tuple[str, ...]
+    order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TableSpec:
     name: str
     ddl: str  # Spark DDL column list
@@ -68,9 +79,9 @@ class TableSpec:
     # kept current by a merge on this key rather than appended to: a batch updates the rows
     # it has newer data for, and a replay or a rewind's re-run changes nothing (runtime/commit.py)
     merge_key: tuple[str, ...] = ()
-    # the parts of a merged row each updated on its own, when newer: (name, its columns); a
-    # part is newer by (<name>_time, <name>_kafka_timestamp, <name>_offset): runtime/delta/newest.py
-    merge_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # the parts of a merged row, each updated on its own where a row's part is newer
+    # (runtime/delta/newest.py); a part may be written by a job of its own
+    merge_parts: tuple[MergePart, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -152,14 +163,30 @@ DEVICE_STATUS = TableSpec(
     "device_status",
     "device_id STRING, event_id STRING, event_time TIMESTAMP, signal DOUBLE, event_kafka_timestamp TIMESTAMP, "
     "event_offset BIGINT, alert_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    "alert_kafka_timestamp TIMESTAMP, alert_offset BIGINT",
-    "Where each device is now: one row per device, with its latest valid event (the largest event_time; "
-    "of two at the same time, the one that reached Kafka last: kafka timestamp, then offset) and its "
-    "latest alert by the same rule; a device known only from alerts has no event yet. Kept current by "
-    "ingest's every batch.",
+    "alert_kafka_timestamp TIMESTAMP, alert_offset BIGINT, window_start TIMESTAMP, window_end TIMESTAMP, "
+    "window_event_count BIGINT, window_avg_signal DOUBLE, session_start TIMESTAMP, session_last_event_time TIMESTAMP, "
+    "session_event_count BIGINT, session_avg_signal DOUBLE, session_closed BOOLEAN",
+    "Where each device is now: one row per device. Its latest valid event (the largest event_time; of two "
+    "at the same time, the one that reached Kafka last: kafka timestamp, then offset) and its latest alert "
+    "by the same rule, kept current by ingest's every batch; a device known only from alerts has no event "
+    "yet. Its last final tumbling window (window_*, the latest window_start, from windowed-averages' "
+    "deduplicated events, as device_signal_averages held it when final) and its latest session "
+    "(session_*, from the sessions job: the one with the latest event; open until session_closed), "
+    "each kept current by its job's every batch.",
     merge_key=("device_id",),
-    merge_parts=(("event", ("event_id", "event_time", "signal", "event_kafka_timestamp", "event_offset")),
-                 ("alert", ("alert_id", "alert_time", "severity", "kind", "alert_kafka_timestamp", "alert_offset"))),
+    merge_parts=(
+        MergePart("event", ("event_id", "event_time", "signal", "event_kafka_timestamp", "event_offset"),
+                  ("event_time", "event_kafka_timestamp", "event_offset")),
+        MergePart("alert", ("alert_id", "alert_time", "severity", "kind", "alert_kafka_timestamp", "alert_offset"),
+                  ("alert_time", "alert_kafka_timestamp", "alert_offset")),
+        MergePart("window", ("window_start", "window_end", "window_event_count", "window_avg_signal"),
+                  ("window_start",)),
+        # an event joining the session raises its count (the sessions job drops repeats) or
+        # its last event time; closing it sets session_closed
+        MergePart("session", ("session_start", "session_last_event_time", "session_event_count",
+                              "session_avg_signal", "session_closed"),
+                  ("session_last_event_time", "session_event_count", "session_closed")),
+    ),
 )
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
@@ -246,10 +273,11 @@ TABLE_STATUS = TableSpec(
     "table_name STRING, job STRING, checkpoint_id STRING, batch_id BIGINT, batch_time TIMESTAMP, "
     "final_through TIMESTAMP, rows_written BIGINT, recorded_at TIMESTAMP",
     "How complete each table is, readable without sigflow: one row per batch per table its job writes, "
-    "with rows or none. A table's newest row (largest recorded_at) is current: every record in Kafka "
-    "before batch_time has reached the table, and rows whose time is at or before final_through "
-    "(the batch's watermark; null for ingest, whose rows are final when written) will not be added to "
-    "by the stream; see docs/consumers.md for what final means per table.",
+    "with rows or none. A table's newest row (largest recorded_at) of each job writing it is current: "
+    "every record in Kafka before batch_time has reached the table through that job, and rows whose time "
+    "is at or before final_through (the batch's watermark; null for ingest, whose rows are final when "
+    "written) will not be added to by the stream; device_status has a writer per part; see "
+    "docs/consumers.md for what final means per table.",
 )
 DQ_RESULTS = TableSpec(
     "dq_results",
@@ -324,9 +352,9 @@ READING = {
     QUARANTINED_EVENTS.name: Reading(("topic", "partition", "offset"),
                                      INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention"),
     DEVICE_STATUS.name: Reading(("device_id",),
-                                "never: a row is updated in place when a newer event or alert of its device "
-                                "arrives (an update in the change feed); a rewind leaves it, its re-run finds "
-                                "nothing newer"),
+                                "never: a part of a row is updated in place when a newer event, alert, final "
+                                "window or session state of its device arrives (an update in the change feed); "
+                                "a rewind leaves it, its re-run finds nothing newer"),
     DEVICE_EVENTS_DEDUPLICATED.name: Reading(
         ("device_id", "event_id"),
         "when written; the key is unique among events within watermark_delay of each other (a copy re-sent "

@@ -41,7 +41,7 @@ def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: B
 
 def device_status(events: DataFrame, alerts: DataFrame) -> DataFrame:
     """Every valid event and alert of the batch as a device_status row holding its part
-    (the other part null). The sink keeps each device's newest of them per part, and
+    (the other null; the window and session parts are other jobs'). The sink keeps each device's newest of them per part, and
     device_status's merge the newer of that and what the table holds (the rule:
     runtime/delta/newest.py)."""
     event_rows = events.select("device_id", "event_id", "event_time", "signal",
@@ -50,7 +50,7 @@ def device_status(events: DataFrame, alerts: DataFrame) -> DataFrame:
     alert_rows = alerts.select("device_id", "alert_id", "alert_time", "severity", "kind",
                                F.col("kafka_timestamp").alias("alert_kafka_timestamp"),
                                F.col("offset").alias("alert_offset"))
-    return event_rows.unionByName(alert_rows, allowMissingColumns=True).select(*DEVICE_STATUS.columns)
+    return event_rows.unionByName(alert_rows, allowMissingColumns=True)
 
 
 INGEST = StreamingJob(

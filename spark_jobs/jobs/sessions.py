@@ -1,4 +1,5 @@
-"""Job ``sessions``: per-device activity sessions with arbitrary state -> device_sessions.
+"""Job ``sessions``: per-device activity sessions with arbitrary state -> device_sessions, and
+each device's latest session, open or closed, -> device_status.
 
 A session is a run of a device's events with no silence longer than ``session_gap`` of event
 time. Events arrive out of order and across batches, so a device may have several open
@@ -27,12 +28,13 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.tables import DEVICE_SESSIONS
+from spark_jobs.contracts.tables import DEVICE_SESSIONS, DEVICE_STATUS
 from spark_jobs.jobs import JOB_TABLES
-from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import (
     DEDUP_BY_DEVICE,
     behind_watermark,
@@ -122,10 +124,19 @@ def _closed_rows(device_id: str, closed: list[Session]) -> pd.DataFrame:
     })
 
 
-def session_updater(gap_ms: int, timeout_from: str = "event_time"):
+def _open_row(device_id: str, latest: Session) -> pd.DataFrame:
+    """The device's latest open session as a row of the output, without a closed_reason:
+    device_status shows it, device_sessions never holds it."""
+    row = _closed_rows(device_id, [latest])
+    row["closed_reason"] = [None]
+    return row
+
+
+def session_updater(gap_ms: int, timeout_from: str = "event_time", with_open: bool = False):
     """The per-device state function. ``timeout_from="watermark"`` is the naive variant
     (timeout = current watermark + gap, and a timeout closes everything), kept only to show
-    the first-batch trap in tests."""
+    the first-batch trap in tests. ``with_open`` adds, at each call that leaves the device a
+    session open, its latest open session (a row without closed_reason)."""
     naive = timeout_from == "watermark"
 
     def update(key: tuple, batches: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
@@ -149,6 +160,8 @@ def session_updater(gap_ms: int, timeout_from: str = "event_time"):
             state.remove()
         if closed:
             yield _closed_rows(device_id, closed)
+        if with_open and still_open:
+            yield _open_row(device_id, max(still_open, key=lambda session: session.last_ms))
 
     return update
 
@@ -162,7 +175,7 @@ def device_sessions(settings: StreamingSettings, events: DataFrame, timeout_from
         .select("device_id", "event_time", "signal")
         .groupBy("device_id")
         .applyInPandasWithState(
-            session_updater(gap_ms, timeout_from),
+            session_updater(gap_ms, timeout_from, with_open=True),
             outputStructType=OUTPUT_SCHEMA,
             stateStructType=STATE_SCHEMA,
             outputMode="append",
@@ -171,12 +184,24 @@ def device_sessions(settings: StreamingSettings, events: DataFrame, timeout_from
     )
 
 
+def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
+    """The closed sessions to device_sessions; every session the batch closed or left open to
+    device_status, whose merge keeps each device's latest (runtime/delta/newest.py)."""
+    return {
+        DEVICE_SESSIONS.name: rows.where(F.col("closed_reason").isNotNull()),
+        DEVICE_STATUS.name: rows.select(
+            "device_id", "session_start", F.col("session_end").alias("session_last_event_time"),
+            F.col("event_count").alias("session_event_count"), F.col("avg_signal").alias("session_avg_signal"),
+            F.col("closed_reason").isNotNull().alias("session_closed")),
+    }
+
+
 SESSIONS = StreamingJob(
     name="sessions",
     summary="per-device activity sessions closed once the watermark passes last event + gap -> device_sessions",
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_sessions(settings, valid_events(settings, records)),
-    split=lambda settings, rows, batch: {DEVICE_SESSIONS.name: rows},
+    split=split,
     tables=JOB_TABLES["sessions"],
     late_rule=behind_watermark,
     checkpoint_settings=("session_gap",),

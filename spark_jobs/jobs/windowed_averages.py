@@ -1,7 +1,8 @@
 """Job ``windowed-averages``: per-device signal statistics per event-time window.
 
 Tumbling (default 5 minutes) and sliding (10 minutes every 5) windows over deduplicated
-events, appended once per window when the watermark passes its end.
+events, appended once per window when the watermark passes its end; each device's latest
+final tumbling window is merged into device_status.
 
 When the sliding window and its step are multiples of the tumbling window (the defaults
 are), the tumbling windows are panes the sliding windows are made of: sum, count, min and
@@ -17,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES
+from spark_jobs.contracts.tables import DEVICE_SIGNAL_AVERAGES, DEVICE_STATUS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import (
@@ -57,12 +58,21 @@ def device_signal_averages(settings: StreamingSettings, events: DataFrame) -> Da
 
 def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     if not from_panes(settings):
-        return {DEVICE_SIGNAL_AVERAGES.name: rows}
+        return {DEVICE_SIGNAL_AVERAGES.name: rows, DEVICE_STATUS.name: final_tumbling_windows(rows)}
     panes = rows.drop(PANE_SUM)
+    status = {DEVICE_STATUS.name: final_tumbling_windows(panes)}
     if not sliding_windows_close(settings, batch.previous_watermark_ms, batch.watermark_ms):
-        return {DEVICE_SIGNAL_AVERAGES.name: panes}
+        return {DEVICE_SIGNAL_AVERAGES.name: panes, **status}
     return {DEVICE_SIGNAL_AVERAGES.name: panes.unionByName(
-        closed_sliding_windows(settings, rows, batch.read_table(DEVICE_SIGNAL_AVERAGES.name), batch))}
+        closed_sliding_windows(settings, rows, batch.read_table(DEVICE_SIGNAL_AVERAGES.name), batch)), **status}
+
+
+def final_tumbling_windows(windows: DataFrame) -> DataFrame:
+    """device_status's window part: the tumbling windows the batch made final (its merge keeps
+    each device's latest)."""
+    return windows.where(F.col("window_kind") == "tumbling").select(
+        "device_id", "window_start", "window_end", F.col("event_count").alias("window_event_count"),
+        F.col("avg_signal").alias("window_avg_signal"))
 
 
 def sliding_windows_close(settings: StreamingSettings, since_ms: int, until_ms: int) -> bool:

@@ -6,7 +6,7 @@ except quarantined records and table_status rows past their retention.
   a retention under ``vacuum_retention_floor`` is refused, and one that is not whole hours
   (what delta-rs takes) is rounded up, never down to 0;
 * quarantine: records older than ``quarantine_retention`` are deleted;
-* table_status: rows older than ``table_status_retention`` are deleted, each table's newest
+* table_status: rows older than ``table_status_retention`` are deleted, each table's and job's newest
   kept (it says how complete the table is however long ago its job last ran);
 * checkpoints: offset and commit entries beyond the last ``checkpoint_batches_retained``.
 
@@ -101,20 +101,26 @@ def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
 
 
 def _prune_table_status(settings: Settings, table, dry_run: bool) -> int:
-    """Delete table_status rows older than its retention, but not a table's newest row."""
+    """Delete table_status rows older than its retention, but not the newest row of a table
+    and a job writing it."""
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=settings.operations.table_status_retention.seconds)
-    rows = table_access.read_pandas(table.table_uri, ["table_name", "recorded_at"])
+    rows = table_access.read_pandas(table.table_uri, ["table_name", "job", "recorded_at"])
     if rows.empty:
         return 0
-    newest = rows.groupby("table_name").recorded_at.max()
-    # per table, rows before the older of the cutoff and its newest row
-    bounds = {name: min(cutoff, at.to_pydatetime()) for name, at in newest.items()}
-    old = sum(int(((rows.table_name == name) & (rows.recorded_at < bound)).sum()) for name, bound in bounds.items())
+    newest = rows.groupby(["table_name", "job"]).recorded_at.max()
+    # per table and job, rows before the older of the cutoff and its newest row
+    bounds = {key: min(cutoff, at.to_pydatetime()) for key, at in newest.items()}
+    old = sum(int(((rows.table_name == name) & (rows.job == job) & (rows.recorded_at < bound)).sum())
+              for (name, job), bound in bounds.items())
     if old and not dry_run:
         table.delete(" OR ".join(
-            f"(table_name = '{name.replace(chr(39), chr(39) * 2)}' AND recorded_at < "
-            f"'{bound.strftime('%Y-%m-%d %H:%M:%S.%f')}')" for name, bound in bounds.items()))
+            f"(table_name = {_quoted(name)} AND job = {_quoted(job)} AND recorded_at < "
+            f"'{bound.strftime('%Y-%m-%d %H:%M:%S.%f')}')" for (name, job), bound in bounds.items()))
     return old
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _prune_checkpoint(settings: Settings, job: str, dry_run: bool) -> str:

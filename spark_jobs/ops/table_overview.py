@@ -9,12 +9,28 @@ from datetime import datetime
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, TABLE_STATUS
-from spark_jobs.jobs import JOB_TABLES
+from spark_jobs.jobs import writers_of
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.increments import added_since
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
-WRITERS = {spec.name: job for job, specs in JOB_TABLES.items() for spec in specs}
+
+
+@dataclass(frozen=True)
+class Writing:
+    """How far one job has written a table, from its newest table_status row."""
+
+    job: str
+    batch_time: datetime | None = None  # every record in Kafka before it is in the table
+    final_through: datetime | None = None  # rows at or before it will not change by the stream
+
+    def describe(self, table: str) -> str:
+        if self.batch_time is None:
+            return "no batch yet"
+        final = (f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ}" if self.final_through
+                 else "rows updated in place" if ALL_TABLES[table].merge_key
+                 else "final as written" if self.job == "ingest" else "no watermark yet")
+        return f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}, {final}"
 
 
 @dataclass(frozen=True)
@@ -23,23 +39,17 @@ class TableOverview:
     version: int | None  # None: not created yet
     rows: int = 0
     change_feed: bool = False
-    job: str | None = None
-    batch_time: datetime | None = None  # every record in Kafka before it is in the table
-    final_through: datetime | None = None  # rows at or before it will not change by the stream
+    writers: tuple[Writing, ...] = ()
 
     def line(self) -> str:
         if self.version is None:
             return f"{self.name}: not created yet (sigflow_deploy or the job's first run creates it)"
         parts = [f"version {self.version}", f"{self.rows:,} rows", f"change feed {'on' if self.change_feed else 'OFF'}"]
-        if self.job:
-            parts.append(f"written by {self.job}")
-            if self.batch_time is None:
-                parts.append("no batch yet")
-            else:
-                parts.append(f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}")
-                parts.append(f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ}" if self.final_through
-                             else "rows updated in place" if ALL_TABLES[self.name].merge_key
-                             else "final as written" if self.job == "ingest" else "no watermark yet")
+        if len(self.writers) == 1:
+            parts += [f"written by {self.writers[0].job}", self.writers[0].describe(self.name)]
+        elif self.writers:
+            parts.append("written by " + "; ".join(
+                f"{writing.job} ({writing.describe(self.name)})" for writing in self.writers))
         return f"{self.name}: " + ", ".join(parts)
 
 
@@ -52,20 +62,21 @@ def overview(settings: Settings) -> list[TableOverview]:
             found.append(TableOverview(name, None))
             continue
         table = table_access.open_table(uri)
-        status = latest.get(name, {})
+        writers = tuple(Writing(job, *(latest.get((name, job), {}).get(column) for column in ("batch_time", "final_through")))
+                        for job in writers_of(name))
         found.append(TableOverview(
             name, table.version(), added_since(uri, None).rows,
-            table.metadata().configuration.get(CHANGE_FEED) == "true", WRITERS.get(name),
-            status.get("batch_time"), status.get("final_through")))
+            table.metadata().configuration.get(CHANGE_FEED) == "true", writers))
     return found
 
 
-def _latest_status(settings: Settings) -> dict[str, dict]:
-    """Each table's newest table_status row."""
+def _latest_status(settings: Settings) -> dict[tuple[str, str], dict]:
+    """The newest table_status row of each table and job writing it."""
     rows = table_access.read_arrow(settings.table_uri(TABLE_STATUS.name),
-                                   ["table_name", "batch_time", "final_through", "recorded_at"]).to_pylist()
-    latest: dict[str, dict] = {}
+                                   ["table_name", "job", "batch_time", "final_through", "recorded_at"]).to_pylist()
+    latest: dict[tuple[str, str], dict] = {}
     for row in rows:
-        if row["table_name"] not in latest or row["recorded_at"] > latest[row["table_name"]]["recorded_at"]:
-            latest[row["table_name"]] = row
+        key = (row["table_name"], row["job"])
+        if key not in latest or row["recorded_at"] > latest[key]["recorded_at"]:
+            latest[key] = row
     return latest

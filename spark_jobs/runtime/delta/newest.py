@@ -1,38 +1,41 @@
 """Which of two rows of a key is newer, per part of a table kept current by merge
-(``TableSpec.merge_parts``): the larger (<part>_time, <part>_kafka_timestamp, <part>_offset),
-compared in that order. One rule, written twice: as Arrow, to keep a batch's newest row per
-key before the merge, and as the merge's SQL condition against the table's row."""
+(``TableSpec.merge_parts``): the larger of the part's order columns, compared in order. One
+rule, written twice: as Arrow, to keep a batch's newest row per key before the merge, and as
+the merge's SQL condition against the table's row."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
-def order(part: str) -> tuple[str, str, str]:
-    """The columns a part's rows are ordered by, most significant first."""
-    return f"{part}_time", f"{part}_kafka_timestamp", f"{part}_offset"
+from spark_jobs.contracts.tables import MergePart
 
 
-def newer_sql(part: str, source: str = "s", target: str = "t") -> str:
+def newer_sql(part: MergePart, source: str = "s", target: str = "t") -> str:
     """The merge condition: the source row's part is newer than the target's (a source row
-    without the part's time is never newer)."""
-    (s0, s1, s2), (t0, t1, t2) = ([f"{alias}.{column}" for column in order(part)] for alias in (source, target))
-    return (f"({s0} IS NOT NULL AND ({t0} IS NULL OR {s0} > {t0} OR ({s0} = {t0} AND "
-            f"({s1} > {t1} OR ({s1} = {t1} AND {s2} > {t2})))))")
+    without the part's first order column is never newer; a target without it always older)."""
+    first, *rest = part.order
+    condition = ""
+    for column in reversed(rest):  # s.c1 > t.c1 OR (s.c1 = t.c1 AND (...)), innermost last
+        greater = f"{source}.{column} > {target}.{column}"
+        condition = greater if not condition else f"{greater} OR ({source}.{column} = {target}.{column} AND ({condition}))"
+    newer_first = f"{source}.{first} > {target}.{first}"
+    if condition:
+        newer_first += f" OR ({source}.{first} = {target}.{first} AND ({condition}))"
+    return f"({source}.{first} IS NOT NULL AND ({target}.{first} IS NULL OR {newer_first}))"
 
 
-def newest_per_key(rows: pa.Table, key: tuple[str, ...], parts) -> pa.Table:
-    """One row per key: for each part (name, columns), the columns of the key's newest row
+def newest_per_key(rows: pa.Table, key: tuple[str, ...], parts: tuple[MergePart, ...]) -> pa.Table:
+    """One row per key: for each part, the columns of the key's newest row
     that has the part's time (null where none has). A batch collected to the driver is
     reduced here instead of by a Spark aggregation: for ingest's device_status, a shuffle
     and a join per batch cost a 5,000-record batch about a quarter of its time
     (docs/benchmarks.md)."""
     newest = None
-    for name, columns in parts:
-        part = rows.select([*key, *columns]).filter(pc.is_valid(rows[order(name)[0]]))
+    for merge_part in parts:
+        part = rows.select([*key, *merge_part.columns]).filter(pc.is_valid(rows[merge_part.order[0]]))
         part = part.take(pc.sort_indices(part, [(column, "ascending") for column in key]
-                                         + [(column, "descending") for column in order(name)]))
+                                         + [(column, "descending") for column in merge_part.order]))
         newest_part = part.filter(_first_of_each_key(part, key))
         newest = newest_part if newest is None else newest.join(newest_part, list(key), join_type="full outer")
     return newest

@@ -84,14 +84,16 @@ class DeltaSink:
     def merge(self, df: DataFrame, spec: TableSpec, info: CommitInfo) -> int:
         """Merge one batch's rows into a table kept current by key (``spec.merge_key``): the
         rows it inserted or updated. The batch's rows (several per key: ingest's are its valid
-        records, a bounded batch's narrow columns) are collected and reduced to the newest per
+        records, a bounded batch's narrow columns; a job that writes some of the table's parts
+        gives their columns alone) are collected and reduced to the newest per
         key on the driver, then merged through delta-rs, whose merge skips the Spark job and
         the state rebuild of a Spark merge; a replay's merge finds nothing newer and changes
         nothing."""
         arrow_schema = schema.arrow_schema(spec)
-        rows = df.toArrow().cast(arrow_schema)
+        rows = df.toArrow()
         if rows.num_rows == 0:
             return 0
+        rows = _every_column(rows, arrow_schema)
         rows = newest_per_key(rows, spec.merge_key, spec.merge_parts).select(list(spec.columns)).cast(arrow_schema)
         metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
         return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
@@ -143,3 +145,9 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
         if entry.get("userMetadata") == commit_info:
             return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
     return None
+
+
+def _every_column(rows: pa.Table, arrow_schema: pa.Schema) -> pa.Table:
+    """``rows`` with each of the table's columns in its order: null where the job gave none."""
+    return pa.table({field.name: rows[field.name].cast(field.type) if field.name in rows.column_names
+                     else pa.nulls(rows.num_rows, field.type) for field in arrow_schema}, schema=arrow_schema)

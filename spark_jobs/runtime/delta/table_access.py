@@ -20,10 +20,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
+    from spark_jobs.contracts.tables import MergePart
 
 
 class CommitConflict(Exception):
     """Another writer committed what this commit read; the append may be tried again."""
+
+
+# how long a merge into a table several jobs merge into is tried again while others commit
+MERGE_PATIENCE_S = 60.0
 
 
 def exists(uri: str) -> bool:
@@ -68,23 +73,37 @@ def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
         raise CommitConflict(str(exc)) from exc
 
 
-def merge_newer(uri: str, source: pa.Table, key: tuple[str, ...], parts, user_metadata: str) -> dict:
+def merge_newer(uri: str, source: pa.Table, key: tuple[str, ...], parts: tuple[MergePart, ...],
+                user_metadata: str) -> dict:
     """Merge ``source`` (one row per key) into the table on ``key``: a new key's row is
-    inserted; for a known one, each part (name, columns) takes the source's values only where
-    the source's is newer (``newest.newer_sql``), so merging the same rows again changes
-    nothing. Delta's merge metrics."""
+    inserted; for a known one, each part takes the source's values only where the source's
+    is newer (``newest.newer_sql``), so merging the same rows again changes nothing. Delta's
+    merge metrics.
+
+    Several jobs merge their parts into one table: a merge that a concurrent commit
+    conflicts with (another job's merge, a compaction) is merged again on the table as that
+    commit left it, which the newer rule makes safe."""
+    import tenacity
     from deltalake import CommitProperties
+    from deltalake.exceptions import CommitFailedError
 
     from spark_jobs.runtime.delta.newest import newer_sql
 
-    updates = {column: f"CASE WHEN {newer_sql(name)} THEN s.{column} ELSE t.{column} END"
-               for name, columns in parts for column in columns}
-    return (open_table(uri).merge(source, " AND ".join(f"t.{c} = s.{c}" for c in key), source_alias="s",
-                                  target_alias="t",
-                                  commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}))
-            .when_matched_update(updates, predicate=" OR ".join(newer_sql(name) for name, _ in parts))
-            .when_not_matched_insert_all()
-            .execute())
+    updates = {column: f"CASE WHEN {newer_sql(part)} THEN s.{column} ELSE t.{column} END"
+               for part in parts for column in part.columns}
+
+    def merge() -> dict:
+        return (open_table(uri).merge(source, " AND ".join(f"t.{c} = s.{c}" for c in key), source_alias="s",
+                                      target_alias="t",
+                                      commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}))
+                .when_matched_update(updates, predicate=" OR ".join(newer_sql(part) for part in parts))
+                .when_not_matched_insert_all()
+                .execute())
+
+    again = tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
+                              wait=tenacity.wait_random_exponential(multiplier=0.1, max=2),
+                              stop=tenacity.stop_after_delay(MERGE_PATIENCE_S), reraise=True)
+    return again(merge)
 
 
 def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pa.Table:

@@ -1,14 +1,17 @@
 """device_status against an oracle from the records sent: one row per device, its latest valid
 event (largest event time; of two at the same time, the later one to reach Kafka) and its
-latest alert by the same rule, devices known only from alerts included. Kept through a
-restart, a replay of batches by a rewind and its re-run: a re-run finds nothing newer."""
+latest alert by the same rule, devices known only from alerts included; its last final
+tumbling window and its latest session, open or closed. Kept through a restart, a replay of
+batches by a rewind and its re-run: a re-run finds nothing newer."""
 
 from __future__ import annotations
 
 from spark_jobs.ops import restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
-from tests.oracle import Event
+from tests.oracle import MINUTE_MS, Event, EventTimeOracle
+
+GAP_MS = 30 * MINUTE_MS  # the session_gap setting's default
 
 
 def _oracle(events: list[Event], alerts: list[tuple[str, str, int, str]]) -> dict[str, tuple]:
@@ -70,3 +73,84 @@ def test_device_status_is_each_devices_latest_event_and_alert_through_restarts_a
     assert _status(s) == everything  # a rewind leaves it
     run_job(spark, s, "ingest")
     assert _status(s) == everything  # the re-run finds nothing newer
+
+
+def _windows_and_sessions_oracle(runs: list[list[Event]]) -> dict[str, tuple]:
+    """Each device's last final tumbling window (start, end, events, mean signal) and its
+    latest session (start, last event, events, mean signal, closed), by the rules alone: late
+    events (at or behind the batch before's watermark) and repeats dropped; a window final
+    once the watermark reaches its end; a session the run of events no more than the gap
+    apart, closed once the watermark reaches its last event plus the gap. Each run is an
+    available-now run: its batch, then a no-data batch."""
+    oracle = EventTimeOracle()
+    for events in runs:
+        oracle.run_batch(events)
+        oracle.run_no_data_batch()
+    windows: dict[str, tuple] = {}
+    for (device, kind, start, end), signals in oracle.emitted.items():
+        if kind == "tumbling" and (device not in windows or start > windows[device][0]):
+            windows[device] = (start, end, len(signals), round(sum(signals) / len(signals), 6))
+    sessions: dict[str, tuple] = {}
+    for device in {e.device_id for e in oracle.kept}:
+        kept = sorted((e.t_ms, e.signal) for e in oracle.kept if e.device_id == device)
+        latest = [kept[0]]
+        for event in kept[1:]:
+            latest = latest + [event] if event[0] - latest[-1][0] <= GAP_MS else [event]
+        last = latest[-1][0]
+        sessions[device] = (latest[0][0], last, len(latest), round(sum(sig for _, sig in latest) / len(latest), 6),
+                            last + GAP_MS <= oracle.watermark_ms)
+    return {device: (windows.get(device), sessions.get(device)) for device in windows.keys() | sessions.keys()}
+
+
+def _windows_and_sessions(s) -> dict[str, tuple]:
+    rows = table(s, "device_status")
+    assert rows.device_id.is_unique
+
+    def ms(value) -> int:
+        return int(value.timestamp() * 1000)
+
+    return {r.device_id: (
+        None if r.window_start is None or r.window_start != r.window_start else
+        (ms(r.window_start), ms(r.window_end), r.window_event_count, round(r.window_avg_signal, 6)),
+        None if r.session_start is None or r.session_start != r.session_start else
+        (ms(r.session_start), ms(r.session_last_event_time), r.session_event_count,
+         round(r.session_avg_signal, 6), bool(r.session_closed)),
+    ) for r in rows.itertuples()}
+
+
+def test_device_status_holds_each_devices_last_final_window_and_latest_session_through_restarts_and_a_rewind(
+        spark, settings):
+    """windowed-averages and sessions each merge their part into the row ingest keeps: three
+    writers, one row per device, each part by its own rule."""
+    s = single_partition_topics(settings)
+    jobs = ("ingest", "windowed-averages", "sessions")
+    first = [Event("a1", "d1", at(12, 0), 1.0), Event("a2", "d1", at(12, 3), 3.0),
+             Event("a3", "d1", at(12, 7), 5.0), Event("a2", "d1", at(12, 3), 3.0),  # a re-sent copy
+             Event("a4", "d2", at(12, 1), 2.0),
+             Event("a5", "d3", at(12, 30), 4.0)]  # the watermark moves to 12:20: d1 and d2 have final windows
+    send(s, first)
+    for job in jobs:
+        run_job(spark, s, job)
+    assert _windows_and_sessions(s) == _windows_and_sessions_oracle([first])
+    rewind_to = {job: Checkpoint(s.checkpoint_uri(job)).last_committed() for job in jobs[1:]}
+
+    second = [Event("b1", "d1", at(12, 5), 9.0),  # behind the watermark (12:20): late, counted nowhere here
+              Event("b2", "d3", at(12, 42), 6.0), Event("b3", "d3", at(12, 44), 8.0),  # d3's session goes on, open
+              Event("b4", "d1", at(12, 46), 7.0),  # d1: a new session, open; its old one stays closed in device_sessions
+              Event("b5", "d4", at(12, 50), 1.0)]  # a new device; the watermark moves to 12:40: d2 closes
+    send(s, second)
+    for job in jobs:
+        run_job(spark, s, job)
+    everything = _windows_and_sessions_oracle([first, second])
+    assert everything["d1"][1][4] is False and everything["d2"][1][4] is True  # the scenario has both kinds
+    assert _windows_and_sessions(s) == everything
+    assert len(table(s, "device_status")) == 4
+
+    for job, to_batch in rewind_to.items():
+        plan = restart.plan_rewind(s, job, to_batch=to_batch)
+        assert not plan.refusals, plan.describe()
+        plan.apply()
+    assert _windows_and_sessions(s) == everything  # a rewind leaves it
+    for job in jobs[1:]:
+        run_job(spark, s, job)
+    assert _windows_and_sessions(s) == everything  # the re-runs find nothing newer

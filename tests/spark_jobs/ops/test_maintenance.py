@@ -67,22 +67,26 @@ def test_quarantined_records_past_retention_are_deleted(spark, settings):
 
 
 def test_table_status_rows_past_retention_are_deleted_but_each_tables_newest_stays(settings):
-    """A job that last ran before the retention still says how complete its table is."""
+    """A job that last ran before the retention still says how complete its table is, also
+    where another job writing the same table ran since."""
     from spark_jobs.contracts.tables import TABLE_STATUS
 
     now = datetime.now(timezone.utc)
+    long_ago = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
-    def row(name: str, recorded_at: datetime) -> dict:
-        return {"table_name": name, "job": "j", "checkpoint_id": "c", "batch_id": 0, "batch_time": recorded_at,
+    def row(name: str, recorded_at: datetime, job: str = "j") -> dict:
+        return {"table_name": name, "job": job, "checkpoint_id": "c", "batch_id": 0, "batch_time": recorded_at,
                 "final_through": None, "rows_written": 1, "recorded_at": recorded_at}
 
-    rows = [row("quiet", datetime(2020, 1, 1, tzinfo=timezone.utc)), row("quiet", datetime(2020, 1, 2, tzinfo=timezone.utc)),
-            row("busy", datetime(2020, 1, 1, tzinfo=timezone.utc)), row("busy", now),
-            row("it's", datetime(2020, 1, 1, tzinfo=timezone.utc))]
+    rows = [row("quiet", long_ago), row("quiet", datetime(2020, 1, 2, tzinfo=timezone.utc)),
+            row("busy", long_ago), row("busy", now), row("it's", long_ago),
+            row("shared", long_ago, "sessions"), row("shared", now, "ingest")]
     write_deltalake(settings.table_uri("table_status"), pa.Table.from_pylist(rows, schema=arrow_schema(TABLE_STATUS)))
 
     lines = maintenance.run(settings.replace(table_status_retention="30 days"))
     assert any(line.startswith("table_status:") and "2 rows past retention deleted" in line for line in lines), lines
     kept = table(settings, "table_status")
-    assert sorted(zip(kept.table_name, kept.recorded_at.dt.year)) == [("busy", now.year), ("it's", 2020), ("quiet", 2020)]
+    assert sorted(zip(kept.table_name, kept.job, kept.recorded_at.dt.year)) == [
+        ("busy", "j", now.year), ("it's", "j", 2020), ("quiet", "j", 2020),
+        ("shared", "ingest", now.year), ("shared", "sessions", 2020)]
     assert kept[kept.table_name == "quiet"].recorded_at.dt.day.tolist() == [2]

@@ -1,5 +1,5 @@
 """table_status says how complete a table is, for readers without sigflow: a row per batch per
-table, rows or none, and a table's newest row is a promise the stream keeps: no window
+table, rows or none, and a table's newest row of a job is a promise the stream keeps: no window
 ending at or before its final_through is written afterwards, whatever arrives."""
 
 from __future__ import annotations
@@ -49,11 +49,16 @@ def test_sigflow_tables_lists_every_table_with_its_change_feed_and_completeness(
     run_job(spark, s, "windowed-averages")
     by_name = {table.name: table for table in overview(s)}
     averages = by_name[AVERAGES]
-    assert averages.change_feed and averages.job == "windowed-averages"
+    (writing,) = averages.writers
+    assert averages.change_feed and writing.job == "windowed-averages"
     assert averages.rows == len(table(s, AVERAGES))
-    assert averages.final_through == _latest(s, AVERAGES).final_through.to_pydatetime()
+    assert writing.final_through == _latest(s, AVERAGES).final_through.to_pydatetime()
     assert by_name["device_sessions"].version is None  # its job never ran here
     printed = sigflow(s, "tables")
     assert printed.returncode == 0, printed.stderr
-    line = next(line for line in printed.stdout.splitlines() if line.startswith(f"{AVERAGES}:"))
-    assert "change feed on" in line and f"final through {averages.final_through:%Y-%m-%dT%H:%M:%SZ}" in line
+    lines = {line.split(":", 1)[0]: line for line in printed.stdout.splitlines()}
+    assert "change feed on" in lines[AVERAGES]
+    assert f"final through {writing.final_through:%Y-%m-%dT%H:%M:%SZ}" in lines[AVERAGES]
+    # a table whose parts three jobs merge says how far each has written it
+    assert "written by ingest (no batch yet); windowed-averages (has Kafka's records up to" in lines["device_status"]
+    assert lines["device_status"].endswith("; sessions (no batch yet)")

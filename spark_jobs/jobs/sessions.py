@@ -198,7 +198,8 @@ def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> 
 
 SESSIONS = StreamingJob(
     name="sessions",
-    summary="per-device activity sessions closed once the watermark passes last event + gap -> device_sessions",
+    summary="per-device activity sessions closed once the watermark passes last event + gap -> device_sessions; "
+            "each device's latest session, open or closed -> device_status",
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_sessions(settings, valid_events(settings, records)),
     split=split,

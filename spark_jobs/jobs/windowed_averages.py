@@ -119,7 +119,8 @@ def _timestamp(ms: int) -> Column:
 
 WINDOWED_AVERAGES = StreamingJob(
     name="windowed-averages",
-    summary="per-device avg/min/max signal per tumbling and sliding window -> device_signal_averages",
+    summary="per-device avg/min/max signal per tumbling and sliding window -> device_signal_averages; "
+            "each device's last final window -> device_status",
     topics=lambda settings: [settings.events_topic],
     build=lambda settings, records: device_signal_averages(settings, valid_events(settings, records)),
     split=split,

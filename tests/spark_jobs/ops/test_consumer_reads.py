@@ -48,7 +48,7 @@ def test_the_documented_reads_end_cleanly_in_every_fresh_process(spark, settings
             assert done.stdout.split() == expected
 
 
-def test_the_documented_table_status_read_gives_each_table_its_newest_row(spark, settings):
+def test_the_documented_table_status_read_gives_each_table_and_writing_job_its_newest_row(spark, settings):
     s = single_partition(settings)
     send(s, [Event(f"e{n}", f"d{n % 3}", 1_795_000_000_000 + n * 1000, float(n)) for n in range(10)])
     run_job(spark, s, "ingest")
@@ -57,4 +57,4 @@ def test_the_documented_table_status_read_gives_each_table_its_newest_row(spark,
     program = block.replace('"data/delta/table_status"', repr(s.table_uri("table_status"))) + "print(sorted(current.index))\n"
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-500:]
-    assert done.stdout.strip() == str(sorted(spec.name for spec in JOB_TABLES["ingest"]))
+    assert done.stdout.strip() == str(sorted((spec.name, "ingest") for spec in JOB_TABLES["ingest"]))

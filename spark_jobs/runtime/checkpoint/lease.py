@@ -34,6 +34,7 @@ clock, allowing ``CLOCK_SKEW_S`` of difference between the two hosts' clocks.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -56,6 +57,7 @@ from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.processes import start_time, started_as_recorded
 
+log = logging.getLogger("sigflow.lease")
 LEASE_FILE = "sigflow.lease"
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
@@ -199,9 +201,9 @@ class Lease:
         self._start_heartbeat()
 
     def _settled(self, generation: int) -> Holder | None:
-        """The holder of ``generation``, read again for a moment when the file cannot be read
-        (a store without atomic writes, mid-write); None for a file that stays unreadable,
-        which is taken over."""
+        """The holder of ``generation``, read again for a moment when the file holds no holder
+        (a store without atomic writes, mid-write); None for a file that goes on holding none,
+        which is taken over. Storage that keeps failing raises OSError (storage.py)."""
         reading = tenacity.Retrying(retry=tenacity.retry_if_result(lambda holder: holder is None),
                                     wait=tenacity.wait_fixed(0.1), stop=tenacity.stop_after_attempt(5),
                                     retry_error_callback=lambda state: None)
@@ -280,9 +282,12 @@ class Lease:
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(5)
-        current = self.holder()
-        if current is not None and current.owner == self.owner and not current.released:
-            self._write(self._path(current.generation), released=True)
+        try:
+            current = self.holder()
+            if current is not None and current.owner == self.owner and not current.released:
+                self._write(self._path(current.generation), released=True)
+        except OSError as exc:  # not renewed any more, it lapses after lease_ttl
+            log.warning("%s: could not mark its lease released (%s); it lapses after %.0f s", self.job, exc, self.ttl_s)
 
     # ---- what an apply holding the lease is doing -----------------------------------------
     def record_intent(self, intent: RestartIntent) -> None:

@@ -6,6 +6,8 @@ batches by a rewind and its re-run: a re-run finds nothing newer."""
 
 from __future__ import annotations
 
+import re
+
 from spark_jobs.ops import restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
@@ -154,3 +156,13 @@ def test_device_status_holds_each_devices_last_final_window_and_latest_session_t
     for job in jobs[1:]:
         run_job(spark, s, job)
     assert _windows_and_sessions(s) == everything  # the re-runs find nothing newer
+
+    # a recover of sessions from Kafka's earliest offsets: the parts the other jobs wrote stay,
+    # and the re-run from the start finds nothing newer than its own part holds
+    events_and_alerts = _status(s)
+    plan = restart.plan_recover(s, "sessions", source="earliest", force=True)
+    assert not plan.refusals, plan.describe()
+    assert not any(re.search(r"\bdevice_status\b", step) for step in plan.steps), plan.describe()
+    plan.apply()
+    run_job(spark, s, "sessions")
+    assert _windows_and_sessions(s) == everything and _status(s) == events_and_alerts

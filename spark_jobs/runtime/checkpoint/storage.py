@@ -15,8 +15,12 @@ from pyarrow import fs as pafs
 READ_PATIENCE_S = 10.0
 
 
+# errors a second read would meet again: raised at once (none of them means "no file" either)
+_LASTING = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
 def _did_not_answer(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
+    return isinstance(exc, OSError) and not isinstance(exc, _LASTING)
 
 
 def patiently() -> tenacity.Retrying:

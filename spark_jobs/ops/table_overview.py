@@ -62,8 +62,8 @@ def overview(settings: Settings) -> list[TableOverview]:
             found.append(TableOverview(name, None))
             continue
         table = table_access.open_table(uri)
-        writers = tuple(Writing(job, *(latest.get((name, job), {}).get(column) for column in ("batch_time", "final_through")))
-                        for job in writers_of(name))
+        writers = tuple(Writing(job, status.get("batch_time"), status.get("final_through"))
+                        for job in writers_of(name) for status in [latest.get((name, job), {})])
         found.append(TableOverview(
             name, table.version(), added_since(uri, None).rows,
             table.metadata().configuration.get(CHANGE_FEED) == "true", writers))

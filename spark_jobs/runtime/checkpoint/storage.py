@@ -15,12 +15,10 @@ from pyarrow import fs as pafs
 READ_PATIENCE_S = 10.0
 
 
-# errors a second read would meet again: raised at once (none of them means "no file" either)
-_LASTING = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
 def _did_not_answer(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and not isinstance(exc, _LASTING)
+    # pyarrow raises a plain OSError for most failures, a folder where a file should be
+    # included (measured): only a missing file is told apart
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
 
 
 def patiently() -> tenacity.Retrying:

@@ -26,8 +26,8 @@ def newer_sql(part: MergePart, source: str = "s", target: str = "t") -> str:
 
 
 def newest_per_key(rows: pa.Table, key: tuple[str, ...], parts: tuple[MergePart, ...]) -> pa.Table:
-    """One row per key: for each part, the columns of the key's newest row
-    that has the part's time (null where none has). A batch collected to the driver is
+    """One row per key: for each part, the columns of the key's newest row that has the
+    part's first order column (null where none has). A batch collected to the driver is
     reduced here instead of by a Spark aggregation: for ingest's device_status, a shuffle
     and a join per batch cost a 5,000-record batch about a quarter of its time
     (docs/benchmarks.md)."""

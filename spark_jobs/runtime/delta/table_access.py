@@ -80,9 +80,9 @@ def merge_newer(uri: str, source: pa.Table, key: tuple[str, ...], parts: tuple[M
     is newer (``newest.newer_sql``), so merging the same rows again changes nothing. Delta's
     merge metrics.
 
-    Several jobs merge their parts into one table: a merge that a concurrent commit
-    conflicts with (another job's merge, a compaction) is merged again on the table as that
-    commit left it, which the newer rule makes safe."""
+    Several jobs merge their parts into one table: a merge that another job's merge
+    committed first conflicts with is merged again on the table as that commit left it,
+    which the newer rule makes safe."""
     import tenacity
     from deltalake import CommitProperties
     from deltalake.exceptions import CommitFailedError

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
+
 from spark_jobs.ops import restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
@@ -112,9 +114,9 @@ def _windows_and_sessions(s) -> dict[str, tuple]:
         return int(value.timestamp() * 1000)
 
     return {r.device_id: (
-        None if r.window_start is None or r.window_start != r.window_start else
+        None if pd.isna(r.window_start) else
         (ms(r.window_start), ms(r.window_end), r.window_event_count, round(r.window_avg_signal, 6)),
-        None if r.session_start is None or r.session_start != r.session_start else
+        None if pd.isna(r.session_start) else
         (ms(r.session_start), ms(r.session_last_event_time), r.session_event_count,
          round(r.session_avg_signal, 6), bool(r.session_closed)),
     ) for r in rows.itertuples()}

@@ -71,7 +71,7 @@ def test_a_devices_session_part_keeps_its_latest_session_open_then_closed(tmp_pa
     uri = str(tmp_path / "device_status")
     schema.create_table(uri, DEVICE_STATUS)
 
-    def session_now() -> tuple:
+    def session_now(uri: str) -> tuple:
         row = table_access.read_arrow(uri).to_pylist()[0]
         return row["session_last_event_time"].minute, row["session_event_count"], row["session_closed"]
 
@@ -85,11 +85,10 @@ def test_a_devices_session_part_keeps_its_latest_session_open_then_closed(tmp_pa
     ]
     for (minute, count, closed), expected in steps:
         _merge(uri, _part_rows("session", ["d1"], minute, count=count, closed=closed))
-        assert session_now() == expected
+        assert session_now(uri) == expected
     # the same states in one batch reduce to the newest of them
-    other = str(tmp_path / "in_one_batch")
-    schema.create_table(other, DEVICE_STATUS)
-    uri = other
-    _merge(uri, pa.concat_tables([_part_rows("session", ["d1"], minute, count=count, closed=closed)
-                                  for (minute, count, closed), _ in steps]))
-    assert session_now() == steps[-1][1]
+    in_one_batch = str(tmp_path / "in_one_batch")
+    schema.create_table(in_one_batch, DEVICE_STATUS)
+    _merge(in_one_batch, pa.concat_tables([_part_rows("session", ["d1"], minute, count=count, closed=closed)
+                                           for (minute, count, closed), _ in steps]))
+    assert session_now(in_one_batch) == steps[-1][1]

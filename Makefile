@@ -78,6 +78,7 @@ test-fast: install
 bench: install
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench_scale
+	$(BIN)/python -m tests.bench_contract
 	$(BIN)/python -m tests.bench_reconcile
 	$(BIN)/python -m tests.bench_sessions
 	$(BIN)/python -m tests.bench_long

@@ -88,3 +88,14 @@ def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessi
     rates = dict(re.findall(r"^(.+?): [\d,]+ events/s; median [\d,]+ \((\d\.\d\d) of plain ingest\)", out, re.M))
     assert set(rates) == {bench_sessions.JOB, "transformWithState", "plain ingest"} and rates["plain ingest"] == "1.00"
     assert re.search(r"^transformWithState: .*; the job's sessions$", out, re.M), out
+
+
+def test_the_contract_section_times_each_parse_beside_from_json(spark, settings, capsys):
+    from tests import bench_contract
+
+    measured = bench_contract.parse_costs(spark, settings, events=300, devices=5, tries=2)
+    out = capsys.readouterr().out
+    assert {name: len(runs) for name, runs in measured.items()} == {
+        "from_json": 2, "contract, readings": 2, "contract, valid events": 2, "contract, every record": 2}
+    lines = re.findall(r"^parse (.+?): [\d,]+ / [\d,]+ ms; median [\d,]+ ms \((\d+\.\d\d) of from_json\)$", out, re.M)
+    assert [name for name, _ in lines] == list(measured) and lines[0][1] == "1.00", out

@@ -1,0 +1,97 @@
+"""What checking records against the event contract costs, beside ``from_json``.
+
+Every job parses Kafka records: sigflow's with the contract (contracts/events.py: each
+field's exact JSON type, times, limits, a reason code per refused record), the hand-written
+jobs (tests/bench_handwritten.py) with ``from_json``, which checks no type. This measures the
+three parses alone, on one Spark session, over the same records held in memory (no Kafka, no
+Delta): each warmed by one run, then --tries runs of each, the order alternating, each
+written to Spark's ``noop`` sink; the medians.
+
+- ``from_json``: the hand-written jobs' parse.
+- ``contract, readings``: the valid events' key, time and signal, what windowed-averages,
+  sessions, fleet-rollup and alert-join read (Spark prunes the other columns below their
+  dedup, so their extras are never computed).
+- ``contract, valid events``: what dedup reads (``valid_events``: every typed column of the
+  records that meet the contract, extras included).
+- ``contract, every record``: what ingest computes (typed columns, extras and the reason
+  of every record).
+
+    python -m tests.bench_contract [--events 100000] [--devices 1000] [--tries 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from spark_jobs.config import load_settings
+from spark_jobs.contracts.events import (
+    EVENT_CONTRACT,
+    KAFKA_RECORD_SCHEMA,
+    with_contract_columns,
+)
+from spark_jobs.jobs.event_time import valid_events
+from spark_jobs.local.simulate import generate_events
+from tests import bench_handwritten
+
+READINGS = ["device_id", "event_id", "event_time", "signal"]
+
+
+def parse_costs(spark, settings, events: int, devices: int, tries: int, say=print) -> dict[str, list[float]]:
+    """ms per parse of ``events`` records (1% malformed, as in the bench), per variant."""
+    records = generate_events(events, devices=devices, seed=1, late_ratio=0.01, duplicate_ratio=0.02,
+                              malformed_ratio=0.01)
+    kafka_time = datetime.now(timezone.utc)
+    rows = [(r.key, r.value, settings.streaming.events_topic, i % 3, i, kafka_time, 0) for i, r in enumerate(records)]
+    held = spark.createDataFrame(rows, KAFKA_RECORD_SCHEMA).repartition(spark.sparkContext.defaultParallelism).persist()
+    held.count()
+    variants = {
+        "from_json": lambda: bench_handwritten._typed(held, bench_handwritten.EVENT_SCHEMA, "event_time"),
+        "contract, readings": lambda: valid_events(settings.streaming, held).select(*READINGS),
+        "contract, valid events": lambda: valid_events(settings.streaming, held),
+        "contract, every record": lambda: with_contract_columns(held, EVENT_CONTRACT, settings.streaming.max_clock_ahead),
+    }
+
+    def timed(build) -> float:
+        frame = build()
+        started = time.perf_counter()
+        frame.write.format("noop").mode("overwrite").save()
+        return (time.perf_counter() - started) * 1000
+
+    for build in variants.values():
+        timed(build)  # warm-up: the JIT compiles each plan's code once it has seen it run
+    measured: dict[str, list[float]] = {name: [] for name in variants}
+    for attempt in range(tries):
+        order = list(variants.items()) if attempt % 2 == 0 else list(reversed(variants.items()))
+        for name, build in order:
+            measured[name].append(timed(build))
+    held.unpersist()
+    base = statistics.median(measured["from_json"])
+    for name, runs in measured.items():
+        median = statistics.median(runs)
+        say(f"parse {name}: {' / '.join(f'{ms:,.0f}' for ms in runs)} ms; median {median:,.0f} ms "
+            f"({median / base:.2f} of from_json)")
+    return measured
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--tries", type=int, default=8, help="runs of each parse after its warm-up")
+    args = parser.parse_args(argv)
+
+    from spark_jobs.runtime.spark import get_spark
+
+    settings = load_settings(env={}, overrides={"data_dir": tempfile.mkdtemp(prefix="sigflow-bench-contract-"),
+                                                "shuffle_partitions": 2})
+    print(f"bench_contract: {args.events:,} events, {args.devices:,} devices, {args.tries} runs each")
+    parse_costs(get_spark(settings, "sigflow-bench-contract"), settings, args.events, args.devices, args.tries)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -86,10 +86,10 @@ def main(argv=None) -> int:
 
     from spark_jobs.runtime.spark import get_spark
 
-    settings = load_settings(env={}, overrides={"data_dir": tempfile.mkdtemp(prefix="sigflow-bench-contract-"),
-                                                "shuffle_partitions": 2})
-    print(f"bench_contract: {args.events:,} events, {args.devices:,} devices, {args.tries} runs each")
-    parse_costs(get_spark(settings, "sigflow-bench-contract"), settings, args.events, args.devices, args.tries)
+    with tempfile.TemporaryDirectory(prefix="sigflow-bench-contract-") as data_dir:
+        settings = load_settings(env={}, overrides={"data_dir": data_dir, "shuffle_partitions": 2})
+        print(f"bench_contract: {args.events:,} events, {args.devices:,} devices, {args.tries} runs each")
+        parse_costs(get_spark(settings, "sigflow-bench-contract"), settings, args.events, args.devices, args.tries)
     return 0
 
 

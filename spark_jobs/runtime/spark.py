@@ -172,9 +172,20 @@ def configure_session(spark: SparkSession, settings: Settings) -> None:
     # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
     # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores
     # (docs/streaming-facts.md).
+    _register_delta_settings(spark)
     conf.set("spark.databricks.delta.snapshotPartitions", str(settings.spark.shuffle_partitions))
     if on_local_disk(settings.checkpoint_root_uri):
         conf.set("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINT_FILE_MANAGER)
+
+
+def _register_delta_settings(spark: SparkSession) -> None:
+    """Have Delta's SQL settings registered before one is set. Delta registers them when its
+    code is first used, one by one; a setting set from another thread meanwhile can find
+    Spark knowing its name but not yet as a SQL setting, and Spark refuses it ("Cannot
+    modify the value of the Spark config", a `make run` job failing at start once in nine
+    runs). The JVM initialises the settings' object once, and any other thread asking for
+    it waits until that is done."""
+    spark._jvm.org.apache.spark.sql.delta.sources.DeltaSQLConf.DELTA_SNAPSHOT_PARTITIONS()  # noqa: SLF001
 
 
 def class_available(spark: SparkSession, class_name: str) -> bool:

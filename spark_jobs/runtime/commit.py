@@ -44,6 +44,7 @@ from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.metrics import progress as metrics
+from spark_jobs.runtime.rows import has_rows
 
 if TYPE_CHECKING:
     from spark_jobs.runtime.runner import JobRun
@@ -187,13 +188,13 @@ class BatchCommit:
                 # own), and a merge of none commits nothing
                 rows = self.sink.merge(frame, spec, info)
             else:
-                has_rows = frame is not None and (spec.name in with_rows or not frame.isEmpty())
-                if has_rows:
+                any_rows = frame is not None and (spec.name in with_rows or has_rows(frame))
+                if any_rows:
                     frame = _stamped(frame, spec, info)
                     if write_tasks:
                         frame = frame.coalesce(write_tasks)
                     rows = self.sink.append(frame, spec, info, replay_possible)
-                if not has_rows or (rows is None and not replay_possible):
+                if not any_rows or (rows is None and not replay_possible):
                     rows = 0
             # the crash point between tables: once the first of them has committed, while
             # the others may still be writing

@@ -61,6 +61,9 @@ PROMETHEUS_CONF = {
 }
 
 
+CODEGEN_CACHE_ENTRIES = 1000
+
+
 def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
@@ -89,6 +92,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # Spark's cache of compiled generated code holds 100 classes by default, fewer than
+        # the jobs of a session use: their classes were compiled again batch after batch
+        # (docs/streaming-facts.md, "Code generated anew")
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
         # a batch's table appends run at once from driver threads (concurrent_writes), each
         # in a pool of its own: FAIR shares the executors between them instead of queueing
         .config("spark.scheduler.mode", "FAIR")

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType
 
 from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.runtime.rows import has_rows
 
 log = logging.getLogger("sigflow.reconcile")
 
@@ -91,7 +92,7 @@ def apply(spark: SparkSession, uri: str, spec: TableSpec, key: tuple[str, ...], 
                 .where(f"(s.{ACTION} = '{UPSERT}' AND (t.{key[0]} IS NULL OR {_differs(spec, key)}))"
                        f" OR (s.{ACTION} = '{DELETE}' AND t.{key[0]} IS NOT NULL)")
                 .select("s.*")).localCheckpoint()
-    if changing.isEmpty():
+    if not has_rows(changing):
         return Corrected()
 
     @tenacity.retry(retry=tenacity.retry_if_exception(_concurrent), stop=tenacity.stop_after_attempt(8),

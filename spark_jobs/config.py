@@ -111,6 +111,18 @@ def _jvm_memory(value: str) -> str:
     return value
 
 
+def _java_options(value: str) -> str:
+    options = value.split()
+    if spark_properties := [option for option in options if option.startswith("-Dspark.")]:
+        # Spark refuses its own properties among a JVM's options, at the session's start
+        raise ValueError(f"{spark_properties[0]} is a Spark property, not a JVM option; set Spark properties in "
+                         "spark-defaults.conf (in SPARK_CONF_DIR) or with spark-submit --conf")
+    if not_options := [option for option in options if not option.startswith("-")]:
+        raise ValueError(f"not JVM options: {', '.join(map(repr, not_options))}; write them as java takes them, "
+                         "separated by spaces: -Xss4m -XX:+UseSerialGC")
+    return " ".join(options)
+
+
 def _starting_offsets(value: str) -> str:
     if value not in ("earliest", "latest") and not value.lstrip().startswith("{"):
         raise ValueError(
@@ -146,6 +158,7 @@ RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-
 LineageUrl = Annotated[str, AfterValidator(_http_url)]
 Words = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "plain words", "critical,warning"))]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
+JavaOptions = Annotated[str, AfterValidator(_java_options)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]
 
@@ -280,7 +293,7 @@ class SparkSettings(_Group):
     driver_memory: JvmMemory = _flat("2g", "spark_driver_memory")
     # Extra options for every JVM sigflow starts on this machine: Spark's driver and
     # executors, the embedded broker, the local cluster's daemons.
-    jvm_options: str = ""
+    jvm_options: JavaOptions = ""
     # Which compilers those JVMs use: "tiered" (the JVM's default: C1, then C2 for hot code)
     # for drivers that run for hours; "quick" (C1 only, QUICK_JIT_OPTIONS) for runs of
     # minutes, such as make run's pipeline, whose JVM spent a third of its CPU in C2.

@@ -50,12 +50,22 @@ def test_paths_and_file_uris_are_on_local_disk(uri):
         ({"SIGFLOW_STARTING_OFFSETS": "yesterday"}, "starting_offsets"),
         ({"SIGFLOW_WATERMARK": "10m"}, "watermark"),
         ({"SIGFLOW_SPARK_DRIVER_MEMORY": "2 GB"}, "spark_driver_memory"),
+        ({"SIGFLOW_JVM_OPTIONS": "-Xss4m Xmx2g"}, "jvm_options"),
     ],
 )
 def test_bad_settings_name_the_setting(env, names):
     with pytest.raises(ConfigError) as err:
         load_settings(env=env)
     assert names in str(err.value)
+
+
+def test_a_spark_property_among_the_jvm_options_is_refused_saying_where_it_goes():
+    # Spark itself refuses it only when a session starts, with a Java and a Python traceback
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"SIGFLOW_JVM_OPTIONS": "-Xss4m -Dspark.sql.codegen.cache.maxEntries=5000"})
+    assert "jvm_options" in str(err.value) and "spark-defaults.conf" in str(err.value)
+    assert load_settings(env={"SIGFLOW_JVM_OPTIONS": " -Xss4m  -Duser.language=en "}).spark.jvm_options == \
+        "-Xss4m -Duser.language=en"
 
 
 def test_missing_config_file_is_reported(tmp_path):

@@ -189,9 +189,9 @@ def _register_delta_settings(spark: SparkSession) -> None:
     """Have Delta's SQL settings registered before one is set. Delta registers them when its
     code is first used, one by one; a setting set from another thread meanwhile can find
     Spark knowing its name but not yet as a SQL setting, and Spark refuses it ("Cannot
-    modify the value of the Spark config", a `make run` job failing at start once in nine
-    runs). The JVM initialises the settings' object once, and any other thread asking for
-    it waits until that is done."""
+    modify the value of the Spark config"): a pipeline job then fails at start. The JVM
+    initialises the settings' object once, and any other thread asking for it waits until
+    that is done."""
     spark._jvm.org.apache.spark.sql.delta.sources.DeltaSQLConf.DELTA_SNAPSHOT_PARTITIONS()  # noqa: SLF001
 
 

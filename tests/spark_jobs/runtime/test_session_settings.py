@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 PROBE = textwrap.dedent("""
-    import sys, tempfile
+    import tempfile
     from spark_jobs.config import load_settings
     from spark_jobs.runtime.spark import configure_session, get_spark
 

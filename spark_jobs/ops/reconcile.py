@@ -55,6 +55,7 @@ from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import RECONCILE, RUN, Lease
 from spark_jobs.runtime.delta import corrections, schema, table_access
 from spark_jobs.runtime.delta.corrections import Corrected
+from spark_jobs.runtime.rows import has_rows
 
 log = logging.getLogger("sigflow.reconcile")
 
@@ -339,7 +340,7 @@ def _sessions(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict
         unheld = late.join(sessions.select(*KAFKA_KEY), KAFKA_KEY, "left_anti").select(*KAFKA_KEY)
         ready = held.unionByName(unheld).localCheckpoint()
         rows = final.drop(*KAFKA_KEY).dropDuplicates(["device_id", "session_start"])
-        if rows.isEmpty():
+        if not has_rows(rows):  # rows of a union: isEmpty would compile its code again
             return ready, {}
         stored = job.table(DEVICE_SESSIONS.name)
         overlap = ((stored.device_id == rows.device_id) & (stored.session_start <= rows.session_end)

@@ -109,7 +109,10 @@ def cmd_jars(args: argparse.Namespace) -> int:
         return 0
     result = jars.fetch(sets, settings.jars_path)
     fetched = f"{len(result.fetched)} fetched with {result.via}, " if result.fetched else ""
-    print(f"JARs ({', '.join(sets)}): {fetched}{result.present} already there, all verified, in {result.directory}")
+    built = f"; built {', '.join(jar.file_name for jar in result.built)}" if result.built else ""
+    print(f"JARs ({', '.join(sets)}): {fetched}{result.present} already there{built}, all verified, in {result.directory}")
+    for jar in result.unbuilt:
+        print(f"not built: {jar.what} (infra/{jar.folder}) needs mvn; without it the jobs run the same, slower")
     return 0
 
 

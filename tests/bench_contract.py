@@ -3,18 +3,21 @@
 Every job parses Kafka records: sigflow's with the contract (contracts/events.py: each
 field's exact JSON type, times, limits, a reason code per refused record), the hand-written
 jobs (tests/bench_handwritten.py) with ``from_json``, which checks no type. This measures the
-three parses alone, on one Spark session, over the same records held in memory (no Kafka, no
+parses alone, on one Spark session, over the same records held in memory (no Kafka, no
 Delta): each warmed by one run, then --tries runs of each, the order alternating, each
 written to Spark's ``noop`` sink; the medians.
 
 - ``from_json``: the hand-written jobs' parse.
-- ``contract, readings``: the valid events' key, time and signal, what windowed-averages,
-  sessions, fleet-rollup and alert-join read (Spark prunes the other columns below their
-  dedup, so their extras are never computed).
-- ``contract, valid events``: what dedup reads (``valid_events``: every typed column of the
-  records that meet the contract, extras included).
-- ``contract, every record``: what ingest computes (typed columns, extras and the reason
-  of every record).
+- ``readings``: the valid events' key, time and signal, what windowed-averages, sessions,
+  fleet-rollup and alert-join read (Spark prunes the other columns below their dedup, so
+  their extras are never computed).
+- ``valid events``: what dedup reads (``valid_events``: every typed column of the records
+  that meet the contract, extras included).
+- ``every record``: what ingest computes (typed columns, extras and the reason of every
+  record).
+
+Each contract parse twice: with the flat-record parser (contracts/flat_records.py), as the
+jobs run, and through the checks alone, as a session without the parser's JAR runs.
 
     python -m tests.bench_contract [--events 100000] [--devices 1000] [--tries 8]
 """
@@ -27,17 +30,20 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+from pyspark.sql import functions as F
+
 from spark_jobs.config import load_settings
 from spark_jobs.contracts.events import (
     EVENT_CONTRACT,
     KAFKA_RECORD_SCHEMA,
     with_contract_columns,
 )
-from spark_jobs.jobs.event_time import valid_events
 from spark_jobs.local.simulate import generate_events
 from tests import bench_handwritten
 
 READINGS = ["device_id", "event_id", "event_time", "signal"]
+# what valid_events gives dedup (contracts/events.py, parse_device_events)
+VALID_EVENT_COLUMNS = [*READINGS, "extras", "topic", "partition", "offset", "timestamp"]
 
 
 def parse_costs(spark, settings, events: int, devices: int, tries: int, say=print) -> dict[str, list[float]]:
@@ -48,12 +54,19 @@ def parse_costs(spark, settings, events: int, devices: int, tries: int, say=prin
     rows = [(r.key, r.value, settings.streaming.events_topic, i % 3, i, kafka_time, 0) for i, r in enumerate(records)]
     held = spark.createDataFrame(rows, KAFKA_RECORD_SCHEMA).repartition(spark.sparkContext.defaultParallelism).persist()
     held.count()
-    variants = {
-        "from_json": lambda: bench_handwritten._typed(held, bench_handwritten.EVENT_SCHEMA, "event_time"),
-        "contract, readings": lambda: valid_events(settings.streaming, held).select(*READINGS),
-        "contract, valid events": lambda: valid_events(settings.streaming, held),
-        "contract, every record": lambda: with_contract_columns(held, EVENT_CONTRACT, settings.streaming.max_clock_ahead),
-    }
+    max_ahead = settings.streaming.max_clock_ahead
+
+    def checked(flat_parser: bool):
+        return with_contract_columns(held, EVENT_CONTRACT, max_ahead, flat_parser).where(F.col("reason").isNull())
+
+    variants = {"from_json": lambda: bench_handwritten._typed(held, bench_handwritten.EVENT_SCHEMA, "event_time")}
+    for way, flat_parser in (("", True), (", checks alone", False)):
+        variants |= {
+            f"contract, readings{way}": lambda p=flat_parser: checked(p).select(*READINGS),
+            f"contract, valid events{way}": lambda p=flat_parser: checked(p).select(*VALID_EVENT_COLUMNS),
+            f"contract, every record{way}": lambda p=flat_parser: with_contract_columns(
+                held, EVENT_CONTRACT, max_ahead, p),
+        }
 
     def timed(build) -> float:
         frame = build()

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Duration
+from spark_jobs.contracts import flat_records
 from spark_jobs.contracts.contract import (  # noqa: F401 - the contracts, re-exported for the jobs
     ALERT_CONTRACT,
     EPOCH_MS_MAX,
@@ -63,6 +64,19 @@ def _time(name: str) -> Column:
         kind.rlike(_NUMBER) & approximate.between(EPOCH_MS_MIN, EPOCH_MS_MAX) & ((approximate % 1) == 0),
         F.timestamp_millis(approximate.cast("bigint")),
     )
+
+
+def _zoned(text: Column) -> Column:
+    """An ISO-8601 text with a zone as a timestamp (NULL for any other text)."""
+    return F.when(text.rlike(ZONED_ISO), F.try_to_timestamp(text))
+
+
+def _ahead(time: Column, ahead_ms: int) -> Column:
+    return time > F.col("timestamp") + F.expr(f"INTERVAL {ahead_ms} MILLISECONDS")
+
+
+def _too_old(time: Column) -> Column:
+    return time < F.col("timestamp") - F.expr(f"INTERVAL {MAX_BEHIND_DAYS} DAYS")
 
 
 def _number(name: str) -> Column:
@@ -123,10 +137,10 @@ def _reason(contract: Contract, max_ahead: str) -> Column:
         check
         for f in contract.times
         for check in (
-            _coded("time_ahead", F.col(f"_t_{f}") > F.col("timestamp") + F.expr(f"INTERVAL {ahead_ms} MILLISECONDS"), F.concat(
+            _coded("time_ahead", _ahead(F.col(f"_t_{f}"), ahead_ms), F.concat(
                 F.lit(f"field '{f}' is more than {max_ahead} (max_clock_ahead) after the record's Kafka timestamp: "),
                 F.col(f"_t_{f}").cast("string"))),
-            _coded("time_too_old", F.col(f"_t_{f}") < F.col("timestamp") - F.expr(f"INTERVAL {MAX_BEHIND_DAYS} DAYS"), F.concat(
+            _coded("time_too_old", _too_old(F.col(f"_t_{f}")), F.concat(
                 F.lit(f"field '{f}' is more than {MAX_BEHIND_DAYS} days before the record's Kafka timestamp: "),
                 F.col(f"_t_{f}").cast("string"))),
         )
@@ -134,47 +148,89 @@ def _reason(contract: Contract, max_ahead: str) -> Column:
     return F.coalesce(*checks)
 
 
-def with_contract_columns(kafka_df: DataFrame, contract: Contract, max_ahead: str) -> DataFrame:
+def with_contract_columns(
+    kafka_df: DataFrame, contract: Contract, max_ahead: str, flat_parser: bool = True
+) -> DataFrame:
     """Add the typed contract columns, ``extras``, ``reason_code`` and ``reason`` (NULL when valid).
-    ``max_ahead``: how far a time may be after the record's Kafka timestamp."""
-    steps = _contract_projections(contract, max_ahead)
-    v = kafka_df.withColumn("_v", steps.parsed).withColumns(steps.fields).withColumns(steps.values)
-    return v.select("*", *steps.checked).drop(*steps.helpers).select("*", *steps.reason).drop("_reason")
+    ``max_ahead``: how far a time may be after the record's Kafka timestamp. ``flat_parser``:
+    False sends every record through the checks, as a session without the parser's JAR does."""
+    steps = _contract_projections(contract, max_ahead, flat_parser)
+    checked = kafka_df
+    for stage in steps.stages:
+        checked = checked.withColumns(stage)
+    return checked.select("*", *steps.checked).drop(*steps.helpers).select("*", *steps.reason).drop("_reason")
 
 
 @dataclass(frozen=True)
 class _Projections:
-    """The contract's columns, in the order ``with_contract_columns`` adds them."""
+    """The contract's columns: ``stages`` added in order, each one projection, then
+    ``checked`` beside them, then ``reason`` from ``checked``; ``helpers`` dropped."""
 
-    parsed: Column
-    fields: dict[str, Column]
-    values: dict[str, Column]
+    stages: list[dict[str, Column]]
     checked: list[Column]
     helpers: list[str]
     reason: list[Column]
 
 
-_built: dict[tuple[str, str], tuple[object, _Projections]] = {}  # with the JVM they were built in
+_built: dict[tuple[str, str, bool], tuple[object, _Projections]] = {}  # with the JVM they were built in
 
 
-def _contract_projections(contract: Contract, max_ahead: str) -> _Projections:
+def _contract_projections(contract: Contract, max_ahead: str, flat_parser: bool) -> _Projections:
     """The contract's columns, built once per JVM: they are unresolved expressions, the same
     for every micro-batch, and building them took about 2,300 py4j calls a parse (260 to
     450 ms of each ingest batch's two, docs/streaming-facts.md)."""
     from pyspark import SparkContext
 
-    jvm, projections = _built.get((contract.name, max_ahead), (None, None))
+    key = (contract.name, max_ahead, flat_parser)
+    jvm, projections = _built.get(key, (None, None))
     if projections is None or jvm is not SparkContext._jvm:
-        projections = _build_projections(contract, max_ahead)
-        _built[(contract.name, max_ahead)] = (SparkContext._jvm, projections)
+        projections = _build_projections(contract, max_ahead, flat_records.parser(contract) if flat_parser else None)
+        _built[key] = (SparkContext._jvm, projections)
     return projections
 
 
-def _build_projections(contract: Contract, max_ahead: str) -> _Projections:
+@dataclass(frozen=True)
+class _Flat:
+    """What the flat-record parser gives: ``accepted`` when it took the record and every
+    check passed, then ``typed`` holds its columns."""
+
+    stages: list[dict[str, Column]]
+    accepted: Column
+    typed: dict[str, Column]
+    helpers: list[str]
+
+
+def _flat_projections(flat: Column, contract: Contract, max_ahead: str) -> _Flat:
+    # The parser returns a time's text or its epoch milliseconds; what either means, and
+    # whether it is in time, is decided here, as for every other record.
+    times = {f"_ft_{f}": F.coalesce(_zoned(F.col(f"_f.{f}_text")), F.timestamp_millis(F.col(f"_f.{f}_ms")))
+             for f in contract.times}
+    ahead_ms = Duration(max_ahead, "max_clock_ahead").ms
+    accepted = F.col("_f.accepted")
+    for name in times:
+        accepted = accepted & F.col(name).isNotNull() & ~_ahead(F.col(name), ahead_ms) & ~_too_old(F.col(name))
+    typed = {f: F.col(f"_f.{f}") for f in (*contract.strings, *contract.numbers)}
+    typed.update({f: F.col(f"_ft_{f}") for f in contract.times})
+    typed["extras"] = F.col("_f.extras")
+    return _Flat(
+        stages=[{"_f": flat}, times, {"_ok": F.coalesce(accepted, F.lit(False))}],
+        accepted=F.col("_ok"),
+        typed=typed,
+        helpers=["_f", *times, "_ok"],
+    )
+
+
+def _build_projections(contract: Contract, max_ahead: str, flat: Column | None) -> _Projections:
+    """``flat``: the JVM's flat-record parser over ``value`` (flat_records.py), or None
+    without it; the checks below decide every record it does not accept."""
+    fast = _flat_projections(flat, contract, max_ahead) if flat is not None else None
     # An oversized payload is quarantined for its size before anything else is looked at,
     # so it is not parsed: in a 10% malformed storm the 1% of 300 KiB payloads were most
-    # of the parsing work.
-    parsed = F.when(F.length("value") <= MAX_PAYLOAD_BYTES, F.expr("try_parse_json(CAST(value AS STRING))"))
+    # of the parsing work. Nor is a record the flat parser accepted.
+    parse = F.length("value") <= MAX_PAYLOAD_BYTES
+    if fast is not None:
+        parse = parse & ~fast.accepted
+    parsed = F.when(parse, F.expr("try_parse_json(CAST(value AS STRING))"))
     # Each field's JSON type and text are computed once, in their own projection: the
     # checks below read them many times, inside CASE branches that codegen's common
     # subexpression elimination does not share (inlined, each check walked the variant
@@ -194,13 +250,15 @@ def _build_projections(contract: Contract, max_ahead: str) -> _Projections:
     typed = {f: _text(f) for f in contract.strings}
     typed.update({f: F.col(f"_n_{f}") for f in contract.numbers})
     typed.update({f: F.col(f"_t_{f}") for f in contract.times})
+    typed["extras"] = extras
+    reason = _reason(contract, max_ahead)
+    if fast is not None:
+        typed = {name: F.when(fast.accepted, fast.typed[name]).otherwise(col) for name, col in typed.items()}
+        reason = F.when(~fast.accepted, reason)
     return _Projections(
-        parsed=parsed,
-        fields={**kinds, **texts},
-        values=values,
-        checked=[*[col.alias(name) for name, col in typed.items()],
-                 extras.alias("extras"), _reason(contract, max_ahead).alias("_reason")],
-        helpers=["_v", *kinds, *texts, *values],
+        stages=[*(fast.stages if fast is not None else []), {"_v": parsed}, {**kinds, **texts}, values],
+        checked=[*[col.alias(name) for name, col in typed.items()], reason.alias("_reason")],
+        helpers=[*(fast.helpers if fast is not None else []), "_v", *kinds, *texts, *values],
         reason=[F.col("_reason.code").alias("reason_code"), F.col("_reason.detail").alias("reason")],
     )
 

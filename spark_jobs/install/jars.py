@@ -23,20 +23,19 @@ from spark_jobs.runtime.classpath import (
     DEFAULT_SETS,  # noqa: F401 - what `sigflow jars fetch` takes without a set
     INFRA,
     LOCK,
-    LOGSTORE_JAR,
-    LOGSTORE_SOURCE,
+    LOGSTORE,
     SETS,
+    SOURCE_JARS,
     SPARK_CLASSPATH_SETS,
     Jar,
     JarError,
+    SourceJar,
     default_dir,
     locked,
-    logstore_jar,
     path_of,
     problems,
     read_jar_list,
     sha256,
-    verified_logstore,
 )
 
 ROOTS = INFRA / "roots.txt"
@@ -48,20 +47,20 @@ def roots() -> list[Jar]:
     return read_jar_list(ROOTS)
 
 
-def build_logstore(dest: Path) -> Path:
-    """Compile infra/logstore with mvn (a copy, so the source tree stays clean)."""
+def build(jar: SourceJar, dest: Path) -> Path:
+    """Compile one of sigflow's own JARs with mvn (from a copy, so the source tree stays clean)."""
     if not shutil.which("mvn"):
-        raise JarError("building the S3 log store needs mvn on PATH", "install Maven (apt-get install maven)")
+        raise JarError(f"building {jar.what} needs mvn on PATH", "install Maven (apt-get install maven)")
     with tempfile.TemporaryDirectory() as work:
-        shutil.copytree(LOGSTORE_SOURCE, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns("target"))
+        shutil.copytree(jar.source, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns("target"))
         result = subprocess.run(["mvn", "-B", "-q", "-f", str(Path(work, "pom.xml")), "package"],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             detail = next((line for line in result.stdout.splitlines() if "[ERROR]" in line), result.stderr.strip())
-            raise JarError(f"mvn could not build infra/logstore: {detail[:300]}", "check your Maven settings")
-        logstore_jar(dest).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(Path(work, "target", LOGSTORE_JAR), logstore_jar(dest))
-    return verified_logstore(dest)
+            raise JarError(f"mvn could not build infra/{jar.folder}: {detail[:300]}", "check your Maven settings")
+        jar.path(dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(work, "target", jar.file_name), jar.path(dest))
+    return jar.verified(dest)
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,8 @@ class FetchResult:
     fetched: list[Jar]
     present: int
     via: str  # "mvn", "spark" or "" (nothing to fetch)
+    built: list[SourceJar]
+    unbuilt: list[SourceJar]  # optional ones, without mvn
 
 
 def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchResult:
@@ -88,8 +89,15 @@ def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchR
             path_of(jar, dest).unlink(missing_ok=True)
         (_fetch_with_mvn if via == "mvn" else _fetch_with_spark)(members, folder)
     bad = problems(jars, dest)
-    if "s3" in sets and not bad and not logstore_jar(dest).exists():
-        build_logstore(dest)
+    # a build from other source (infra/ changed since) is built again
+    missing = [jar for jar in SOURCE_JARS
+               if jar.set in sets and not (jar.path(dest).exists() and sha256(jar.path(dest)) == jar.sha256())]
+    # the log store is needed (S3 tables refuse to run without it); the parser only saves time
+    unbuilt = [] if shutil.which("mvn") else [jar for jar in missing if jar is not LOGSTORE]
+    built = [jar for jar in missing if jar not in unbuilt]
+    if not bad:
+        for jar in built:
+            build(jar, dest)
     if bad:
         jar, what = next(iter(bad.items()))
         raise JarError(
@@ -97,7 +105,7 @@ def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchR
             "check your Maven settings (mirror, proxy); if the served file changed, "
             "re-pin deliberately with `sigflow jars pin`",
         )
-    return FetchResult(dest, wanted, len(jars) - len(wanted), via)
+    return FetchResult(dest, wanted, len(jars) - len(wanted), via, built, unbuilt)
 
 
 def _pom(coordinates: list[Jar], transitive: bool) -> str:

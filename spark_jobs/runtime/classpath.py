@@ -33,39 +33,53 @@ DELTA_SESSION_CONF = {
 }
 
 
-# sigflow's own Delta log store for s3a:// (infra/logstore/): built from source with mvn when
-# the s3 set is fetched, and put beside that set. Why it exists: the class's comment.
-LOGSTORE_SOURCE = INFRA.parent / "logstore"
+@dataclass(frozen=True)
+class SourceJar:
+    """A JAR of sigflow's own, built from ``infra/<folder>/`` with mvn when its set is fetched and
+    put beside that set. Its build is reproducible (the pom fixes the entry times), so its
+    bytes are pinned in the folder's jar.sha256 like a fetched JAR's."""
+
+    folder: str
+    file_name: str
+    set: str
+    what: str
+
+    @property
+    def source(self) -> Path:
+        return INFRA.parent / self.folder
+
+    def path(self, dest: Path) -> Path:
+        return dest / self.set / self.file_name
+
+    def sha256(self) -> str:
+        return (self.source / "jar.sha256").read_text().split()[0]
+
+    def verified(self, dest: Path) -> Path:
+        """The built JAR, checked against its pin; raises saying how to rebuild it."""
+        path = self.path(dest)
+        actual = sha256(path)
+        if actual != self.sha256():
+            raise JarError(
+                f"{path} is not the build pinned in infra/{self.folder}/jar.sha256 (SHA-256 {actual[:16]}...)",
+                f"delete it and run `sigflow jars fetch {self.set}` to build it again; if infra/{self.folder} "
+                f"changed, pin the new build's SHA-256 ({actual}) in infra/{self.folder}/jar.sha256")
+        return path
+
+
+# sigflow's Delta log store for s3a:// (why it exists: the class's comment).
+LOGSTORE = SourceJar("logstore", "sigflow-delta-logstore-0.1.0.jar", "s3", "the S3 log store")
 LOGSTORE_CLASS = "io.sigflow.delta.ConditionalPutS3LogStore"
-LOGSTORE_JAR = "sigflow-delta-logstore-0.1.0.jar"
-# The build is reproducible (infra/logstore/pom.xml), so its bytes are pinned like a fetched JAR.
-LOGSTORE_PIN = LOGSTORE_SOURCE / "jar.sha256"
-
-
-def logstore_jar(dest: Path) -> Path:
-    return dest / "s3" / LOGSTORE_JAR
-
-
-def logstore_sha256() -> str:
-    return LOGSTORE_PIN.read_text().split()[0]
-
-
-def verified_logstore(dest: Path) -> Path:
-    """The built log store, checked against its pin; raises saying how to rebuild it."""
-    path = logstore_jar(dest)
-    actual = sha256(path)
-    if actual != logstore_sha256():
-        raise JarError(
-            f"{path} is not the build pinned in {LOGSTORE_PIN.name} (SHA-256 {actual[:16]}...)",
-            "delete it and run `sigflow jars fetch s3` to build it again; if infra/logstore changed, "
-            f"pin the new build's SHA-256 ({actual}) in infra/logstore/jar.sha256")
-    return path
+# The contracts' flat-record parser (spark_jobs/contracts/flat_records.py). Without it (no mvn
+# at install) every record takes the contract's checks in Spark: the same rows, slower.
+CONTRACT_PARSER = SourceJar("contract-parser", "sigflow-contract-parser-0.1.0.jar", "spark",
+                            "the contracts' flat-record parser")
+SOURCE_JARS = (LOGSTORE, CONTRACT_PARSER)
 
 
 def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
     """Spark's settings for s3a:// tables: sigflow's log store when the s3 set is installed, and
     S3A pointed at the environment's endpoint. Embedded sessions and spark-submit get the same."""
-    log_store = {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if logstore_jar(dest).exists() else {}
+    log_store = {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if LOGSTORE.path(dest).exists() else {}
     return {**log_store, **s3a_conf(store)}
 
 
@@ -198,7 +212,7 @@ def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) ->
     dest = dest or default_dir()
     installed = ["spark", *required] + [name for name in JOINS_WHEN_FETCHED
                                         if any(path_of(j, dest).exists() for j in locked((name,)))]
-    built = [verified_logstore(dest)] if "s3" in installed and logstore_jar(dest).exists() else []
+    built = [jar.verified(dest) for jar in SOURCE_JARS if jar.set in installed and jar.path(dest).exists()]
     return verified_paths(installed, dest) + built
 
 
@@ -214,9 +228,9 @@ def require_submitted(entries: list[str], name: str) -> None:
 
 def verify_classpath(entries: list[str]) -> None:
     """Check every JAR a driver was handed (spark-submit's ``--jars``, ``spark.jars``) against
-    its pin: each must be a JAR of infra/jars/lock.txt with its SHA-256, or the pinned log
-    store. Raises naming the first that is not."""
-    pinned = {jar.file_name: jar.sha256 for jar in locked(SETS)} | {LOGSTORE_JAR: logstore_sha256()}
+    its pin: each must be a JAR of infra/jars/lock.txt with its SHA-256, or one of sigflow's
+    own pinned builds. Raises naming the first that is not."""
+    pinned = {jar.file_name: jar.sha256 for jar in locked(SETS)} | {jar.file_name: jar.sha256() for jar in SOURCE_JARS}
     for entry in filter(None, (e.strip() for e in entries)):
         path = Path(entry.removeprefix("file:"))
         if path.name not in pinned:

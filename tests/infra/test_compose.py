@@ -149,8 +149,8 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
     )
     conf = {key: value.strip() for key, value in conf.items()}
     installed = Path(__import__("tempfile").mkdtemp())
-    classpath.logstore_jar(installed).parent.mkdir(parents=True)
-    classpath.logstore_jar(installed).touch()  # as the image has it
+    classpath.LOGSTORE.path(installed).parent.mkdir(parents=True)
+    classpath.LOGSTORE.path(installed).touch()  # as the image has it
     expected = {**classpath.DELTA_SESSION_CONF, **classpath.object_store_conf(installed, object_store(_env("spark-master")))}
     assert expected["spark.delta.logStore.s3a.impl"] == classpath.LOGSTORE_CLASS
     assert {key: conf.get(key) for key in expected} == expected
@@ -160,15 +160,18 @@ def test_spark_defaults_are_what_sigflow_drivers_set_for_compose():
 # runs the executors: all but OpenLineage's listener, which lives in the driver.
 @pytest.mark.parametrize(("dockerfile", "sets"), [("infra/spark/Dockerfile", ("spark", "s3")),
                                                   ("infra/airflow/Dockerfile", SPARK_CLASSPATH_SETS)])
-def test_images_fetch_the_locked_jars_and_bake_in_the_log_store(dockerfile, sets):
+def test_images_fetch_the_locked_jars_and_bake_in_sigflows_own(dockerfile, sets):
     from spark_jobs.runtime import classpath
 
     text = (REPO / dockerfile).read_text()
-    pom = (REPO / "infra/logstore/pom.xml").read_text()
-    built = "{}-{}.jar".format(*re.search(r"<artifactId>(sigflow-[\w-]+)</artifactId>\s*<version>([^<]+)</version>",
-                                           pom).groups())
-    assert built == classpath.LOGSTORE_JAR
-    assert f"/build/target/{built} /opt/sigflow/jars/s3/" in text  # where classpath.logstore_jar looks
+    for jar in classpath.SOURCE_JARS:
+        pom = (jar.source / "pom.xml").read_text()
+        built = "{}-{}.jar".format(*re.search(
+            r"<artifactId>(sigflow-[\w-]+)</artifactId>\s*<version>([^<]+)</version>", pom).groups())
+        assert built == jar.file_name
+        assert f"mvn -B -q -f /build/{jar.folder}/pom.xml package" in text
+        # where classpath.SourceJar.path looks
+        assert f"/build/{jar.folder}/target/{built} /opt/sigflow/jars/{jar.set}/" in text
     assert "ENV SIGFLOW_JARS_DIR=/opt/sigflow/jars" in text
     assert f"sigflow jars fetch {' '.join(sets)}" in text
 

@@ -4,6 +4,7 @@ missing or corrupt one fails with its name and the fix."""
 import re
 import shutil
 import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -87,6 +88,26 @@ def test_fetch_restores_a_missing_and_a_corrupt_jar_and_check_then_passes(jars_c
     assert sigflow(None, "jars", "check", "spark", extra_env=env).returncode == 0
 
 
+def test_fetch_builds_the_contract_parser_again_when_its_source_changed_and_goes_on_without_mvn(jars_copy, tmp_path):
+    """A parser built from older source is replaced by a build of today's; without mvn the
+    install says it is not built and the jobs run without it (every record through the checks)."""
+    parser = classpath.CONTRACT_PARSER
+    parser.path(jars_copy).write_bytes(b"PK built from older source")
+    env = {"SIGFLOW_JARS_DIR": str(jars_copy)}
+    fetched = sigflow(None, "jars", "fetch", "spark", extra_env=env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert f"built {parser.file_name}" in fetched.stdout
+    assert classpath.sha256(parser.path(jars_copy)) == parser.sha256()
+
+    parser.path(jars_copy).unlink()
+    no_mvn = str(Path(sys.executable).parent)  # PATH with the environment's commands only
+    unbuilt = sigflow(None, "jars", "fetch", "spark", extra_env={**env, "PATH": no_mvn})
+    assert unbuilt.returncode == 0, unbuilt.stderr
+    assert "not built: the contracts' flat-record parser (infra/contract-parser) needs mvn" in unbuilt.stdout
+    settings = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
+    assert parser.file_name not in jar_conf(settings)["spark.jars"]
+
+
 def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     """The s3 set absent: the session gets no conditional-put log store, and a job whose tables
     are on s3a:// refuses to start rather than fall back to delta-spark's single-driver one."""
@@ -98,8 +119,8 @@ def test_s3_tables_without_the_log_store_are_refused_naming_the_fetch(tmp_path):
     assert "sigflow jars fetch s3" in err.value.hint
     classpath.require_s3_log_store(str(tmp_path / "delta"), without.get(key))  # local tables need none
     installed = tmp_path / "with-s3-set"
-    classpath.logstore_jar(installed).parent.mkdir(parents=True)
-    classpath.logstore_jar(installed).touch()
+    classpath.LOGSTORE.path(installed).parent.mkdir(parents=True)
+    classpath.LOGSTORE.path(installed).touch()
     classpath.require_s3_log_store("s3a://lake/delta", classpath.object_store_conf(installed, object_store({})).get(key))
 
 
@@ -140,14 +161,15 @@ def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy
     assert f"sigflow: error: JAR {jars_copy / 'spark' / victim.file_name} is missing or differs from its pin" in ran.stdout
 
 
-def test_the_log_store_on_a_classpath_is_the_pinned_build(tmp_path):
-    jar = classpath.logstore_jar(tmp_path)
-    jar.parent.mkdir(parents=True)
-    jar.write_bytes(b"PK a jar built from other source")
-    with pytest.raises(classpath.JarError, match="is not the build pinned in jar.sha256") as err:
-        classpath.verified_logstore(tmp_path)
-    assert "sigflow jars fetch s3" in err.value.hint
+@pytest.mark.parametrize("jar", classpath.SOURCE_JARS, ids=lambda jar: jar.folder)
+def test_sigflows_own_jars_on_a_classpath_are_the_pinned_builds(tmp_path, jar):
+    path = jar.path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PK a jar built from other source")
+    with pytest.raises(classpath.JarError, match=f"is not the build pinned in infra/{jar.folder}/jar.sha256") as err:
+        jar.verified(tmp_path)
+    assert f"sigflow jars fetch {jar.set}" in err.value.hint
     with pytest.raises(classpath.JarError, match="differs from its pin"):
-        classpath.verify_classpath([f"file:{jar}"])
+        classpath.verify_classpath([f"file:{path}"])
     with pytest.raises(classpath.JarError, match="not a pinned JAR"):
         classpath.verify_classpath([str(tmp_path / "anything-else.jar")])

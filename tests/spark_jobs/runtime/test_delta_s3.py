@@ -70,7 +70,7 @@ def s3_jars() -> Path:
     store), apart from the default one so the rest of the suite runs without them. Kept
     beside the default one across test runs, like the other sets (659 MB); a change to the
     log store's source gets a directory of its own, so the tests never run a stale build."""
-    source = sorted(p for p in jars.LOGSTORE_SOURCE.rglob("*") if p.is_file() and "target" not in p.parts)
+    source = sorted(p for p in jars.LOGSTORE.source.rglob("*") if p.is_file() and "target" not in p.parts)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in source)).hexdigest()[:12]
     return jars_with("s3", f"jars-with-s3-{digest}")
 

@@ -202,18 +202,20 @@ class _Flat:
 
 def _flat_projections(flat: Column, contract: Contract, max_ahead: str) -> _Flat:
     # The parser returns a time's text or its epoch milliseconds; what either means, and
-    # whether it is in time, is decided here, as for every other record.
+    # whether it is in time, is decided here, as for every other record. The times and the
+    # verdict are one projection: as two, the readings' plan (key, time and signal) made a
+    # method of 8,252 bytes, over the 8,000 the JIT compiles, and ran interpreted.
     times = {f"_ft_{f}": F.coalesce(_zoned(F.col(f"_f.{f}_text")), F.timestamp_millis(F.col(f"_f.{f}_ms")))
              for f in contract.times}
     ahead_ms = Duration(max_ahead, "max_clock_ahead").ms
     accepted = F.col("_f.accepted")
-    for name in times:
-        accepted = accepted & F.col(name).isNotNull() & ~_ahead(F.col(name), ahead_ms) & ~_too_old(F.col(name))
+    for time in times.values():
+        accepted = accepted & time.isNotNull() & ~_ahead(time, ahead_ms) & ~_too_old(time)
     typed = {f: F.col(f"_f.{f}") for f in (*contract.strings, *contract.numbers)}
     typed.update({f: F.col(f"_ft_{f}") for f in contract.times})
     typed["extras"] = F.col("_f.extras")
     return _Flat(
-        stages=[{"_f": flat}, times, {"_ok": F.coalesce(accepted, F.lit(False))}],
+        stages=[{"_f": flat}, {**times, "_ok": F.coalesce(accepted, F.lit(False))}],
         accepted=F.col("_ok"),
         typed=typed,
         helpers=["_f", *times, "_ok"],

@@ -133,3 +133,33 @@ def test_generated_event_records_give_the_same_rows_with_the_parser(spark, batch
 @given(batch=st.lists(records(ALERT_CONTRACT), min_size=1, max_size=25))
 def test_generated_alert_records_give_the_same_rows_with_the_parser(spark, batch):
     assert_same_rows(spark, ALERT_CONTRACT, [value for _, value, _ in batch])
+
+
+HOTSPOT_LARGEST_COMPILED_METHOD = 8000  # bytes of bytecode; a longer method runs interpreted
+
+
+def largest_generated_method(spark, frame) -> int:
+    """The longest method of bytecode in the frame's whole-stage generated code, by Spark's
+    own compiler statistics."""
+    compile_stats = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator.compile  # noqa: SLF001
+    nodes, largest = [frame._jdf.queryExecution().executedPlan()], 0  # noqa: SLF001
+    while nodes:
+        node = nodes.pop()
+        if node.getClass().getSimpleName() == "WholeStageCodegenExec":
+            largest = max(largest, compile_stats(node.doCodeGen()._2())._2().maxMethodCodeSize())
+        nodes += [node.children().apply(i) for i in range(node.children().size())]
+    return largest
+
+
+def test_the_event_parses_compile_to_methods_the_jit_compiles(spark):
+    """The parses the event jobs run, with the parser: every record (ingest), the valid events
+    (dedup) and their key, time and signal (windowed-averages, sessions, alert-join). A stage
+    whose loop grows past HotSpot's limit runs interpreted: 1.8 times from_json's time against
+    0.9 (docs/benchmarks.md)."""
+    records = kafka_rows(spark, TAKEN)
+    every = with_contract_columns(records, EVENT_CONTRACT, MAX_AHEAD)
+    valid = every.where(F.col("reason").isNull()).drop("reason", "reason_code")
+    readings = valid.select("device_id", "event_id", "event_time", "signal")
+    sizes = {name: largest_generated_method(spark, frame)
+             for name, frame in (("every record", every), ("valid events", valid), ("readings", readings))}
+    assert all(size <= HOTSPOT_LARGEST_COMPILED_METHOD for size in sizes.values()), sizes

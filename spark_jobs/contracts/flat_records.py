@@ -48,7 +48,6 @@ def parsed_schema(contract: Contract) -> StructType:
 def parser(contract: Contract) -> Column | None:
     """The parser applied to a Kafka record's ``value``, or None when the JVM has no parser."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
     from pyspark.sql.classic.column import Column as JvmColumn
 
     jvm = SparkContext._jvm
@@ -61,6 +60,6 @@ def parser(contract: Contract) -> Column | None:
         {field: list(allowed) for field, allowed in contract.choices.items()},
         MAX_PAYLOAD_BYTES, EPOCH_MS_MIN, EPOCH_MS_MAX,
     )
-    session = SparkSession.getActiveSession()._jsparkSession  # noqa: SLF001
-    udf = jvm.org.apache.spark.sql.functions.udf(parse, session.parseDataType(parsed_schema(contract).json()))
+    row_type = jvm.org.apache.spark.sql.types.DataType.fromJson(parsed_schema(contract).json())
+    udf = jvm.org.apache.spark.sql.functions.udf(parse, row_type)
     return JvmColumn(udf.apply(jvm.PythonUtils.toSeq([F.col("value")._jc])))  # noqa: SLF001

@@ -94,6 +94,8 @@ def fetch(sets: tuple[str, ...] | list[str], dest: Path | None = None) -> FetchR
                if jar.set in sets and not (jar.path(dest).exists() and sha256(jar.path(dest)) == jar.sha256())]
     # the log store is needed (S3 tables refuse to run without it); the parser only saves time
     unbuilt = [] if shutil.which("mvn") else [jar for jar in missing if jar is not LOGSTORE]
+    for jar in unbuilt:  # a build of other source would stop every session at its pin check
+        jar.path(dest).unlink(missing_ok=True)
     built = [jar for jar in missing if jar not in unbuilt]
     if not bad:
         for jar in built:

@@ -99,11 +99,12 @@ def test_fetch_builds_the_contract_parser_again_when_its_source_changed_and_goes
     assert f"built {parser.file_name}" in fetched.stdout
     assert classpath.sha256(parser.path(jars_copy)) == parser.sha256()
 
-    parser.path(jars_copy).unlink()
+    parser.path(jars_copy).write_bytes(b"PK built from older source")
     no_mvn = str(Path(sys.executable).parent)  # PATH with the environment's commands only
     unbuilt = sigflow(None, "jars", "fetch", "spark", extra_env={**env, "PATH": no_mvn})
     assert unbuilt.returncode == 0, unbuilt.stderr
     assert "not built: the contracts' flat-record parser (infra/contract-parser) needs mvn" in unbuilt.stdout
+    assert not parser.path(jars_copy).exists()  # the older build is gone, not left to stop sessions
     settings = load_settings(env={}, overrides={"jars_dir": str(jars_copy)})
     assert parser.file_name not in jar_conf(settings)["spark.jars"]
 

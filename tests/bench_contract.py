@@ -16,7 +16,7 @@ written to Spark's ``noop`` sink; the medians.
 - ``every record``: what ingest computes (typed columns, extras and the reason of every
   record).
 
-Each contract parse twice: with the flat-record parser (contracts/flat_records.py), as the
+Each contract parse runs twice: with the flat-record parser (contracts/flat_records.py), as the
 jobs run, and through the checks alone, as a session without the parser's JAR runs.
 
     python -m tests.bench_contract [--events 100000] [--devices 1000] [--tries 8]

@@ -60,6 +60,5 @@ def parser(contract: Contract) -> Column | None:
         {field: list(allowed) for field, allowed in contract.choices.items()},
         MAX_PAYLOAD_BYTES, EPOCH_MS_MIN, EPOCH_MS_MAX,
     )
-    row_type = jvm.org.apache.spark.sql.types.DataType.fromJson(parsed_schema(contract).json())
-    udf = jvm.org.apache.spark.sql.functions.udf(parse, row_type)
+    udf = parse.asUdf(jvm.org.apache.spark.sql.types.DataType.fromJson(parsed_schema(contract).json()))
     return JvmColumn(udf.apply(jvm.PythonUtils.toSeq([F.col("value")._jc])))  # noqa: SLF001

@@ -12,6 +12,9 @@ import java.util.Set;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
 
 /**
  * A contract's common case in one JSON parse: a flat object whose required fields have their
@@ -66,6 +69,16 @@ public final class FlatRecordParser implements UDF1<byte[], Row> {
     this.maxBytes = maxBytes;
     this.epochMsMin = epochMsMin;
     this.epochMsMax = epochMsMax;
+  }
+
+  /**
+   * This parser as a Spark UDF returning {@code rowType}. The overload is chosen here, at
+   * compile time: chosen by reflection (py4j), {@code functions.udf} resolved to the untyped
+   * Scala one, which Spark refuses, whenever the JVM listed its methods in another order (a
+   * class archive trained with this class loaded did).
+   */
+  public UserDefinedFunction asUdf(DataType rowType) {
+    return functions.udf(this, rowType);
   }
 
   private int place(String field, int slot, int kind, int column, int span) {

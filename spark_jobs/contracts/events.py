@@ -57,7 +57,7 @@ def _time(name: str) -> Column:
     exact = F.expr(f"try_variant_get(_v, '$.{name}', 'bigint')")
     approximate = F.expr(f"try_variant_get(_v, '$.{name}', 'double')")
     return F.when(
-        (kind == "STRING") & _text(name).rlike(ZONED_ISO), F.try_to_timestamp(_text(name)),
+        kind == "STRING", _zoned(_text(name)),
     ).when(
         kind.isin(*_INTEGER) & exact.between(EPOCH_MS_MIN, EPOCH_MS_MAX), F.timestamp_millis(exact),
     ).when(

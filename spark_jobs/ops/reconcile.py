@@ -7,6 +7,10 @@ takes the late events it has not decided on yet, and for each job:
    or recover refuses while it is held), then refuses while a restart of the job is being
    applied or was left half done (its rows may be deleted under it), and waits while ingest
    has not read as far as the job (device_events must hold every event the job counted).
+   A late event is decided only once its batch is committed in the job's current checkpoint
+   (a batch cut short after its late_events append is replayed, and its append then
+   skipped as written) and ingest has read past the event's own offset: until then it is
+   left waiting, whatever else this reconcile decides.
 2. **Horizon.** A late event that arrived (the watermark that dropped it) more than
    ``late_horizon`` after the end of its tumbling window is recorded ``beyond_horizon``,
    and never counted.
@@ -71,6 +75,7 @@ class JobReconciled:
     beyond_horizon: int = 0
     corrected: dict[str, Corrected] = field(default_factory=dict)
     held: str = ""  # why the whole job waits, when it does
+    uncommitted: int = 0  # of those waiting, in a batch the job has not committed or ingest not read
 
     @property
     def still_waiting(self) -> int:
@@ -83,7 +88,10 @@ class JobReconciled:
             return f"{self.job}: no late events waiting"
         changes = "; ".join(f"{table} {c.updated} updated, {c.inserted} inserted, {c.deleted} deleted"
                             for table, c in self.corrected.items()) or "no row changed"
-        rest = f", {self.still_waiting} wait for their rows to be final" if self.still_waiting else ""
+        for_rows = self.still_waiting - self.uncommitted
+        rest = "".join([f", {self.uncommitted} wait for their batch to be committed and read by ingest"
+                        if self.uncommitted else "",
+                        f", {for_rows} wait for their rows to be final" if for_rows else ""])
         return (f"{self.job}: {self.counted} of {self.waiting} late events counted, "
                 f"{self.beyond_horizon} beyond late_horizon{rest} ({changes})")
 
@@ -130,6 +138,8 @@ class _Job:
     final_through: datetime  # the job's watermark: rows ending at or before it are final
     lease: Lease | None = None  # this reconcile's of the job, held throughout
     app_id: str = ""  # the checkpoint's when this reconcile read it: a rewind or recover gives a new one
+    read: dict[str, dict[str, int]] = field(default_factory=dict)  # the job's committed end offsets
+    ingest_read: dict[str, dict[str, int]] = field(default_factory=dict)  # ingest's
 
     def table(self, name: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.settings.table_uri(name))
@@ -142,8 +152,14 @@ class _Job:
                 .withColumn("beyond", lateness > horizon_ms))
 
     def waiting(self) -> DataFrame:
+        """The late events not decided on yet, each with whether it may be decided now
+        (``decidable``): its batch committed by the current checkpoint (a row an earlier
+        checkpoint wrote: the current one committed past its offset), and ingest past it."""
         decided = self.table(LATE_EVENTS_RECONCILED.name).where(F.col("job") == self.name).select(*KAFKA_KEY)
-        return self.late().join(decided, KAFKA_KEY, "left_anti")
+        mine = F.col("checkpoint_id") == F.lit(self.checkpoint_id)
+        committed = F.when(mine, F.col("batch_id") <= F.lit(self.last_batch)).otherwise(_below(self.read))
+        return (self.late().join(decided, KAFKA_KEY, "left_anti")
+                .withColumn("decidable", F.coalesce(committed & _below(self.ingest_read), F.lit(False))))
 
     def events(self, within: DataFrame, on) -> DataFrame | None:
         """device_events' events matching ``on`` against the rows of ``within`` (first copy of
@@ -206,7 +222,8 @@ def _reconcile_job(spark: SparkSession, settings: Settings, name: str, run_id: s
             return result
         job = _Job(spark, settings, name, checkpoint.checkpoint_id(name), last,
                    datetime.fromtimestamp(checkpoint.offsets(last).watermark_ms / 1000, timezone.utc), lease,
-                   checkpoint.app_id(name))
+                   checkpoint.app_id(name), checkpoint.committed_offsets(),
+                   Checkpoint(settings.checkpoint_uri("ingest")).committed_offsets())
         job.check_no_restart()  # and a rewind that took the job's lease first is seen here
         _count(job, result, run_id, at)
     log.info("reconcile %s", result.line())
@@ -223,9 +240,13 @@ def _count(job: _Job, result: JobReconciled, run_id: str, at: datetime) -> None:
         result.held = _ingest_behind(job.settings, Checkpoint(job.settings.checkpoint_uri(job.name)))
         if result.held:
             return
-        counted, result.corrected = RECOUNTS[job.name](job, waiting.where(~F.col("beyond")), at)
+        decidable = waiting.where("decidable")
+        result.uncommitted = result.waiting - decidable.count()
+        if result.uncommitted == result.waiting:
+            return
+        counted, result.corrected = RECOUNTS[job.name](job, decidable.where(~F.col("beyond")), at)
         failpoints.hit("reconcile_after_corrections", 0, job.name)
-        decided = _record(job, waiting, counted, run_id, at)
+        decided = _record(job, decidable, counted, run_id, at)
         result.counted, result.beyond_horizon = decided.get(COUNTED, 0), decided.get(BEYOND_HORIZON, 0)
     finally:
         waiting.unpersist()
@@ -242,6 +263,14 @@ def _ingest_behind(settings: Settings, checkpoint: Checkpoint) -> str:
             return (f"ingest has not read {topic} partition(s) {', '.join(map(str, short))} as far as the job: "
                     "run ingest, then reconcile")
     return ""
+
+
+def _below(ends: dict[str, dict[str, int]]):
+    """Whether a late event's Kafka offset is below ``ends`` ({topic: {partition: end}}): a
+    reader that committed those ends has read it."""
+    below = [(F.col("topic") == topic) & (F.col("partition") == int(partition)) & (F.col("offset") < int(end))
+             for topic, parts in ends.items() for partition, end in parts.items()]
+    return functools.reduce(lambda a, b: a | b, below, F.lit(False))
 
 
 def _record(job: _Job, waiting: DataFrame, counted: DataFrame, run_id: str, at: datetime) -> dict[str, int]:
@@ -390,6 +419,8 @@ def _alerts(job: _Job, late: DataFrame, at: datetime) -> tuple[DataFrame, dict[s
         ranges = alerts.select("device_id", (F.col("alert_time") - context).alias("_lo"), F.col("alert_time").alias("_hi"))
         events = job.events(ranges, lambda col, e, r: (col(f"{e}.device_id") == col(f"{r}.device_id"))
                             & (col(f"{e}.event_time") >= col(f"{r}._lo")) & (col(f"{e}.event_time") <= col(f"{r}._hi")))
+        if events is None:  # no alert in any late event's range: the events change no row
+            return ready.select(*KAFKA_KEY), {}
         context_rows, silent = recount.alert_rows(settings, alerts, events)
         key = ("alert_id", "event_id")
         corrected = {ALERT_SIGNAL_CONTEXT.name: job.correct(ALERT_SIGNAL_CONTEXT, key, context_rows, None, at),

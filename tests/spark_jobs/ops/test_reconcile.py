@@ -347,3 +347,45 @@ def test_a_reconcile_right_after_an_upgrade_reads_late_events_from_before_record
     assert (decided.beyond_horizon, decided.counted) == (1, 0)  # 30 days late: past the horizon
     assert table(settings, "late_events_reconciled")[["event_id", "record_kind", "outcome"]].values.tolist() == [
         ["e1", "event", "beyond_horizon"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_late_event_of_a_batch_killed_before_its_commit_waits_until_committed_and_read_by_ingest(spark, settings):
+    """A batch appends its late_events rows before Spark commits it. Killed in between, with
+    ingest behind that batch, its late events are not in device_events: a reconcile that
+    decided on them would recount their windows without them and record them counted, and
+    the replayed batch skips its late_events append as written, so they would never be
+    counted. They wait until the job committed their batch and ingest read past them."""
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+
+    s = single_partition(settings).replace(late_horizon=HORIZON)
+    send(s, ON_TIME)
+    for job in ("ingest", "windowed-averages"):
+        run_job(spark, s, job)
+    checkpoint = Checkpoint(s.checkpoint_uri("windowed-averages"))
+    batch = checkpoint.last_committed() + 1
+    send(s, LATE)
+    killed = sigflow(s, "run", "windowed-averages", extra_env={
+        "SIGFLOW_FAILPOINTS": f"windowed-averages/after_delta_commit:{batch}", "SIGFLOW_LATE_HORIZON": HORIZON})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    late = table(s, "late_events")
+    dropped = late[(late.job == "windowed-averages") & (late.batch_id == batch)]
+    assert {e.event_id for e in LATE if e.device_id in ("C", "E")} <= set(dropped.event_id)
+    assert checkpoint.last_committed() == batch - 1  # the crash point: written, not committed
+    streamed = window_table(s)
+
+    held = reconcile.run(spark, s, ["windowed-averages"]).jobs[0]
+    assert (held.waiting, held.counted, held.beyond_horizon) == (len(dropped), 0, 0), held.line()
+    assert held.uncommitted == len(dropped)
+    assert "wait for their batch to be committed and read by ingest" in held.line()
+    assert window_table(s) == streamed and late_backlog.backlog(s)["windowed-averages"].waiting == len(dropped)
+
+    run_job(spark, s, "windowed-averages")  # the batch replayed: its late_events append skipped as written
+    assert checkpoint.last_committed() >= batch
+    still = reconcile.run(spark, s, ["windowed-averages"]).jobs[0]  # committed, but ingest has not read them
+    assert still.counted == 0 and still.held.startswith("ingest has not read"), still.line()
+    run_job(spark, s, "ingest")
+    decided = reconcile.run(spark, s, ["windowed-averages"]).jobs[0]
+    assert (decided.counted, decided.beyond_horizon, decided.still_waiting) == (len(dropped) - len(BEYOND), len(BEYOND), 0)
+    assert window_table(s) == expected_windows([e for e in counted_events() if e not in ADVANCE], at(13, 50))

@@ -141,3 +141,20 @@ def test_a_late_event_waits_for_an_alert_at_the_watermark_which_the_stream_has_n
     assert reconcile.run(spark, s, ["alert-join"]).jobs[0].counted == 1
     pairs, silent = tables(s, at(12, 50))
     assert ("edge", "late-d2") in pairs and not silent & {alert for alert, _ in pairs}
+
+
+@pytest.mark.slow
+def test_late_readings_in_no_alerts_range_are_counted_without_a_change(spark, settings):
+    """Late readings none of whose ranges holds an alert (a device that never alerted, a time
+    before its alert's range) change no row: reconcile decides on them and commits nothing."""
+    s = single_partition_topics(settings, late_horizon=HORIZON)
+    play(spark, s, ON_TIME_EVENTS, ON_TIME_ALERTS)
+    far = [Event("late-d5", "d5", at(10, 58), 1.0), Event("late-d1-early", "d1", at(10, 10, 30), 2.0)]
+    play(spark, s, far, [])
+    late = table(s, "late_events")
+    assert sorted(late[late.job == "alert-join"].event_id) == sorted(e.event_id for e in far)
+    before = versions(s)
+    decided = reconcile.run(spark, s, ["alert-join"]).jobs[0]
+    assert (decided.waiting, decided.counted, decided.still_waiting) == (2, 2, 0)
+    assert versions(s) == before
+    assert tables(s, at(11, 50)) == expected(ON_TIME_EVENTS + far, ON_TIME_ALERTS, at(11, 50))

@@ -112,11 +112,16 @@ def _jvm_memory(value: str) -> str:
 
 
 def _java_options(value: str) -> str:
+    # Spark's own rules, as it applies them to the whole option string (SparkConf.validateSettings,
+    # the launcher's SparkSubmitCommandBuilder): anything containing -Dspark or Xmx is refused
+    # only at the session's start, with a Java and a Python traceback
     options = value.split()
-    if spark_properties := [option for option in options if option.startswith("-Dspark.")]:
-        # Spark refuses its own properties among a JVM's options, at the session's start
-        raise ValueError(f"{spark_properties[0]} is a Spark property, not a JVM option; set Spark properties in "
-                         "spark-defaults.conf (in SPARK_CONF_DIR) or with spark-submit --conf")
+    if spark_properties := [option for option in options if "-Dspark" in option]:
+        raise ValueError(f"{spark_properties[0]} holds -Dspark, which Spark refuses among a JVM's options; set Spark "
+                         "properties in spark-defaults.conf (in SPARK_CONF_DIR) or with spark-submit --conf")
+    if heap := [option for option in options if "Xmx" in option]:
+        raise ValueError(f"{heap[0]} sets the heap, which Spark refuses among a JVM's options; set "
+                         "spark_driver_memory, spark_executor_memory or cluster_worker_memory instead")
     if not_options := [option for option in options if not option.startswith("-")]:
         raise ValueError(f"not JVM options: {', '.join(map(repr, not_options))}; write them as java takes them, "
                          "separated by spaces: -Xss4m -XX:+UseSerialGC")

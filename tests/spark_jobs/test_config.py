@@ -68,6 +68,21 @@ def test_a_spark_property_among_the_jvm_options_is_refused_saying_where_it_goes(
         "-Xss4m -Duser.language=en"
 
 
+@pytest.mark.parametrize("option, setting", [
+    ("-Dsparkling=1", "spark-defaults.conf"),  # Spark: INVALID_EXECUTOR_SPARK_OPTIONS, any -Dspark
+    ("-Dname=-Dspark.x", "spark-defaults.conf"),
+    ("-Xmx4g", "spark_driver_memory"),  # Spark: "Not allowed to specify max heap", then JAVA_GATEWAY_EXITED
+    ("-XX:MaxHeapSize=1g -Xmx1g", "spark_driver_memory"),
+])
+def test_jvm_options_spark_refuses_are_refused_in_one_line_naming_where_they_go(option, setting):
+    from spark_jobs.errors import SigflowError
+
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"SIGFLOW_JVM_OPTIONS": f"-Xss4m {option}"})
+    assert "jvm_options" in str(err.value) and setting in str(err.value)
+    assert isinstance(err.value, SigflowError)
+
+
 def test_missing_config_file_is_reported(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(config_file=tmp_path / "nope.yaml", env={})

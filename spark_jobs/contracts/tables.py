@@ -274,7 +274,8 @@ TABLE_STATUS = TableSpec(
     "final_through TIMESTAMP, rows_written BIGINT, recorded_at TIMESTAMP",
     "How complete each table is, readable without sigflow: one row per batch per table its job writes, "
     "with rows or none. A table's newest row (largest recorded_at) of each job writing it is current: "
-    "every record in Kafka before batch_time has reached the table through that job, and rows whose time "
+    "every record in Kafka before batch_time has reached the table through that job (a batch "
+    "max_offsets_per_trigger cut short keeps the last batch_time that held, or null), and rows whose time "
     "is at or before final_through (the batch's watermark; null for ingest, whose rows are final when "
     "written) will not be added to by the stream; device_status has a writer per part; see "
     "docs/consumers.md for what final means per table.",

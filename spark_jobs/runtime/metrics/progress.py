@@ -146,6 +146,15 @@ def end_offsets(progress: dict[str, Any]) -> dict:
     return ends
 
 
+def reached_latest(progress: dict[str, Any]) -> bool:
+    """Whether the batch read every source up to the latest offsets Kafka had when the batch
+    was planned (after its trigger began): False for a batch max_offsets_per_trigger cut
+    short, and when a source does not report its latest offsets."""
+    lags = [_lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+            for source in progress.get("sources") or []]
+    return bool(lags) and all(lag is not None and not any(lag.values()) for lag in lags)
+
+
 def records_behind(progress: dict[str, Any]) -> int | None:
     """Records in Kafka past the batch's end, all sources together; None when no source
     reports its latest offsets."""

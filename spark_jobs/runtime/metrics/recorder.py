@@ -6,10 +6,14 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timezone
 
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
 from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
-from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row
+from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row, reached_latest
 from spark_jobs.runtime.metrics.summary import RunSummary
 
 
@@ -36,6 +40,8 @@ class MetricsRecorder:
         self.table_rows: dict[int, dict[str, int]] = {}  # batch -> rows written per table
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
         self.examined_through = -1  # the newest batch whose progress was turned into its row (or skipped)
+        self.complete_as_of: dict[int, datetime | None] = {}  # batch -> the time its tables hold Kafka up to
+        self._complete_before: list[datetime | None] = []  # the promise before this run's first complete batch
         self.lock = threading.Lock()
 
     def batch_written(self, batch_id: int, output_rows: int, late_events: int,
@@ -63,6 +69,7 @@ class MetricsRecorder:
             # same read, so a batch whose progress arrives meanwhile cannot go uncounted
             output, late = self.output_rows.get(batch_id) or (_sink_output_rows(progress), 0)
             row = progress_row(self.job, progress, output, late, self.counting)
+            self.complete_as_of[batch_id] = row["batch_time"] if reached_latest(progress) else self._last_complete()
             fresh.append({**row, "checkpoint_id": self.checkpoint_id})
         if fresh:  # a failure here leaves the rows unrecorded, so the next call retries them
             done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
@@ -80,15 +87,29 @@ class MetricsRecorder:
             self.summary.state_rows = row["state_rows"]
 
 
+    def _last_complete(self) -> datetime | None:
+        """What a batch cut short by max_offsets_per_trigger still promises: the time of the
+        last batch that read all Kafka had, in this run or (read once) as table_status holds it."""
+        done = [t for b, t in sorted(self.complete_as_of.items()) if t is not None]
+        if done:
+            return done[-1]
+        if not self._complete_before and self.tables:
+            recorded = table_access.read_arrow(self.sink.uri(TABLE_STATUS), ["batch_time"],
+                                               (ds.field("job") == self.job) & (ds.field("table_name") == self.tables[0]))
+            self._complete_before.append(pc.max(recorded["batch_time"]).as_py() if recorded.num_rows else None)
+        return self._complete_before[0] if self._complete_before else None
+
     def _record_status(self, fresh: list[dict]) -> None:
         """The table_status rows of the batches just recorded, under the same application
-        transaction as their pipeline_metrics rows (a repeat after a restart writes none)."""
+        transaction as their pipeline_metrics rows (a repeat after a restart writes none).
+        batch_time is the batch's trigger time only where the batch read all Kafka had then;
+        a batch max_offsets_per_trigger cut short repeats the last time that held."""
         if not self.tables:
             return
         done = self.sink.committed_version(TABLE_STATUS, self.app_id)
         now = datetime.now(timezone.utc)
         rows = [{"table_name": table, "job": self.job, "checkpoint_id": self.checkpoint_id, "batch_id": row["batch_id"],
-                 "batch_time": row["batch_time"], "final_through": _final_through(row["watermark"]),
+                 "batch_time": self.complete_as_of.get(row["batch_id"]), "final_through": _final_through(row["watermark"]),
                  "rows_written": self.table_rows.get(row["batch_id"], {}).get(table, 0), "recorded_at": now}
                 for row in fresh if done is None or row["batch_id"] > done for table in self.tables]
         if rows:

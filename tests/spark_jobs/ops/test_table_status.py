@@ -62,3 +62,45 @@ def test_sigflow_tables_lists_every_table_with_its_change_feed_and_completeness(
     # a table whose parts three jobs merge says how far each has written it
     assert "written by ingest (no batch yet); windowed-averages (has Kafka's records up to" in lines["device_status"]
     assert lines["device_status"].endswith("; sessions (no batch yet)")
+
+
+def test_a_batch_capped_by_max_offsets_per_trigger_claims_no_completeness_it_lacks(spark, settings):
+    """batch_time promises that every record in Kafka before it has reached the table. A batch
+    max_offsets_per_trigger cut short (every catch-up after an outage) has not read them all:
+    its row keeps the last time that held, never its own trigger time."""
+    import json
+
+    import pandas as pd
+
+    s = single_partition(settings).replace(max_offsets_per_trigger=10)
+
+    def status_with_ends():
+        status = table(s, "table_status")
+        status = status[status.table_name == "device_events"]
+        metrics = table(s, "pipeline_metrics")
+        ends = {row.batch_id: int(json.loads(row.progress_json)["sources"][0]["endOffset"][s.streaming.events_topic]["0"])
+                for row in metrics[metrics.job == "ingest"].itertuples()}
+        return [(ends[row.batch_id], row.batch_time) for row in status.sort_values("batch_id").itertuples()]
+
+    first_sent = datetime.now(timezone.utc)
+    send(s, [Event(f"a{n}", "d1", at(12, 0) + n * 1000, float(n)) for n in range(30)])
+    all_sent = datetime.now(timezone.utc)
+    run_job(spark, s, "ingest")
+    rows = status_with_ends()
+    assert [end for end, _ in rows][:3] == [10, 20, 30]
+    for end, batch_time in rows:
+        if end < 30:  # records sent before it were still in Kafka only
+            assert pd.isna(batch_time) or batch_time.to_pydatetime() <= first_sent, (end, batch_time)
+        else:
+            assert batch_time.to_pydatetime() >= all_sent
+
+    promised = rows[-1][1]
+    again_sent = datetime.now(timezone.utc)
+    send(s, [Event(f"b{n}", "d1", at(13, 0) + n * 1000, float(n)) for n in range(30)])
+    run_job(spark, s, "ingest")
+    later = status_with_ends()[len(rows):]
+    capped = [batch_time for end, batch_time in later if end < 60]
+    assert len(capped) == 2
+    # the catch-up keeps the promise made before it, which still holds
+    assert all(t == promised and t.to_pydatetime() <= again_sent for t in capped)
+    assert later[-1][0] == 60 and later[-1][1].to_pydatetime() > again_sent

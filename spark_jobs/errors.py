@@ -49,7 +49,11 @@ class CheckpointIdentityLost(SigflowError):
 
 
 class CheckpointDamaged(SigflowError):
-    """A file of sigflow's in the checkpoint (sigflow.json) cannot be read."""
+    """A file in the checkpoint cannot be read as Spark or sigflow wrote it."""
+
+    def __init__(self, message: str, hint: str = "", finding: str = ""):
+        super().__init__(message, hint)
+        self.finding = finding or message  # the damage, as a plan lists it
 
 
 class JobAlreadyRunning(SigflowError):

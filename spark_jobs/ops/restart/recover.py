@@ -10,7 +10,7 @@ from typing import Callable
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import PIPELINE_METRICS
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
@@ -67,10 +67,11 @@ def plan_recover(
         plan.refuse(f"the checkpoint at {checkpoint.uri} looks sound (last committed batch "
                     f"{last}): resume or rewind it; --force replaces it anyway")
     applied_at = _applied_at()
-    if checkpoint.exists() or checkpoint.identity():
+    if checkpoint.exists() or _has_identity(checkpoint):
         # first: a recover that fails after this leaves a job with no checkpoint, which stays
         # refused until recovered; one that deleted rows first could resume past them
-        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study)",
+        damage = "".join(f"; {problem}" for problem in snapshot.problems)
+        plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study{damage})",
                   lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
     if source == "delta":
         start = _plan_start_from_delta(settings, job, plan)
@@ -106,6 +107,14 @@ def plan_recover(
                   {"source": source, "at": applied_at()}))
     plan.afterwards.append(f"run {job.name}")
     return plan
+
+
+def _has_identity(checkpoint) -> bool:
+    """Whether sigflow.json is there, readable or not (a damaged one is moved aside too)."""
+    try:
+        return bool(checkpoint.identity())
+    except CheckpointDamaged:
+        return True
 
 
 def _applied_at() -> Callable[[], str]:

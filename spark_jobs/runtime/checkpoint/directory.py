@@ -16,7 +16,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from spark_jobs.errors import CheckpointDamaged, CheckpointIdentityLost
+from spark_jobs.errors import CheckpointDamaged, CheckpointIdentityLost, SigflowError
 from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.identifiers import checked
 
@@ -44,9 +44,13 @@ class Checkpoint:
         self.fs, self.path = _filesystem(uri)
 
     def _read(self, relative: str) -> str | None:
-        """The file's text; None only when it is not there (storage.py)."""
+        """The file's text; None only when it is not there (storage.py); CheckpointDamaged
+        when it is not UTF-8, as no file Spark or sigflow writes is."""
         raw = storage.read_bytes(self.fs, f"{self.path}/{relative}")
-        return None if raw is None else raw.decode()
+        try:
+            return None if raw is None else raw.decode()
+        except UnicodeDecodeError:
+            raise _damaged(self.uri, relative, "is not text (UTF-8)") from None
 
     def _batches(self, folder: str) -> list[int]:
         selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True)
@@ -73,16 +77,10 @@ class Checkpoint:
         text = self._read(f"offsets/{batch_id}")
         if text is None:
             return None
-        lines = text.splitlines()
-        meta = json.loads(lines[1])
-        sources = [json.loads(line) if line != "-" else None for line in lines[2:]]
-        return BatchOffsets(
-            batch_id=batch_id,
-            watermark_ms=int(meta.get("batchWatermarkMs", 0)),
-            batch_timestamp_ms=int(meta.get("batchTimestampMs", 0)),
-            sources=sources,
-            conf=meta.get("conf") or {},
-        )
+        try:
+            return _parsed_offsets(batch_id, text)
+        except (ValueError, IndexError, TypeError, AttributeError):
+            raise _damaged(self.uri, f"offsets/{batch_id}", "is truncated or not the offsets Spark writes") from None
 
     def committed_offsets(self) -> dict[str, dict[str, int]]:
         """{topic: {partition: offset}} the last committed batch read up to ({} before one)."""
@@ -111,13 +109,14 @@ class Checkpoint:
         except ValueError:
             identity = None
         if not isinstance(identity, dict):
-            raise CheckpointDamaged(
-                f"{self.uri}/sigflow.json is damaged (not a JSON object)",
-                "rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
-                "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
+            raise _damaged(self.uri, "sigflow.json", "is damaged (not a JSON object)")
         for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
             if key in identity:
-                checked(identity[key], key, f"{self.uri}/sigflow.json")
+                try:
+                    checked(identity[key], key, f"{self.uri}/sigflow.json")
+                except SigflowError as refused:
+                    raise CheckpointDamaged(refused.message, _damaged(self.uri, "", "").hint,
+                                            f"sigflow.json's {key} is not an identifier sigflow writes") from None
         return identity
 
     def save_identity(self, identity: dict[str, Any]) -> None:
@@ -190,21 +189,27 @@ class Checkpoint:
             try:
                 if self.offsets(batch_id) is None:
                     found.append(f"offsets/{batch_id} is unreadable")
-            except (ValueError, IndexError):
-                found.append(f"offsets/{batch_id} is truncated or not JSON")
+            except CheckpointDamaged as damaged:
+                found.append(damaged.finding)
         for batch_id in self.committed_batches():
-            text = self._read(f"commits/{batch_id}")
-            if not text or not text.startswith("v"):
-                found.append(f"commits/{batch_id} is empty or corrupt")
+            try:
+                text = self._read(f"commits/{batch_id}")
+                if not text or not text.startswith("v"):
+                    found.append(f"commits/{batch_id} is empty or corrupt")
+            except CheckpointDamaged as damaged:
+                found.append(damaged.finding)
             if batch_id not in offsets:
                 found.append(f"commits/{batch_id} has no offsets/{batch_id}")
-        if offsets and self._read("metadata") is None:
-            found.append("metadata (the query id) is missing")
+        try:
+            if offsets and self._read("metadata") is None:
+                found.append("metadata (the query id) is missing")
+        except CheckpointDamaged as damaged:
+            found.append(damaged.finding)
         try:
             if offsets and "app_id" not in self.identity():
                 found.append("sigflow.json (the id its Delta commits carry) is missing")
-        except CheckpointDamaged:
-            found.append("sigflow.json is not a JSON object")
+        except CheckpointDamaged as damaged:
+            found.append(damaged.finding)
         return found
 
     def truncate_after(self, batch_id: int) -> list[str]:
@@ -258,6 +263,40 @@ class Checkpoint:
         except (FileNotFoundError, OSError):
             pass  # an object store may keep no folder marker
         return target
+
+
+def _parsed_offsets(batch_id: int, text: str) -> BatchOffsets:
+    """An offset log entry as Spark writes it; TypeError, ValueError or IndexError otherwise."""
+    lines = text.splitlines()
+    meta = json.loads(lines[1])
+    sources = [json.loads(line) if line != "-" else None for line in lines[2:]]
+    for source in sources:  # {topic: {partition: offset}}
+        if source is not None and not all(isinstance(parts, dict) and all(
+                isinstance(offset, int) for offset in parts.values()) for parts in source.values()):
+            raise TypeError("not {topic: {partition: offset}}")
+    conf = meta.get("conf", {})
+    if not isinstance(conf, dict):
+        raise TypeError("conf is not an object")
+    return BatchOffsets(
+        batch_id=batch_id,
+        watermark_ms=_whole(meta.get("batchWatermarkMs", 0)),
+        batch_timestamp_ms=_whole(meta.get("batchTimestampMs", 0)),
+        sources=sources,
+        conf=conf,
+    )
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def _damaged(uri: str, relative: str, what: str) -> CheckpointDamaged:
+    return CheckpointDamaged(
+        f"{uri}/{relative} {what}",
+        "rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
+        "(docs/runbooks/checkpoint-lost-or-corrupt.md)", finding=f"{relative} {what}")
 
 
 def _new_app_id(job: str) -> str:

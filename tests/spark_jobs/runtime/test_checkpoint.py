@@ -1,3 +1,7 @@
+from pathlib import Path
+
+import pytest
+
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 
 
@@ -132,3 +136,49 @@ def test_an_identity_the_storage_failed_to_read_is_never_saved_over(tmp_path, se
         check_settings_compatible(checkpoint, get_job("dedup"), settings)
     kept = json.loads((tmp_path / "sigflow.json").read_text())
     assert (kept["app_id"], kept["pending_rewind"]) == ("sigflow-dedup-0123456789ab", 0)
+
+
+# Each file of a checkpoint damaged as storage, a careless edit or a crash leaves it: bytes
+# that are not text, JSON of the wrong types, truncation.
+DAMAGE = {
+    "sigflow.json": [b"\xff\xfe{\"app_id\": 1}", b"{\"app_id\": \"sigflow-sessions-", b"[]",
+                     b'{"app_id": "a b", "checkpoint_id": "a b"}', b'{"app_id": 5}', b'{"checkpoint_id": null}'],
+    "offsets/0": [b"v1\n\xc3\x28", b'v1\n{"batchWatermarkMs": {}}\n{"t":{"0":5}}', b"v1\n{\"batchWat",
+                  b'v1\n{"batchWatermarkMs": 0}\n{"t": 5}', b'v1\n{"batchWatermarkMs": 0}\n{"t": {"0": "x"}}',
+                  b'v1\n{"batchWatermarkMs": 0, "conf": []}\n-', b"v1", b""],
+    "commits/0": [b"\x80\x81", b"", b"{}"],
+    "metadata": [b"\xff"],
+}
+
+
+@pytest.mark.parametrize("name, damage", [(name, damage) for name, damages in DAMAGE.items() for damage in damages])
+def test_recover_plans_over_any_damaged_file_naming_it(settings, name, damage):
+    """recover is the way out of a damaged checkpoint: whatever a file holds, its plan (with
+    --force) names the damage and moves it aside, with no traceback."""
+    from spark_jobs.ops import restart
+    from tests.helpers import committed_checkpoint
+
+    committed_checkpoint(settings, "sessions", read_to=10, identity={"app_id": "sigflow-sessions-0123456789ab",
+                                                                    "checkpoint_id": "sigflow-sessions-0123456789ab"})
+    folder = Path(settings.checkpoint_uri("sessions"))
+    (folder / "metadata").write_text('{"id":"q"}')
+    (folder / name).write_bytes(damage)
+    checkpoint = Checkpoint(str(folder))
+    problems = checkpoint.problems()
+    assert any(problem.startswith(name) for problem in problems), problems
+    plan = restart.plan_recover(settings, "sessions", source="earliest", force=True)
+    assert not plan.refusals, plan.describe()
+    assert plan.steps[0].startswith("move the old checkpoint aside") and all(p in plan.steps[0] for p in problems)
+
+
+def test_recover_over_a_damaged_checkpoint_prints_its_plan_without_a_traceback(settings):
+    from tests.helpers import committed_checkpoint, sigflow
+
+    committed_checkpoint(settings, "sessions", read_to=10)
+    folder = Path(settings.checkpoint_uri("sessions"))
+    (folder / "commits" / "0").write_bytes(b"\xff\xfe")
+    (folder / "offsets" / "0").write_text('v1\n{"batchWatermarkMs": {}}\n{"t":{"0":5}}')
+    printed = sigflow(settings, "checkpoint", "recover", "sessions", "--from", "earliest", "--force")
+    assert printed.returncode == 0 and "Traceback" not in printed.stderr + printed.stdout, printed.stderr[-2000:]
+    assert "offsets/0 is truncated or not the offsets Spark writes" in printed.stdout
+    assert "commits/0 is not text (UTF-8)" in printed.stdout

@@ -37,12 +37,14 @@ import json
 import logging
 import os
 import re
+import functools
 import signal
 import socket
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import psutil
 import tenacity
@@ -71,6 +73,22 @@ RECONCILE = "reconcile"
 CLOCK_SKEW_S = 10.0
 
 
+def this_machine() -> str:
+    """The host name, with which kernel boot and process namespace this process runs in: two
+    containers with one host name (each its own pid namespace) differ here, and a pid means
+    something only within one of them."""
+    return f"{socket.gethostname()}/{_boot_and_namespace()}"
+
+
+@functools.cache
+def _boot_and_namespace() -> str:
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # not Linux: the host name alone tells
+        return ""
+
+
 def since_boot() -> float:
     """Seconds on the clock that counts from boot, as every process on this host reads it."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -89,8 +107,13 @@ class Holder:
     renewed_since_boot: float | None = None  # since_boot() at the renewal; None from older versions
     released: bool = False  # let go by its holder: the file stays, so generations only grow
     generation: int = 0  # from the file's name, not its content
+    machine: str | None = None  # this_machine() of the holder; None from older versions
 
     def on_this_host(self) -> bool:
+        """Whether the holder's pid and boot clock mean what they do here: the same kernel
+        boot and pid namespace (a lease from an older version: the same host name)."""
+        if self.machine is not None:
+            return self.machine == this_machine()
         return self.host == socket.gethostname()
 
     def process(self) -> psutil.Process | None:
@@ -170,7 +193,8 @@ class Lease:
     # ---- taking ----------------------------------------------------------------------------
     def _mine(self, released: bool = False) -> Holder:
         return Holder(self.owner, self.job, socket.gethostname(), os.getpid(),
-                      start_time(os.getpid()), time.time(), self.ttl_s, self.purpose, since_boot(), released)
+                      start_time(os.getpid()), time.time(), self.ttl_s, self.purpose, since_boot(), released,
+                      machine=this_machine())
 
     def _content(self, released: bool = False) -> bytes:
         fields = asdict(self._mine(released))

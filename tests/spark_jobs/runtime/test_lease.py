@@ -365,3 +365,30 @@ def test_the_heartbeat_renews_again_once_the_storage_answers(tmp_path):
         assert outage.refused >= 1
     finally:
         lease.release()
+
+
+def test_a_holder_in_another_container_with_this_host_name_is_not_judged_by_this_hosts_processes():
+    """Two containers may share a host name while each has its own processes: a live lease of
+    the other one names a pid that means nothing here, and must not be taken for dead."""
+    import socket
+    import time
+
+    from spark_jobs.runtime.checkpoint.lease import Holder, this_machine
+
+    unused_pid = 2**22 - 3  # above any pid this host hands out by default
+    elsewhere = Holder("run-1", "ingest", socket.gethostname(), unused_pid, 0.0, time.time(), 60.0,
+                       renewed_since_boot=None, machine="another-boot/4026531836")
+    assert not elsewhere.on_this_host() and elsewhere.alive()
+    here = Holder("run-1", "ingest", socket.gethostname(), unused_pid, 0.0, time.time(), 60.0, machine=this_machine())
+    assert here.on_this_host() and not here.alive()  # its process is gone
+    stale = Holder("run-1", "ingest", socket.gethostname(), unused_pid, 0.0, time.time() - 120, 60.0,
+                   machine="another-boot/4026531836")
+    assert not stale.alive()  # by its renewal, on the wall clock
+
+
+def test_a_lease_records_which_boot_and_pid_namespace_holds_it(tmp_path):
+    from spark_jobs.runtime.checkpoint.directory import Checkpoint
+    from spark_jobs.runtime.checkpoint.lease import Lease, this_machine
+
+    with Lease(Checkpoint(str(tmp_path / "ck")), "ingest", 60.0) as lease:
+        assert lease.holder().machine == this_machine() != ""

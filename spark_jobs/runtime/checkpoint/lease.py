@@ -33,11 +33,11 @@ clock, allowing ``CLOCK_SKEW_S`` of difference between the two hosts' clocks.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
-import functools
 import signal
 import socket
 import threading

@@ -13,7 +13,12 @@ from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
-from spark_jobs.runtime.metrics.progress import Counting, progress_dicts, progress_row, reached_latest
+from spark_jobs.runtime.metrics.progress import (
+    Counting,
+    progress_dicts,
+    progress_row,
+    reached_latest,
+)
 from spark_jobs.runtime.metrics.summary import RunSummary
 
 

@@ -54,7 +54,7 @@ def plan(
             raise ConfigError(f"unknown restart action {action!r}", f"one of {', '.join(ACTIONS)}")
         made.command = command(job, action, to_batch=to_batch, to_time=to_time, source=source, force=force,
                                accept_state_loss=accept_state_loss)
-        refuse_if_unfinished_restart(made)
+        refuse_if_unfinished_restart(made, supersedes=action == "recover" and source == "earliest")
         if action != "resume":  # resume deletes no row
             refuse_if_reconciling(made)
         return made

@@ -192,17 +192,27 @@ def refuse_if_reconciling(plan: Plan) -> None:
                     "then plan again")
 
 
-def refuse_if_unfinished_restart(plan: Plan) -> None:
+def refuse_if_unfinished_restart(plan: Plan, supersedes: bool = False) -> None:
     """Any plan refuses while another restart is half applied on the job (its intent is
     there): planned on top of it, it would skip or repeat rows. Applying that same restart
-    again is what finishes it."""
+    again is what finishes it. A plan that ``supersedes`` every half-applied state (a recover
+    from earliest: every row of the job deleted, the checkpoint moved aside) is the way out
+    when that restart can no longer finish (a rewind whose target maintenance vacuumed
+    since): it says so as its first step, and its own intent replaces the other's."""
     pending = plan.snapshot.intent if plan.snapshot else None
     if isinstance(pending, UnreadableIntent):
         plan.refuse(f"{pending.message} ({pending.hint})")
         return
-    if pending is not None and pending.command != plan.command:
-        plan.refuse(f"a {pending.action} of {pending.job} did not finish ({len(pending.steps)} steps planned): "
-                    f"finish it first with `{pending.finishing_command()}`")
+    if pending is None or pending.command == plan.command:
+        return
+    if supersedes and not plan.refusals:
+        plan.steps.insert(0, f"give up the unfinished {pending.action} of {pending.job} "
+                             f"(`{pending.finishing_command()}`): this recover rebuilds everything it touched")
+        plan.changes.insert(0, lambda: None)
+        return
+    plan.refuse(f"a {pending.action} of {pending.job} did not finish ({len(pending.steps)} steps planned): "
+                f"finish it first with `{pending.finishing_command()}`, or rebuild the job with "
+                f"`sigflow checkpoint recover {pending.job} --from earliest --force`")
 
 
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:

@@ -428,3 +428,27 @@ def test_a_batch_committed_between_plan_and_apply_makes_the_apply_refuse_and_cha
     assert any("planned now, not approved" in line for line in refused.value.details)
     assert (checkpoint.committed_batches(), _dedup_rows(s)) == before
     assert Lease(checkpoint, "dedup", 60).intent() is None
+
+
+def test_a_rewind_that_can_no_longer_finish_is_given_up_by_a_recover_from_earliest(spark, settings):
+    """A rewind SIGKILLed half way leaves its intent, and only that rewind finishes it; once
+    maintenance vacuumed its target's files it cannot. The way out is a recover from
+    earliest, which rebuilds every row the rewind touched: planned over the intent (saying
+    so first), applied, and every record is then in the tables once."""
+    s = settings.replace(max_offsets_per_trigger=100)
+    records = generate_events(300, seed=61)
+    produce(s, records)
+    run_job(spark, s, "ingest")
+    rewind = "sigflow checkpoint rewind ingest --to-batch 0 --yes"
+    killed = sigflow(s, *rewind.split()[1:], extra_env={"SIGFLOW_FAILPOINTS": "ingest/after_restart_step:1"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+
+    other = restart.plan(s, "ingest", "recover", source="delta", force=True)
+    assert any("a rewind of ingest did not finish" in r and "--from earliest --force" in r for r in other.refusals)
+    recover = restart.plan(s, "ingest", "recover", source="earliest", force=True)
+    assert not recover.refusals, recover.describe()
+    assert recover.steps[0].startswith("give up the unfinished rewind of ingest") and rewind in recover.steps[0]
+    recover.apply()
+    assert Lease(Checkpoint(s.checkpoint_uri("ingest")), "ingest", 60).intent() is None
+    run_job(spark, s, "ingest")
+    assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records)

@@ -71,6 +71,7 @@ RECONCILE = "reconcile"
 # How far apart two hosts' wall clocks may be (NTP keeps them within milliseconds): a holder
 # on another host keeps its lease this much past lease_ttl.
 CLOCK_SKEW_S = 10.0
+SPARK_SUBMIT_CLASS = "org.apache.spark.deploy.SparkSubmit"  # the JVM spark-submit starts
 
 
 def this_machine() -> str:
@@ -361,7 +362,10 @@ def _fence(stale: Holder) -> None:
     if process is None or process.pid == os.getpid():  # gone, or this process's own lapsed lease
         return
     try:
-        tree = [process, *process.children(recursive=True)]
+        # under spark-submit the driver's JVM is the Python process's parent, not its child
+        launcher = process.parent()
+        root = launcher if launcher is not None and _is_spark_submit(launcher) else process
+        tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return
     for member in tree:
@@ -370,6 +374,13 @@ def _fence(stale: Holder) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(tree, timeout=10)
+
+
+def _is_spark_submit(process: psutil.Process) -> bool:
+    try:
+        return SPARK_SUBMIT_CLASS in process.cmdline()
+    except psutil.Error:
+        return False
 
 
 def _s3_put_if_absent(path: str, data: bytes) -> bool:

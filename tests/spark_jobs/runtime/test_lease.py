@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -392,3 +393,47 @@ def test_a_lease_records_which_boot_and_pid_namespace_holds_it(tmp_path):
 
     with Lease(Checkpoint(str(tmp_path / "ck")), "ingest", 60.0) as lease:
         assert lease.holder().machine == this_machine() != ""
+
+
+@pytest.mark.slow  # spark-submit's JVM
+def test_a_stopped_holder_under_spark_submit_is_fenced_with_its_driver_jvm(tmp_path):
+    """Under spark-submit the driver's JVM is the parent of the Python process that holds the
+    lease, and the JVM makes the Delta commits: the taker kills it too before it takes over,
+    so no commit of the stale run can land after the lease is taken."""
+
+    from tests.helpers import REPO
+
+    script = tmp_path / "holder.py"
+    script.write_text(
+        "import os, signal\n"
+        "from spark_jobs.runtime.checkpoint.directory import Checkpoint\n"
+        "from spark_jobs.runtime.checkpoint.lease import Lease\n"
+        f"Lease(Checkpoint({str(tmp_path / 'cp')!r}), 'dedup', 2).acquire()\n"
+        "print('held', os.getpid(), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)  # hung: it stops renewing\n")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    submit = subprocess.Popen([str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
+                               str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env, cwd=REPO)
+    try:
+        line = submit.stdout.readline().split()
+        assert line[:1] == ["held"], line
+        python = psutil.Process(int(line[1]))
+        jvm = python.parent()
+        assert "org.apache.spark.deploy.SparkSubmit" in jvm.cmdline()
+        time.sleep(2.5)
+        successor = _lease(tmp_path)
+        successor.acquire()
+        assert _gone(python) and _gone(jvm)  # the JVM too, before the lease was taken
+        successor.release()
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+        submit.wait()
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

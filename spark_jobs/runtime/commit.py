@@ -30,36 +30,62 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
-from spark_jobs.jobs.base import BatchContext
+from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.runtime import failpoints
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import concurrent_writes
 from spark_jobs.runtime.delta.commit_info import CommitInfo
+from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka import source as kafka_source
+from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.metrics import progress as metrics
+from spark_jobs.runtime.metrics.recorder import MetricsRecorder
+from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.rows import has_rows
 
-if TYPE_CHECKING:
-    from spark_jobs.runtime.runner import JobRun
-
 log = logging.getLogger("sigflow.runner")
+
+
+@dataclass(frozen=True)
+class CommitContext:
+    """What a run hands its commit: the job, where it reads and writes, the lease it writes
+    under and the ids its commits carry, and where each batch is counted. Built once where
+    the run is prepared (``JobRun._wire``)."""
+
+    job: StreamingJob
+    settings: Settings
+    spark: SparkSession
+    sink: DeltaSink
+    checkpoint: Checkpoint
+    lease: Lease
+    kafka: KafkaConnection
+    tables: tuple[TableSpec, ...]
+    app_id: str
+    checkpoint_id: str
+    summary: RunSummary
+    recorder: MetricsRecorder
 
 
 class BatchCommit:
     """The ``foreachBatch`` function of a job's query: the protocol above, for one run."""
 
-    def __init__(self, run: JobRun, before_batch: Callable[[], None]):
-        self.job, self.settings, self.spark, self.sink = run.job, run.settings, run.spark, run.sink
-        self.checkpoint, self.lease, self.kafka, self.tables = run.checkpoint, run.lease, run.kafka, run.tables
-        self.app_id, self.checkpoint_id = run.app_id, run.checkpoint_id
-        self.summary, self.recorder = run.summary, run.recorder
+    def __init__(self, context: CommitContext, before_batch: Callable[[], None]):
+        self.job, self.settings, self.spark, self.sink = context.job, context.settings, context.spark, context.sink
+        self.checkpoint, self.lease, self.kafka, self.tables = (context.checkpoint, context.lease, context.kafka,
+                                                                context.tables)
+        self.app_id, self.checkpoint_id = context.app_id, context.checkpoint_id
+        self.summary, self.recorder = context.summary, context.recorder
         self.before_batch = before_batch  # the recorder catching up on the batches before
         self.replayable_upto = -1  # the last batch an earlier query planned
 
@@ -111,7 +137,7 @@ class BatchCommit:
 
     def _note_offsets(self, offsets, previous) -> None:
         if not self.settings.kafka.fail_on_data_loss and offsets and previous:
-            self._report_skipped_offsets(offsets, previous)
+            kafka_offsets.report_skipped(self.kafka, offsets, previous)
         if previous and offsets and previous.watermark_ms > 0 and offsets.sources != previous.sources:
             self.summary.batches_behind_a_watermark += 1
 
@@ -203,29 +229,6 @@ class BatchCommit:
             return rows
 
         return concurrent_writes.run_all(self.spark, {spec.name: partial(write, spec) for spec in tables})
-
-    def _report_skipped_offsets(self, offsets, previous) -> None:
-        """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
-        partition whose end went backwards (topic recreated) or whose earliest offset is
-        past where the previous batch ended (retention)."""
-        if not previous.sources or not offsets.sources:
-            return
-        for topic, parts in offsets.sources[0].items():
-            before = previous.sources[0].get(topic, {})
-            earliest = {p: low for p, (low, _) in kafka_offsets.offset_bounds(
-                self.kafka, topic, [int(p) for p in parts]).items()}
-            for p, end in parts.items():
-                was = before.get(p)
-                if was is None:
-                    continue
-                if end < was:
-                    what = f"{topic}[{p}] is back at offset {end} after {was} (topic recreated?)"
-                elif earliest[int(p)] > was:
-                    what = f"offsets {was}..{earliest[int(p)] - 1} of {topic}[{p}] are no longer in Kafka"
-                else:
-                    continue
-                log.warning("data loss skipped (failOnDataLoss=false): %s; resuming at %s",
-                            what, min(end, max(was, earliest[int(p)])))
 
     def late_events(self, batch: BatchContext, previous) -> DataFrame:
         """The valid events of this batch that the job's stateful operators dropped as late.

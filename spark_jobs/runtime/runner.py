@@ -37,7 +37,7 @@ from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from spark_jobs.runtime.commit import BatchCommit
+from spark_jobs.runtime.commit import BatchCommit, CommitContext
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
@@ -143,7 +143,9 @@ class JobRun:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
                                         tables=tuple(spec.name for spec in job.tables))
-        self.commit_batch = BatchCommit(self, before_batch=self._catch_up)
+        self.commit_batch = BatchCommit(CommitContext(
+            job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka, self.tables, self.app_id,
+            self.checkpoint_id, self.summary, self.recorder), before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
 
     def plan(self) -> DataFrame:

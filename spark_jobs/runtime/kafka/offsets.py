@@ -13,6 +13,7 @@ No consumer group is joined anywhere: partitions are assigned explicitly.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Iterable
@@ -23,6 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.kafka.admin import quiet_logger
 from spark_jobs.runtime.kafka.connection import KafkaConnection, Target
+
+log = logging.getLogger("sigflow.runner")  # a run's log: skipped offsets are said where its batches are
 
 
 def consumer(target: Target, **extra) -> Consumer:
@@ -90,3 +93,27 @@ def offset_bounds(
         return {p: (reported[p][0], max(ends[p], reported[p][1])) for p in partitions}
     finally:
         c.close()
+
+
+def report_skipped(kafka: KafkaConnection, offsets, previous) -> None:
+    """Say which offsets Kafka lost and the source skipped (failOnDataLoss=false): a
+    partition whose end went backwards (topic recreated) or whose earliest offset is
+    past where the previous batch ended (retention)."""
+    if not previous.sources or not offsets.sources:
+        return
+    for topic, parts in offsets.sources[0].items():
+        before = previous.sources[0].get(topic, {})
+        earliest = {p: low for p, (low, _) in offset_bounds(
+            kafka, topic, [int(p) for p in parts]).items()}
+        for p, end in parts.items():
+            was = before.get(p)
+            if was is None:
+                continue
+            if end < was:
+                what = f"{topic}[{p}] is back at offset {end} after {was} (topic recreated?)"
+            elif earliest[int(p)] > was:
+                what = f"offsets {was}..{earliest[int(p)] - 1} of {topic}[{p}] are no longer in Kafka"
+            else:
+                continue
+            log.warning("data loss skipped (failOnDataLoss=false): %s; resuming at %s",
+                        what, min(end, max(was, earliest[int(p)])))

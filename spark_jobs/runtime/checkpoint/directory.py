@@ -109,7 +109,7 @@ class Checkpoint:
         except ValueError:
             identity = None
         if not isinstance(identity, dict):
-            raise _damaged(self.uri, "sigflow.json", "is damaged (not a JSON object)")
+            raise _damaged(self.uri, "sigflow.json", "is not a JSON object")
         for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
             if key in identity:
                 try:

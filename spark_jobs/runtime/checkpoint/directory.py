@@ -109,7 +109,8 @@ class Checkpoint:
         except ValueError:
             identity = None
         if not isinstance(identity, dict):
-            raise _damaged(self.uri, "sigflow.json", "is not a JSON object")
+            damaged = _damaged(self.uri, "sigflow.json", "is damaged (not a JSON object)")
+            raise CheckpointDamaged(damaged.message, damaged.hint, "sigflow.json is not a JSON object")
         for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
             if key in identity:
                 try:

@@ -109,14 +109,13 @@ class Checkpoint:
         except ValueError:
             identity = None
         if not isinstance(identity, dict):
-            damaged = _damaged(self.uri, "sigflow.json", "is damaged (not a JSON object)")
-            raise CheckpointDamaged(damaged.message, damaged.hint, "sigflow.json is not a JSON object")
+            raise _damaged(self.uri, "sigflow.json", "is damaged (not a JSON object)", "sigflow.json is not a JSON object")
         for key in ("app_id", "checkpoint_id"):  # they go into Delta predicates and commit tags
             if key in identity:
                 try:
                     checked(identity[key], key, f"{self.uri}/sigflow.json")
                 except SigflowError as refused:
-                    raise CheckpointDamaged(refused.message, _damaged(self.uri, "", "").hint,
+                    raise CheckpointDamaged(refused.message, RECOVER_HINT,
                                             f"sigflow.json's {key} is not an identifier sigflow writes") from None
         return identity
 
@@ -293,11 +292,12 @@ def _whole(value: object) -> int:
     return value
 
 
-def _damaged(uri: str, relative: str, what: str) -> CheckpointDamaged:
-    return CheckpointDamaged(
-        f"{uri}/{relative} {what}",
-        "rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
-        "(docs/runbooks/checkpoint-lost-or-corrupt.md)", finding=f"{relative} {what}")
+RECOVER_HINT = ("rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
+                "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
+
+
+def _damaged(uri: str, relative: str, what: str, finding: str = "") -> CheckpointDamaged:
+    return CheckpointDamaged(f"{uri}/{relative} {what}", RECOVER_HINT, finding or f"{relative} {what}")
 
 
 def _new_app_id(job: str) -> str:

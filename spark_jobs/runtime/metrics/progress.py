@@ -150,17 +150,14 @@ def reached_latest(progress: dict[str, Any]) -> bool:
     """Whether the batch read every source up to the latest offsets Kafka had when the batch
     was planned (after its trigger began): False for a batch max_offsets_per_trigger cut
     short, and when a source does not report its latest offsets."""
-    lags = [_lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
-            for source in progress.get("sources") or []]
+    lags = _source_lags(progress)
     return bool(lags) and all(lag is not None and not any(lag.values()) for lag in lags)
 
 
 def records_behind(progress: dict[str, Any]) -> int | None:
     """Records in Kafka past the batch's end, all sources together; None when no source
     reports its latest offsets."""
-    lags = [_lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
-            for source in progress.get("sources") or []]
-    known = [sum(lag.values()) for lag in lags if lag is not None]
+    known = [sum(lag.values()) for lag in _source_lags(progress) if lag is not None]
     return sum(known) if known else None
 
 
@@ -191,6 +188,12 @@ def _offsets(value) -> dict | None:
         except ValueError:
             return None
     return value if isinstance(value, dict) else None
+
+
+def _source_lags(progress: dict[str, Any]) -> list[dict[str, int] | None]:
+    """Each source's records behind per partition (``_lag``), in the progress's source order."""
+    return [_lag(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+            for source in progress.get("sources") or []]
 
 
 def _lag(end: dict | None, latest: dict | None) -> dict[str, int] | None:

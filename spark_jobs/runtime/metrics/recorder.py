@@ -3,6 +3,7 @@ table of the batch, rows or none, written once."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import datetime, timezone
 
@@ -46,7 +47,7 @@ class MetricsRecorder:
         self.rows: dict[int, dict] = {}  # batch -> its pipeline_metrics row
         self.examined_through = -1  # the newest batch whose progress was turned into its row (or skipped)
         self.complete_as_of: dict[int, datetime | None] = {}  # batch -> the time its tables hold Kafka up to
-        self._complete_before: list[datetime | None] = []  # the promise before this run's first complete batch
+        self.newest_complete: datetime | None = None  # the trigger time of this run's last batch that read all
         self.lock = threading.Lock()
 
     def batch_written(self, batch_id: int, output_rows: int, late_events: int,
@@ -74,7 +75,9 @@ class MetricsRecorder:
             # same read, so a batch whose progress arrives meanwhile cannot go uncounted
             output, late = self.output_rows.get(batch_id) or (_sink_output_rows(progress), 0)
             row = progress_row(self.job, progress, output, late, self.counting)
-            self.complete_as_of[batch_id] = row["batch_time"] if reached_latest(progress) else self._last_complete()
+            if reached_latest(progress):
+                self.newest_complete = row["batch_time"]
+            self.complete_as_of[batch_id] = self.newest_complete or self._promised_before_run
             fresh.append({**row, "checkpoint_id": self.checkpoint_id})
         if fresh:  # a failure here leaves the rows unrecorded, so the next call retries them
             done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
@@ -92,17 +95,15 @@ class MetricsRecorder:
             self.summary.state_rows = row["state_rows"]
 
 
-    def _last_complete(self) -> datetime | None:
-        """What a batch cut short by max_offsets_per_trigger still promises: the time of the
-        last batch that read all Kafka had, in this run or (read once) as table_status holds it."""
-        done = [t for b, t in sorted(self.complete_as_of.items()) if t is not None]
-        if done:
-            return done[-1]
-        if not self._complete_before and self.tables:
-            recorded = table_access.read_arrow(self.sink.uri(TABLE_STATUS), ["batch_time"],
-                                               (ds.field("job") == self.job) & (ds.field("table_name") == self.tables[0]))
-            self._complete_before.append(pc.max(recorded["batch_time"]).as_py() if recorded.num_rows else None)
-        return self._complete_before[0] if self._complete_before else None
+    @functools.cached_property
+    def _promised_before_run(self) -> datetime | None:
+        """What a batch cut short by max_offsets_per_trigger before this run's first complete
+        one still promises: the newest batch_time table_status holds for the job, read once."""
+        if not self.tables:
+            return None
+        recorded = table_access.read_arrow(self.sink.uri(TABLE_STATUS), ["batch_time"],
+                                           (ds.field("job") == self.job) & (ds.field("table_name") == self.tables[0]))
+        return pc.max(recorded["batch_time"]).as_py() if recorded.num_rows else None
 
     def _record_status(self, fresh: list[dict]) -> None:
         """The table_status rows of the batches just recorded, under the same application

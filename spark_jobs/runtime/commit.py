@@ -219,7 +219,7 @@ class BatchCommit:
                     frame = _stamped(frame, spec, info)
                     if write_tasks:
                         frame = frame.coalesce(write_tasks)
-                    rows = self.sink.append(frame, spec, info, replay_possible)
+                    rows = self.sink.append(frame, spec, info, replay_possible, still_held=self.lease.check)
                 if not any_rows or (rows is None and not replay_possible):
                     rows = 0
             # the crash point between tables: once the first of them has committed, while

@@ -38,6 +38,7 @@ from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.commit import BatchCommit, CommitContext
+from spark_jobs.runtime.delta.fence import fence_after_takeover
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
@@ -113,6 +114,7 @@ class JobRun:
         self.tables = self._tables_written(job)
         for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS):
             self.sink.ensure_table(spec)
+        fence_after_takeover(settings, job, self.lease)  # before this run's first write
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self._wire(job, settings)

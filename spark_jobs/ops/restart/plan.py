@@ -19,6 +19,7 @@ from spark_jobs.ops.restart.snapshot import JobSnapshot
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
+from spark_jobs.runtime.delta.fence import fence_after_takeover
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -151,6 +152,8 @@ class Plan:
                         "and taking its lease; nothing was changed",
                         f"plan it again (`{self.command.removesuffix(' --yes')}`) and check the new plan",
                         details=moved)
+            if self.lease and self.snapshot:  # a run it took the lease from may still be writing
+                fence_after_takeover(self.snapshot.settings, self.snapshot.job, self.lease)
             if self.lease:  # an apply that dies half way leaves this: the job refuses to start
                 self.lease.record_intent(RestartIntent(action=self.action, job=self.job, steps=now.steps,
                                                        command=self.command))

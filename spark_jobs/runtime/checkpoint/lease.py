@@ -163,6 +163,9 @@ class Lease:
         self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.{kind}"
         self.owner = uuid.uuid4().hex[:12]
         self.generation: int | None = None  # the one this lease took
+        # the holder this lease was taken from without its release (crashed, stalled, cut
+        # off): its writes may still be under way (runtime/delta/fence.py)
+        self.taken_over: Holder | None = None
         self._heartbeat: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -218,6 +221,7 @@ class Lease:
             if self._create_exclusively(wanted):
                 break  # else another taker made that generation first: judge it
         self.generation = wanted
+        self.taken_over = current if current is not None and not current.released else None
         for older in (g for g in generations if g < wanted):
             try:
                 self.fs.delete_file(self._path(older))

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType
 
 from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.runtime.delta import fence
 from spark_jobs.runtime.rows import has_rows
 
 log = logging.getLogger("sigflow.reconcile")
@@ -44,7 +45,9 @@ class Corrected:
 
 
 def _concurrent(error: BaseException) -> bool:
-    return "Concurrent" in type(error).__name__ or "ConcurrentAppend" in str(error)[:2000]
+    """An append or a takeover's fence (a metadata change) committed under the MERGE."""
+    return ("Concurrent" in type(error).__name__ or "ConcurrentAppend" in str(error)[:2000]
+            or fence.is_fenced_commit(error))
 
 
 def _differs(spec: TableSpec, key: tuple[str, ...]) -> str:

@@ -11,7 +11,7 @@ batch that committed to Delta but not to Spark's commit log is not written twice
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import tenacity
@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
-from spark_jobs.runtime.delta import schema, table_access
+from spark_jobs.runtime.delta import fence, schema, table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.newest import newest_per_key
 from spark_jobs.runtime.delta.table_access import commit_metadata
@@ -65,7 +65,8 @@ class DeltaSink:
             return True
         return False
 
-    def append(self, df: DataFrame, spec: TableSpec, info: CommitInfo, replay_possible: bool = True) -> int | None:
+    def append(self, df: DataFrame, spec: TableSpec, info: CommitInfo, replay_possible: bool = True,
+               still_held: Callable[[], None] = lambda: None) -> int | None:
         """Append one batch's rows. Returns the rows written, or None when already written.
 
         Only a batch that an earlier run planned can be a replay: it is checked against the
@@ -73,13 +74,27 @@ class DeltaSink:
         table's state, about 0.5 s of driver CPU). A batch this run planned itself is new by
         construction, since the checkpoint's lease admits one run at a time: it is appended
         without the lookup, its (app id, batch id) in the commit's metadata, where the replay
-        check of a later run finds it (docs/semantics.md)."""
+        check of a later run finds it (docs/semantics.md).
+
+        A commit a takeover's fence failed (``fence.py``) landed nothing: ``still_held``
+        raises when this run lost its lease (the fence was against it), else the append is
+        made again (another job's fence of a table both append to)."""
         commit_info = info.user_metadata()
-        if not replay_possible:
-            return self._append(df, spec, None, info.batch_id, commit_info)
-        if self._already_committed(spec, info.app_id, info.batch_id, self.committed_batch(spec, info.app_id)):
-            return None
-        return self._append(df, spec, info.app_id, info.batch_id, commit_info)
+        again = tenacity.Retrying(retry=tenacity.retry_if_exception(fence.is_fenced_commit),
+                                  wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(5),
+                                  reraise=True)
+        for attempt in again:
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    still_held()
+                    log.info("%s: a fence failed batch %s's commit, this run still holds its lease: appending "
+                             "again", spec.name, info.batch_id)
+                if not replay_possible:
+                    return self._append(df, spec, None, info.batch_id, commit_info)
+                if self._already_committed(spec, info.app_id, info.batch_id,
+                                           self.committed_batch(spec, info.app_id)):
+                    return None
+                return self._append(df, spec, info.app_id, info.batch_id, commit_info)
 
     def merge(self, df: DataFrame, spec: TableSpec, info: CommitInfo) -> int:
         """Merge one batch's rows into a table kept current by key (``spec.merge_key``): the

@@ -57,6 +57,11 @@ def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:
     open_table(uri).alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in fields])
 
 
+def set_properties(uri: str, properties: dict[str, str]) -> None:
+    """Set table properties: a metadata-only commit."""
+    open_table(uri).alter.set_table_properties(properties)
+
+
 def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
            transaction: tuple[str, int] | None = None) -> None:
     """Append Arrow rows; with ``transaction`` (app id, version) under Delta's application

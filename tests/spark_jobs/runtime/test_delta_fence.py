@@ -1,0 +1,133 @@
+"""A takeover's fence (runtime/delta/fence.py): a write under way when the lease is taken over
+from a holder on another host cannot land beside its successor's copy of the batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+import tenacity
+
+from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
+from spark_jobs.errors import JobAlreadyRunning, LeaseLost
+from spark_jobs.jobs.registry import get_job
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.delta import fence
+from spark_jobs.runtime.delta.commit_info import CommitInfo
+from spark_jobs.runtime.delta.sink import DeltaSink
+from tests.helpers import REPO, cli_env, table, wait_for
+from tests.spark_jobs.runtime.gated_batch import INFO, ROWS, batch_rows
+
+STALE_WRITER = """
+import sys
+from spark_jobs.config import load_settings
+from spark_jobs.runtime.checkpoint import lease as leases
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.spark import get_spark
+from tests.spark_jobs.runtime.gated_batch import INFO, SPEC, batch_rows
+
+leases.this_machine = lambda: "another-host/its-boot/its-pid-namespace"  # the holder runs elsewhere
+settings = load_settings()
+lease = leases.Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 1.0)
+lease.acquire()
+lease._stop.set()  # cut off from the lease's storage: no renewal lands from here on
+spark = get_spark(settings, "stale-writer")
+lease.check()
+sink = DeltaSink(spark, settings)
+try:
+    sink.append(batch_rows(spark, sys.argv[1], sys.argv[2]), SPEC, INFO, replay_possible=False,
+                still_held=lease.check)
+    print("committed", flush=True)
+except Exception as exc:
+    print(type(exc).__name__, str(exc).splitlines()[0], flush=True)
+"""
+
+
+@pytest.mark.slow  # a second Spark driver
+def test_a_write_under_way_when_a_foreign_holder_is_taken_over_cannot_land(spark, settings, tmp_path):
+    """The stale holder's batch is being written (its Delta transaction begun) while its lease
+    lapses; the taker fences, then replays the same batch. Released, the stale write must not
+    land: the batch's rows are in the table once, and the stale writer stops on its lost lease."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(DEVICE_EVENTS_DEDUPLICATED)
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    env = cli_env(settings, {"PYTHONPATH": str(REPO)})
+    writer = subprocess.Popen([sys.executable, "-c", STALE_WRITER, str(started), str(gate)], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, timeout_s=120, what="the stale writer's transaction to begin",
+                 watched=(writer,))
+        successor = Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 1.0)
+        taking = tenacity.Retrying(retry=tenacity.retry_if_exception_type(JobAlreadyRunning),
+                                   wait=tenacity.wait_fixed(0.5), stop=tenacity.stop_after_delay(60), reraise=True)
+        taking(successor.acquire)  # once the holder's renewal is ttl plus the clock skew old
+        assert successor.taken_over is not None and not successor.taken_over.on_this_host()
+        assert fence.fence_after_takeover(settings, get_job("dedup"), successor) == [DEVICE_EVENTS_DEDUPLICATED.name]
+        gate.touch()  # the successor's copy passes the gate at once
+        assert sink.append(batch_rows(spark, str(started), str(gate)), DEVICE_EVENTS_DEDUPLICATED, INFO,
+                           replay_possible=True, still_held=successor.check) == ROWS
+        out, err = writer.communicate(timeout=120)
+    finally:
+        gate.touch()
+        if writer.poll() is None:
+            writer.kill()
+    assert out.startswith("LeaseLost"), (out, err[-3000:])
+    assert len(table(settings, DEVICE_EVENTS_DEDUPLICATED.name)) == ROWS
+    successor.release()
+
+
+def test_a_run_whose_commit_another_jobs_fence_failed_appends_again(spark, settings, tmp_path):
+    """Jobs share a table they append to (late_events): another job's fence fails this run's
+    commit under way, and this run, still holding its lease, appends again: its rows land once."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(DEVICE_EVENTS_DEDUPLICATED)
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    lease = Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 30.0)
+    lease.acquire()
+    appended: list = []
+    writing = threading.Thread(target=lambda: appended.append(sink.append(
+        batch_rows(spark, str(started), str(gate)), DEVICE_EVENTS_DEDUPLICATED, INFO, replay_possible=False,
+        still_held=lease.check)))
+    writing.start()
+    try:
+        wait_for(started.exists, timeout_s=60, what="the write's transaction to begin")
+        assert fence.fence(settings.table_uri(DEVICE_EVENTS_DEDUPLICATED.name), "sessions", "another-run")
+    finally:
+        gate.touch()
+        writing.join(120)
+        lease.release()
+    assert appended == [ROWS]
+    assert len(table(settings, DEVICE_EVENTS_DEDUPLICATED.name)) == ROWS
+
+
+def test_a_run_that_lost_its_lease_stops_at_the_fence(spark, settings, tmp_path):
+    """The fence was against this run: its failed commit is not tried again."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(DEVICE_EVENTS_DEDUPLICATED)
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    failures: list = []
+
+    def lost() -> None:
+        raise LeaseLost("dedup lost its lease", "stop")
+
+    def write() -> None:
+        try:
+            sink.append(batch_rows(spark, str(started), str(gate)), DEVICE_EVENTS_DEDUPLICATED, INFO,
+                        replay_possible=False, still_held=lost)
+        except Exception as exc:
+            failures.append(exc)
+
+    writing = threading.Thread(target=write)
+    writing.start()
+    try:
+        wait_for(started.exists, timeout_s=60, what="the write's transaction to begin")
+        fence.fence(settings.table_uri(DEVICE_EVENTS_DEDUPLICATED.name), "dedup", "the-taker")
+    finally:
+        gate.touch()
+        writing.join(120)
+    assert [type(f) for f in failures] == [LeaseLost]
+    assert len(table(settings, DEVICE_EVENTS_DEDUPLICATED.name)) == 0

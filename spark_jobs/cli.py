@@ -292,7 +292,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         print("\n".join(status.inspect_checkpoint(settings, args.job)))
         return 0
     plan = restart.plan(settings, args.job, args.action, to_batch=getattr(args, "to_batch", None),
-                        to_time=getattr(args, "to_time", None), source=getattr(args, "source", "delta"),
+                        to_time=getattr(args, "to_time", None), recover_from=getattr(args, "recover_from", "delta"),
                         force=getattr(args, "force", False),
                         accept_state_loss=getattr(args, "accept_state_loss", False))
     print(plan.describe())
@@ -512,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-batch", type=int, help="re-run every batch after this one")
     target.add_argument("--to-time", help="re-run the batches started after this UTC time (ISO 8601)")
     recover = actions.add_parser("recover", help="rebuild a lost or corrupt checkpoint")
-    recover.add_argument("--from", dest="source", choices=["delta", "earliest"], default="delta",
+    recover.add_argument("--from", dest="recover_from", choices=["delta", "earliest"], default="delta",
                          help="offsets from the Delta commit metadata, or rebuild from earliest")
     recover.add_argument("--force", action="store_true", help="replace a checkpoint that looks sound")
     recover.add_argument("--accept-state-loss", action="store_true",

@@ -72,7 +72,7 @@ def restart_plan(params: Mapping[str, Any], settings: Settings | None = None):
 
     return restart.plan(
         settings or load_settings(), params["job"], params["action"], to_batch=params["to_batch"],
-        to_time=params["to_time"], source=params["recover_from"], force=params["force"],
+        to_time=params["to_time"], recover_from=params["recover_from"], force=params["force"],
         accept_state_loss=params["accept_state_loss"],
     )
 

@@ -197,8 +197,7 @@ class _Job:
             self.lease.check()  # a reconcile stalled past lease_ttl is no longer the one
         checkpoint = Checkpoint(self.settings.checkpoint_uri(self.name))
         lease = Lease(checkpoint, self.name, self.settings.operations.lease_ttl.seconds)
-        guards.check_no_pending_rewind(checkpoint, self.name)
-        guards.check_no_unfinished_restart(lease.intent(), self.name)
+        guards.check_no_unfinished_restart(checkpoint, self.name)
         holder = lease.holder()
         if holder is not None and holder.purpose != RUN and holder.alive():
             raise SigflowError(f"{self.name}: a {holder.purpose} is being applied to its checkpoint",

@@ -87,8 +87,7 @@ class JobRun:
         self.lease.acquire()
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
-            checkpoint_guards.check_no_pending_rewind(self.checkpoint, job.name)
-            checkpoint_guards.check_no_unfinished_restart(self.lease.intent(), job.name)
+            checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
             self._prepare(job, settings, spark)
         except BaseException:
             self.lease.release()

@@ -155,13 +155,13 @@ class Plan:
             if self.lease and self.snapshot:  # a run it took the lease from may still be writing
                 fence_after_takeover(self.snapshot.settings, self.snapshot.job, self.lease)
             if self.lease:  # an apply that dies half way leaves this: the job refuses to start
-                self.lease.record_intent(RestartIntent(action=self.action, job=self.job, steps=now.steps,
-                                                       command=self.command))
+                self.lease.checkpoint.record_intent(RestartIntent(action=self.action, job=self.job,
+                                                                  steps=now.steps, command=self.command))
             for n, change in enumerate(now.changes[now.stops:], 1):
                 change()
                 failpoints.hit("after_restart_step", n, self.job)
             if self.lease:
-                self.lease.clear_intent()
+                self.lease.checkpoint.clear_intent()
 
 
 class PlanRefused(SigflowError):
@@ -232,7 +232,9 @@ def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None
 
 
 def refuse_pending_rewind(snapshot: JobSnapshot, plan: Plan) -> None:
-    pending = snapshot.pending_rewind  # a damaged sigflow.json is one of the problems, refused as such
+    """A rewind an older sigflow left half done (one now leaves its intent, which every plan
+    refuses over: ``refuse_if_unfinished_restart``)."""
+    pending = snapshot.legacy_pending_rewind  # a damaged sigflow.json is one of the problems, refused as such
     if pending is not None:
         plan.refuse(f"a rewind to batch {pending} did not finish: run that rewind again first")
 

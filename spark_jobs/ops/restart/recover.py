@@ -48,13 +48,13 @@ STATE_LOSS = {
 
 
 def plan_recover(
-    settings: Settings, job_name: str, source: str = "delta",
+    settings: Settings, job_name: str, recover_from: str = "delta",
     force: bool = False, accept_state_loss: bool = False, lease: Lease | None = None,
 ) -> Plan:
     """A fresh checkpoint for a job whose checkpoint is lost or corrupt.
 
-    ``source="delta"`` starts after the last batch its tables committed (offsets from the
-    Delta commit metadata): exact for stateless jobs. ``source="earliest"`` empties the job's
+    ``recover_from="delta"`` starts after the last batch its tables committed (offsets from the
+    Delta commit metadata): exact for stateless jobs. ``recover_from="earliest"`` empties the job's
     tables and re-runs it over everything Kafka still holds: nothing lost or counted twice,
     but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
     """
@@ -73,7 +73,7 @@ def plan_recover(
         damage = "".join(f"; {problem}" for problem in snapshot.problems)
         plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study{damage})",
                   lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
-    if source == "delta":
+    if recover_from == "delta":
         start = _plan_start_from_delta(settings, job, plan)
         if job.stateful and not accept_state_loss:
             plan.refuse(f"{job.name} is stateful and its state cannot be rebuilt from Delta metadata: "
@@ -81,7 +81,7 @@ def plan_recover(
                         "--from earliest, or accept this with --accept-state-loss")
         elif job.stateful:
             plan.afterwards.append(f"known gap (accepted): {STATE_LOSS.get(job.name)}")
-    elif source == "earliest":
+    elif recover_from == "earliest":
         start = "earliest"
         refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
         for spec in job.tables:
@@ -96,7 +96,7 @@ def plan_recover(
                       lambda uri=uri: delete_rows(uri, job.name))
         plan.afterwards.append("readers see these tables empty until the re-run has caught up")
     else:
-        raise SigflowError(f"unknown recovery source {source!r}", "use delta or earliest")
+        raise SigflowError(f"a recover reads from delta or earliest, not {recover_from!r}", "use delta or earliest")
     if plan.refusals:
         plan.steps.clear()
         return plan
@@ -104,7 +104,7 @@ def plan_recover(
               f"{offsets_text(start) if isinstance(start, dict) else start}",
               lambda: checkpoint.start_fresh(
                   job.name, start if isinstance(start, str) else json.dumps(start),
-                  {"source": source, "at": applied_at()}))
+                  {"recover_from": recover_from, "at": applied_at()}))
     plan.afterwards.append(f"run {job.name}")
     return plan
 

@@ -1,8 +1,8 @@
 """Rewind: re-run every batch after a chosen one, exactly once.
 
-Why a rewind is safe to re-run: before touching anything it records its intent in the
-checkpoint (``pending_rewind``); jobs refuse to start while it is there, and running the
-same rewind again finishes it.
+Why a rewind is safe to re-run: before touching anything its apply records its intent
+beside the checkpoint (``Plan.apply``); jobs refuse to start while it is there, and running
+the same rewind again finishes it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from spark_jobs.ops.restart.plan import (
 )
 from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
     count_rows,
@@ -37,7 +38,11 @@ def plan_rewind(
 ) -> Plan:
     """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
     snapshot = JobSnapshot.take(settings, job_name, "rewind", lease)
-    job, checkpoint, committed, pending = snapshot.job, snapshot.checkpoint, snapshot.committed, snapshot.pending_rewind
+    job, checkpoint, committed = snapshot.job, snapshot.checkpoint, snapshot.committed
+    # a rewind left half done: by an older sigflow, marked in sigflow.json; else by its intent
+    # (another restart's intent is refused with the plan: refuse_if_unfinished_restart)
+    pending = snapshot.legacy_pending_rewind
+    finishing = pending is not None or (isinstance(snapshot.intent, RestartIntent) and snapshot.intent.action == "rewind")
     plan = Plan.of(snapshot, "rewind")
     refuse_if_running(snapshot, plan)
     if snapshot.problems:
@@ -55,7 +60,7 @@ def plan_rewind(
     if pending is not None and pending != to_batch:
         plan.refuse(f"an unfinished rewind to batch {pending} must be finished first (run it again)")
         return plan
-    if not committed or (to_batch >= committed[-1] and pending is None):
+    if not committed or (to_batch >= committed[-1] and not finishing):
         plan.refuse(f"batch {to_batch} is not before the last committed batch "
                     f"({committed[-1] if committed else 'none'}): there is nothing after it to re-run")
         return plan
@@ -80,8 +85,6 @@ def plan_rewind(
         plan.refuse(f"maintenance vacuumed the table files of batch {to_batch} "
                     f"(vacuum_retention {settings.operations.vacuum_retention}): {reachable}")
         return plan
-    plan.step("record the rewind in the checkpoint: jobs refuse to start until it is complete",
-              lambda: _record_pending(checkpoint, to_batch))
     for spec in job.tables:
         uri = settings.table_uri(spec.name)
         if spec.merge_key:  # kept current by merge: the re-run finds nothing newer than it holds
@@ -108,7 +111,7 @@ def plan_rewind(
     plan.step(f"delete checkpoint batches {to_batch + 1}..{committed[-1]} (offsets, commits) and the "
               "state versions they wrote", lambda: checkpoint.truncate_after(to_batch))
     plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
-              lambda: _finish_rewind(checkpoint, job.name, to_batch))
+              lambda: checkpoint.rotate_app_id(job.name, to_batch))
     plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
     if any(spec.corrected for spec in job.tables):
         plan.afterwards.append(f"then `sigflow reconcile {job.name}`: the late events of the re-run batches "
@@ -137,16 +140,3 @@ def _last_batch_started_before(checkpoint: Checkpoint, committed: list[int], whe
     limit_ms = when.timestamp() * 1000
     started = [b for b in committed if (o := checkpoint.offsets(b)) and o.batch_timestamp_ms <= limit_ms]
     return started[-1] if started else None
-
-
-def _record_pending(checkpoint: Checkpoint, to_batch: int) -> None:
-    identity = checkpoint.identity()
-    identity["pending_rewind"] = to_batch
-    checkpoint.save_identity(identity)
-
-
-def _finish_rewind(checkpoint: Checkpoint, job: str, to_batch: int) -> None:
-    checkpoint.rotate_app_id(job, to_batch)
-    identity = checkpoint.identity()
-    identity.pop("pending_rewind", None)
-    checkpoint.save_identity(identity)

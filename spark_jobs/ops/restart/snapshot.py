@@ -19,7 +19,6 @@ from spark_jobs.contracts.tables import (
     TABLE_STATUS,
     TableSpec,
 )
-from spark_jobs.errors import CheckpointDamaged
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -39,8 +38,8 @@ class JobSnapshot:
     holder: Holder | None
     problems: list[str]
     committed: list[int]
-    # sigflow.json's pending rewind; None also when sigflow.json is damaged (one of ``problems``)
-    pending_rewind: int | None
+    # the rewind an older sigflow marked unfinished in sigflow.json (Checkpoint.legacy_pending_rewind)
+    legacy_pending_rewind: int | None
     # the restart intent another apply left, or why it cannot be read
     intent: RestartIntent | UnreadableIntent | None
     # the job's own tables' versions (the shared tables are changed by their rows, not restored)
@@ -57,16 +56,12 @@ class JobSnapshot:
         if holder is not None and (not holder.alive() or holder.owner == lease.owner):
             holder = None
         try:
-            pending_rewind = checkpoint.identity().get("pending_rewind")
-        except CheckpointDamaged:
-            pending_rewind = None
-        try:
-            intent = lease.intent()
+            intent = checkpoint.restart_intent()
         except UnreadableIntent as unreadable:
             intent = unreadable
         reconciling = Lease(checkpoint, job.name, lease.ttl_s, purpose=RECONCILE).holder()
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
-                   pending_rewind, intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables},
+                   checkpoint.legacy_pending_rewind(), intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables},
                    reconciling if reconciling is not None and reconciling.alive() else None)
 
     def uri(self, spec: TableSpec) -> str:

@@ -17,7 +17,9 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from spark_jobs.errors import CheckpointDamaged, CheckpointIdentityLost, SigflowError
+from spark_jobs.runtime.checkpoint import intent as intents
 from spark_jobs.runtime.checkpoint import storage
+from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.identifiers import checked
 
 
@@ -177,8 +179,39 @@ class Checkpoint:
         checkpoint_id = identity.get("checkpoint_id") or identity.get("app_id") or _new_app_id(job)
         history = identity.get("rewinds", []) + [{"to_batch": rewound_to, "previous_app_id": identity.get("app_id")}]
         identity.update({"app_id": _new_app_id(job), "checkpoint_id": checkpoint_id, "job": job, "rewinds": history})
+        identity.pop("pending_rewind", None)  # an older sigflow's mark of the rewind this finishes
         self.save_identity(identity)
         return identity["app_id"]
+
+    def legacy_pending_rewind(self) -> int | None:
+        """The rewind an older sigflow marked as under way in sigflow.json (it marks a restart
+        under way with its intent now): refused until run again. None also when sigflow.json
+        is damaged (one of ``problems``)."""
+        try:
+            return self.identity().get("pending_rewind")
+        except CheckpointDamaged:
+            return None
+
+    # ---- a restart being applied (its intent, beside the checkpoint) ----------------------
+    @property
+    def beside(self) -> str:
+        """The folder beside the checkpoint (``<checkpoint>.lease/``) that holds its lease and a
+        restart's intent: a recover moves the checkpoint aside while both must stay."""
+        return f"{self.path}.lease"
+
+    def restart_intent(self) -> RestartIntent | None:
+        """The restart left half applied on this checkpoint, or None; raises UnreadableIntent
+        for a file that is there but is not one."""
+        return intents.read(self.fs, self.beside)
+
+    def record_intent(self, intent: RestartIntent) -> None:
+        """Say, before a restart's first change, what it is about to change: a run or a
+        restart finding it later (the apply died half way) refuses until it is finished."""
+        self.fs.create_dir(self.beside, recursive=True)
+        intents.record(self.fs, self.beside, intent)
+
+    def clear_intent(self) -> None:
+        intents.clear(self.fs, self.beside)
 
     # ---- health and surgery ----------------------------------------------------------------
     def problems(self) -> list[str]:

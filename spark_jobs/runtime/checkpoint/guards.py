@@ -1,4 +1,4 @@
-"""What a job checks in its checkpoint before it starts: no rewind left half done, and the
+"""What a job checks in its checkpoint before it starts: no restart left half done, and the
 settings its state was built with unchanged. Either refusal names the fix."""
 
 from __future__ import annotations
@@ -9,28 +9,25 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.kafka.admin import BROKER_TIME
 
 
-def check_no_pending_rewind(checkpoint: Checkpoint, job: str) -> None:
-    """Jobs call this before starting: half a rewind would duplicate or lose rows."""
-    pending = checkpoint.identity().get("pending_rewind")
-    if pending is not None:
-        raise SigflowError(
-            f"{job}: a rewind to batch {pending} did not finish",
-            f"finish it first: sigflow checkpoint rewind {job} --to-batch {pending} --yes",
-        )
-
-
-def check_no_unfinished_restart(intent: RestartIntent | None, job: str) -> None:
+def check_no_unfinished_restart(checkpoint: Checkpoint, job: str) -> None:
     """A restart whose apply stopped half way (its process died) left its intent beside the
-    checkpoint: the job runs only once the same restart has been applied again."""
+    checkpoint: the job runs only once the same restart has been applied again. A rewind an
+    older sigflow left half done is marked in sigflow.json instead, and refused alike."""
+    intent = checkpoint.restart_intent()
     if intent is not None:
         raise SigflowError(
             f"{job}: a {intent.action} of its checkpoint did not finish ({len(intent.steps)} steps "
             "planned); running now could skip or repeat rows",
             f"finish it first: `{intent.finishing_command()}` (its plan lists what is left)",
+        )
+    pending = checkpoint.legacy_pending_rewind()
+    if pending is not None:
+        raise SigflowError(
+            f"{job}: a rewind to batch {pending} did not finish",
+            f"finish it first: sigflow checkpoint rewind {job} --to-batch {pending} --yes",
         )
 
 

@@ -53,10 +53,8 @@ from pydantic import TypeAdapter
 
 from spark_jobs.config import object_store
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
-from spark_jobs.runtime.checkpoint import intent as intents
 from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
-from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.processes import start_time, started_as_recorded
 
 log = logging.getLogger("sigflow.lease")
@@ -159,8 +157,8 @@ class Lease:
             raise ValueError(f"a lease's ttl must be above 0 s, not {ttl_s}")
         self.checkpoint, self.job, self.ttl_s, self.purpose = checkpoint, job, ttl_s, purpose
         # beside the checkpoint, not in it: a recover moves the checkpoint aside while it holds this
-        kind = "reconcile.lease" if purpose == RECONCILE else "lease"
-        self.fs, self.folder = checkpoint.fs, f"{checkpoint.path}.{kind}"
+        self.fs = checkpoint.fs
+        self.folder = f"{checkpoint.path}.reconcile.lease" if purpose == RECONCILE else checkpoint.beside
         self.owner = uuid.uuid4().hex[:12]
         self.generation: int | None = None  # the one this lease took
         # the holder this lease was taken from without its release (crashed, stalled, cut
@@ -317,20 +315,6 @@ class Lease:
                 self._write(self._path(current.generation), released=True)
         except OSError as exc:  # not renewed any more, it lapses after lease_ttl
             log.warning("%s: could not mark its lease released (%s); it lapses after %.0f s", self.job, exc, self.ttl_s)
-
-    # ---- what an apply holding the lease is doing -----------------------------------------
-    def record_intent(self, intent: RestartIntent) -> None:
-        """Say, before the first change, what this holder is about to change: a run or a
-        restart finding it later (the holder died half way) refuses until it is finished."""
-        intents.record(self.fs, self.folder, intent)
-
-    def intent(self) -> RestartIntent | None:
-        """The restart left half applied on this checkpoint, or None; raises UnreadableIntent
-        for a file that is there but is not one."""
-        return intents.read(self.fs, self.folder)
-
-    def clear_intent(self) -> None:
-        intents.clear(self.fs, self.folder)
 
     def __enter__(self) -> Lease:
         self.acquire()

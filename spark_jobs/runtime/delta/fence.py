@@ -19,7 +19,6 @@ whole takeover, before its Delta transaction began (docs/semantics.md).
 from __future__ import annotations
 
 import logging
-
 from typing import TYPE_CHECKING
 
 from spark_jobs.contracts.tables import LATE_EVENTS

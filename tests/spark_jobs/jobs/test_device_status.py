@@ -162,7 +162,7 @@ def test_device_status_holds_each_devices_last_final_window_and_latest_session_t
     # a recover of sessions from Kafka's earliest offsets: the parts the other jobs wrote stay,
     # and the re-run from the start finds nothing newer than its own part holds
     events_and_alerts = _status(s)
-    plan = restart.plan_recover(s, "sessions", source="earliest", force=True)
+    plan = restart.plan_recover(s, "sessions", recover_from="earliest", force=True)
     assert not plan.refusals, plan.describe()
     assert not any(re.search(r"\bdevice_status\b", step) for step in plan.steps), plan.describe()
     plan.apply()

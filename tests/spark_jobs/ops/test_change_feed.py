@@ -110,7 +110,7 @@ def test_both_followers_end_with_the_table_through_rewind_recover_and_maintenanc
     maintenance.run(s.replace(vacuum_retention="0 seconds", vacuum_retention_floor="0 seconds"))
     followed("compaction and vacuum")
 
-    restart.plan_recover(s, "dedup", source="earliest", force=True).apply()
+    restart.plan_recover(s, "dedup", recover_from="earliest", force=True).apply()
     followed("the recover")
     assert not table_rows()
     run_job(spark, s, "dedup")

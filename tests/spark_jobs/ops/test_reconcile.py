@@ -299,7 +299,7 @@ def test_a_rewind_refuses_while_a_reconcile_of_the_job_runs_even_one_begun_after
         with pytest.raises(PlanRefused, match="(?s)REFUSED: a reconcile of sessions is running.*nothing was changed"):
             planned.apply()
     assert checkpoint.last_committed() == last and _version(s, "late_events") == versions
-    assert Lease(checkpoint, "sessions", s.operations.lease_ttl.seconds).intent() is None
+    assert checkpoint.restart_intent() is None
     restart.plan(s, "sessions", "rewind", to_batch=0).apply()  # once the reconcile ended
     assert checkpoint.last_committed() == 0
 

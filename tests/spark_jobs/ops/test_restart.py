@@ -235,7 +235,7 @@ def test_recover_a_stateful_job_refuses_a_gap_and_rebuilds_from_earliest(spark, 
     refused = restart.plan_recover(s, "dedup").describe()
     assert "stateful" in refused and "--from earliest" in refused
     assert "duplicates" not in restart.plan_recover(s, "dedup", accept_state_loss=True).refusals
-    restart.plan_recover(s, "dedup", source="earliest").apply()
+    restart.plan_recover(s, "dedup", recover_from="earliest").apply()
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted
 
@@ -338,7 +338,7 @@ def test_a_recover_that_dies_half_way_keeps_the_job_from_starting_until_it_is_ap
     s = single_partition(settings)
     _run_chunks(spark, s, _chunks())
     uninterrupted = _dedup_rows(s)
-    plan = restart.plan_recover(s, "dedup", source="earliest", force=True)
+    plan = restart.plan_recover(s, "dedup", recover_from="earliest", force=True)
     assert plan.steps[0].startswith("move the old checkpoint aside")  # before any delete
     assert any(step.startswith("delete every row") for step in plan.steps[1:])
 
@@ -352,7 +352,7 @@ def test_a_recover_that_dies_half_way_keeps_the_job_from_starting_until_it_is_ap
         run_job(spark, s, "dedup")
     assert "sigflow checkpoint recover dedup" in refused.value.hint
 
-    again = restart.plan_recover(s, "dedup", source="earliest")
+    again = restart.plan_recover(s, "dedup", recover_from="earliest")
     assert not again.refusals and not again.steps[0].startswith("move")  # moved already
     again.apply()
     run_job(spark, s, "dedup")
@@ -399,15 +399,15 @@ def test_an_unreadable_intent_refuses_the_run_and_every_plan_in_one_line(spark, 
     a restart may be half applied: it is never taken as "none"."""
     from spark_jobs.runtime.checkpoint import intent
 
-    lease = Lease(Checkpoint(settings.checkpoint_uri("ingest")), "ingest", 60)
-    Path(lease.folder).mkdir(parents=True, exist_ok=True)
-    Path(intent.path(lease.folder)).write_bytes(content.encode("latin-1"))
+    checkpoint = Checkpoint(settings.checkpoint_uri("ingest"))
+    Path(checkpoint.beside).mkdir(parents=True, exist_ok=True)
+    Path(intent.path(checkpoint.beside)).write_bytes(content.encode("latin-1"))
 
     with pytest.raises(intent.UnreadableIntent, match="intent file .* is there but") as refused:
         run_job(spark, settings, "ingest")
     assert "\n" not in str(refused.value) and "delete that file" in refused.value.hint
     for action in ("resume", "rewind", "recover"):
-        planned = restart.plan(settings, "ingest", action, to_batch=0, source="earliest", force=True)
+        planned = restart.plan(settings, "ingest", action, to_batch=0, recover_from="earliest", force=True)
         assert any("intent file" in reason for reason in planned.refusals), planned.describe()
 
 
@@ -427,7 +427,7 @@ def test_a_batch_committed_between_plan_and_apply_makes_the_apply_refuse_and_cha
         plan.apply()
     assert any("planned now, not approved" in line for line in refused.value.details)
     assert (checkpoint.committed_batches(), _dedup_rows(s)) == before
-    assert Lease(checkpoint, "dedup", 60).intent() is None
+    assert checkpoint.restart_intent() is None
 
 
 def test_a_rewind_that_can_no_longer_finish_is_given_up_by_a_recover_from_earliest(spark, settings):
@@ -443,12 +443,12 @@ def test_a_rewind_that_can_no_longer_finish_is_given_up_by_a_recover_from_earlie
     killed = sigflow(s, *rewind.split()[1:], extra_env={"SIGFLOW_FAILPOINTS": "ingest/after_restart_step:1"})
     assert killed.returncode == -9, killed.stdout + killed.stderr
 
-    other = restart.plan(s, "ingest", "recover", source="delta", force=True)
+    other = restart.plan(s, "ingest", "recover", recover_from="delta", force=True)
     assert any("a rewind of ingest did not finish" in r and "--from earliest --force" in r for r in other.refusals)
-    recover = restart.plan(s, "ingest", "recover", source="earliest", force=True)
+    recover = restart.plan(s, "ingest", "recover", recover_from="earliest", force=True)
     assert not recover.refusals, recover.describe()
     assert recover.steps[0].startswith("give up the unfinished rewind of ingest") and rewind in recover.steps[0]
     recover.apply()
-    assert Lease(Checkpoint(s.checkpoint_uri("ingest")), "ingest", 60).intent() is None
+    assert Checkpoint(s.checkpoint_uri("ingest")).restart_intent() is None
     run_job(spark, s, "ingest")
     assert Counter(table(s, "device_events_raw")["value"]) == Counter(r.value for r in records)

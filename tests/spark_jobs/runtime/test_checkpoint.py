@@ -91,7 +91,8 @@ def test_an_edited_checkpoint_id_never_reaches_a_delete_predicate(tmp_path):
 
 
 def _checkpoint_mid_rewind(tmp_path):
-    """A checkpoint with one committed batch whose rewind stopped half way (pending_rewind)."""
+    """A checkpoint with one committed batch whose rewind stopped half way, as an older sigflow
+    marked it (pending_rewind in sigflow.json)."""
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}')
     checkpoint = Checkpoint(str(tmp_path))
@@ -106,14 +107,14 @@ def test_a_read_the_storage_fails_for_a_moment_is_read_again_not_taken_for_no_fi
     import pytest
 
     from spark_jobs.errors import SigflowError
-    from spark_jobs.runtime.checkpoint.guards import check_no_pending_rewind
+    from spark_jobs.runtime.checkpoint.guards import check_no_unfinished_restart
     from tests.helpers import StorageDown
 
     checkpoint = _checkpoint_mid_rewind(tmp_path)
     outage = StorageDown(1.0)
     checkpoint.fs = outage.filesystem()
     with pytest.raises(SigflowError, match="a rewind to batch 0 did not finish"):
-        check_no_pending_rewind(checkpoint, "dedup")
+        check_no_unfinished_restart(checkpoint, "dedup")
     assert outage.refused >= 1
 
 
@@ -166,7 +167,7 @@ def test_recover_plans_over_any_damaged_file_naming_it(settings, name, damage):
     checkpoint = Checkpoint(str(folder))
     problems = checkpoint.problems()
     assert any(problem.startswith(name) for problem in problems), problems
-    plan = restart.plan_recover(settings, "sessions", source="earliest", force=True)
+    plan = restart.plan_recover(settings, "sessions", recover_from="earliest", force=True)
     assert not plan.refusals, plan.describe()
     assert plan.steps[0].startswith("move the old checkpoint aside") and all(p in plan.steps[0] for p in problems)
 

@@ -16,7 +16,6 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import fence
-from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
 from tests.helpers import REPO, cli_env, table, wait_for
 from tests.spark_jobs.runtime.gated_batch import INFO, ROWS, batch_rows

@@ -301,7 +301,7 @@ def test_on_call_commands_on_s3_and_a_recover_cut_short_there_end_as_on_local_di
     assert first_check.rows == len(events) and {o.rows for o in first_check.outcomes} == {len(events)}
     assert [r.rows for r in quality.run(on_s3, ["device_events"])] == [0]  # nothing new
 
-    plan = restart.plan_recover(on_s3, "ingest", source="earliest", force=True)
+    plan = restart.plan_recover(on_s3, "ingest", recover_from="earliest", force=True)
     assert plan.steps[0].startswith("move the old checkpoint aside")
 
     def dies() -> None:
@@ -312,7 +312,7 @@ def test_on_call_commands_on_s3_and_a_recover_cut_short_there_end_as_on_local_di
         plan.apply()
     with pytest.raises(SigflowError, match="a recover of its checkpoint did not finish"):
         JobRun(get_job("ingest"), on_s3)
-    again = restart.plan_recover(on_s3, "ingest", source="earliest")
+    again = restart.plan_recover(on_s3, "ingest", recover_from="earliest")
     assert not again.refusals and not again.steps[0].startswith("move")  # moved already
     again.apply()
     run_ingest()

@@ -26,11 +26,12 @@ EVENT_CONTRACT = Contract(
     name="events", title="sigflow device event",
     strings=("event_id", "device_id"), numbers=("signal",), times=("event_time",),
 )
+SEVERITIES = ("critical", "warning", "info")  # an alert's severity, one of these
 ALERT_CONTRACT = Contract(
     name="alerts", title="sigflow device alert",
     strings=("alert_id", "device_id", "severity", "kind"),
     times=("alert_time",),
-    choices={"severity": ("critical", "warning", "info")},
+    choices={"severity": SEVERITIES},
 )
 CONTRACTS = {contract.name: contract for contract in (EVENT_CONTRACT, ALERT_CONTRACT)}
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.reasons import code_from_detail_sql
+from spark_jobs.contracts.contract import SEVERITIES
+from spark_jobs.contracts.expectations import Ordered, Quality
+from spark_jobs.contracts.reasons import REASON_CODES, code_from_detail_sql
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -69,12 +71,30 @@ class MergePart:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """A Delta table, declared once: its columns, what a reader relies on (its key, when a row
+    is final), how its job writes it and what its rows must hold."""
+
     name: str
-    ddl: str  # Spark DDL column list
+    # its own columns as Spark DDL; the stamps the commit adds follow (``ddl``)
+    columns_ddl: str
     description: str
+    # the columns that identify a row, never null (the Delta CHECK constraint KEY_CONSTRAINT);
+    # a spec without one (a test's scratch table) gets no constraint
+    key: tuple[str, ...] = ()
+    final: str = ""  # when a row is final, in a reader's words (docs/tables.md)
+    # key columns that are null where the row is about the whole of something (dq_results:
+    # an expectation on the table rather than a column)
+    nullable_in_key: tuple[str, ...] = ()
+    # each row says which batch of which checkpoint wrote it (``WRITTEN_BY``, stamped by the commit)
+    written_by: bool = False
+    # reconcile corrects its rows from late events (``REVISION``, stamped 0 by the commit)
+    corrected: bool = False
+    # what sigflow quality checks of its rows (None: not checked)
+    quality: Quality | None = None
     partition_by: tuple[str, ...] = ()
     # (column, SQL expression over the other columns): how rows written before a column was
-    # added get its value when the table is migrated (spark_jobs/runtime/delta/sink.py).
+    # added get its value when the table is migrated (spark_jobs/runtime/delta/schema.py);
+    # a corrected table's rows from before ``REVISION`` get revision 0 without saying so
     backfill: tuple[tuple[str, str], ...] = ()
     # kept current by a merge on this key rather than appended to: a batch updates the rows
     # it has newer data for, and a replay or a rewind's re-run changes nothing (runtime/commit.py)
@@ -82,6 +102,11 @@ class TableSpec:
     # the parts of a merged row, each updated on its own where a row's part is newer
     # (runtime/delta/newest.py); a part may be written by a job of its own
     merge_parts: tuple[MergePart, ...] = ()
+
+    @property
+    def ddl(self) -> str:
+        """Every column as Spark DDL: its own, then the stamps its commit adds."""
+        return ", ".join([self.columns_ddl] + [WRITTEN_BY] * self.written_by + [REVISION] * self.corrected)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -95,16 +120,20 @@ class TableSpec:
     def job_ddl(self) -> str:
         """The columns of the rows a job's split gives: the table's, less the ``WRITTEN_BY``
         stamps and the ``REVISION`` its commit adds."""
-        return self.ddl.removesuffix(f", {REVISION}").removesuffix(f", {WRITTEN_BY}")
-
-    @property
-    def corrected(self) -> bool:
-        """Whether reconcile corrects the table's rows from late events (it has ``REVISION``)."""
-        return self.ddl.endswith(f", {REVISION}")
+        return self.columns_ddl
 
     @property
     def job_schema(self) -> StructType:
         return _struct(self.job_ddl)
+
+    @property
+    def migration_backfill(self) -> tuple[tuple[str, str], ...]:
+        return self.backfill + ((("revision", "0"),) if self.corrected else ())
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The key's columns no row may leave null."""
+        return tuple(column for column in self.key if column not in self.nullable_in_key)
 
 
 def _struct(ddl: str) -> StructType:
@@ -129,33 +158,52 @@ WRITTEN_BY = "checkpoint_id STRING, batch_id BIGINT"
 # as the stream wrote it (the commit stamps them), then 1, 2, ... (docs/semantics.md, late
 # events counted).
 REVISION = "revision INT, corrected_at TIMESTAMP"
-REVISION_BACKFILL = (("revision", "0"),)
+
+INGEST_FINAL = "when written: a record's row is added once, in the batch that read it"
+CORRECTED_READING = ("sigflow reconcile may later update the row in place from late events (revision 1, 2, ...; "
+                     "corrected_at), an update in the change feed")
+REWOUND = "A rewind or recover deletes the rows of the batches it re-runs, and the re-run adds them again."
 
 DEVICE_EVENTS_RAW = TableSpec(
     "device_events_raw",
     f"key BINARY, value BINARY, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, batch_id BIGINT, checkpoint_id STRING",
     "Every Kafka record of device-events and device-alerts exactly as received, valid or not.",
+    key=("topic", "partition", "offset"),
+    final=INGEST_FINAL,
 )
 DEVICE_EVENTS = TableSpec(
     "device_events",
     "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE, "
-    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, {WRITTEN_BY}",
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
     "Valid device events, typed; extra producer fields kept in extras (JSON text values).",
+    key=("topic", "partition", "offset"),
+    final=INGEST_FINAL + " (a re-sent event is a row of its own)",
+    written_by=True,
+    quality=Quality(filled=True, not_null=("event_id", "device_id", "event_time"), in_signal_range=("signal",),
+                    fresh="ingest_time"),
 )
 DEVICE_ALERTS = TableSpec(
     "device_alerts",
     "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, {WRITTEN_BY}",
+    f"extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, ingest_time TIMESTAMP",
     "Valid device alerts, typed; extra producer fields kept in extras.",
+    key=("topic", "partition", "offset"),
+    final=INGEST_FINAL,
+    written_by=True,
+    quality=Quality(not_null=("alert_id", "device_id", "alert_time"), allowed=(("severity", SEVERITIES),)),
 )
 QUARANTINED_EVENTS = TableSpec(
     "quarantined_events",
     f"reason_code STRING, reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
-    f"job STRING, source_job STRING, ingest_time TIMESTAMP, {WRITTEN_BY}",
+    f"job STRING, source_job STRING, ingest_time TIMESTAMP",
     "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
     "(docs/event-contract.md) and the reason in words; job is the job that read them (source_job "
     "holds the same, for readers written before job).",
     backfill=(("reason_code", code_from_detail_sql("reason")), ("job", "source_job")),
+    key=("topic", "partition", "offset"),
+    final=INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention",
+    written_by=True,
+    quality=Quality(not_null=("reason_code", "reason"), allowed=(("reason_code", tuple(REASON_CODES)),)),
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
@@ -187,51 +235,96 @@ DEVICE_STATUS = TableSpec(
                               "session_avg_signal", "session_closed"),
                   ("session_last_event_time", "session_event_count", "session_closed")),
     ),
+    key=("device_id",),
+    final="never: a part of a row is updated in place when a newer event, alert, final "
+                                "window or session state of its device arrives (an update in the change feed); "
+                                "a rewind leaves it, its re-run finds nothing newer",
 )
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
-    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}, {WRITTEN_BY}",
+    f"{EVENT_COLUMNS}, extras MAP<STRING, STRING>, {KAFKA_COORDINATES}",
     "Valid device events with duplicates (a device's event_id again within the watermark) removed.",
+    key=("device_id", "event_id"),
+    final="when written; the key is unique among events within watermark_delay of each other (a copy re-sent "
+        "after that is a row of its own)",
+    written_by=True,
+    quality=Quality(filled=True, unique_key=True, not_null=("event_time",), in_signal_range=("signal",),
+                    fresh="event_time"),
 )
 DEVICE_SIGNAL_AVERAGES = TableSpec(
     "device_signal_averages",
     "device_id STRING, window_start TIMESTAMP, window_end TIMESTAMP, window_kind STRING, "
-    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT, {WRITTEN_BY}, {REVISION}",
+    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, event_count BIGINT",
     "Per device and event-time window (tumbling and sliding), written once when final, corrected by "
     "reconcile from late events.",
-    backfill=REVISION_BACKFILL,
+    key=("device_id", "window_kind", "window_start"),
+    final="when written: a window is written once, when the watermark passes its end (window_end, exclusive); "
+        + CORRECTED_READING,
+    written_by=True,
+    corrected=True,
+    quality=Quality(filled=True, not_null=("device_id", "window_start", "window_end"),
+                    ordered=(Ordered("window_end", "window_start"),), at_least_one=("event_count",),
+                    in_signal_range=("avg_signal", "min_signal", "max_signal"), fresh="window_end"),
 )
 FLEET_SIGNAL_ROLLUPS = TableSpec(
     "fleet_signal_rollups",
     "window_start TIMESTAMP, window_end TIMESTAMP, device_count BIGINT, "
-    f"mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT, {WRITTEN_BY}, {REVISION}",
+    "mean_device_avg_signal DOUBLE, max_signal DOUBLE, device_window_count BIGINT",
     "Fleet-wide rollup of the per-device tumbling windows (a chained aggregation) per fleet window "
     "(window_end - window_start, the fleet_window setting), corrected by reconcile from late events.",
-    backfill=REVISION_BACKFILL,
+    key=("window_start",),
+    final="when written: once the watermark passes window_end (tumbling windows); "
+                                       + CORRECTED_READING,
+    written_by=True,
+    corrected=True,
+    quality=Quality(filled=True, not_null=("window_start", "window_end"),
+                    ordered=(Ordered("window_end", "window_start"),)),
 )
 DEVICE_SESSIONS = TableSpec(
     "device_sessions",
     "device_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-    f"avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING, {WRITTEN_BY}, {REVISION}",
+    "avg_signal DOUBLE, min_signal DOUBLE, max_signal DOUBLE, closed_reason STRING",
     "Closed per-device activity sessions (no event for the session gap), written once, corrected by "
     "reconcile from late events.",
-    backfill=REVISION_BACKFILL,
+    key=("device_id", "session_start"),
+    final="when written: a session is written once, when the watermark passes its last event (session_end) "
+        "+ session_gap; open sessions are only in the job's state; " + CORRECTED_READING
+        + " A late event that bridges sessions replaces them: their rows are deleted and the merged "
+        "session inserted in one commit",
+    written_by=True,
+    corrected=True,
+    quality=Quality(filled=True, not_null=("device_id", "session_start", "session_end"),
+                    ordered=(Ordered("session_end", "session_start", or_equal=True),
+                             Ordered("avg_signal", "min_signal", or_equal=True),
+                             Ordered("max_signal", "avg_signal", or_equal=True)),
+                    at_least_one=("event_count",), in_signal_range=("avg_signal",)),
 )
 ALERT_SIGNAL_CONTEXT = TableSpec(
     "alert_signal_context",
     "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
-    f"event_id STRING, event_time TIMESTAMP, signal DOUBLE, {WRITTEN_BY}, {REVISION}",
+    "event_id STRING, event_time TIMESTAMP, signal DOUBLE",
     "One row per (alert, event of that device in the range before the alert); reconcile adds the "
     "pairs late events and late alerts make.",
-    backfill=REVISION_BACKFILL,
+    key=("alert_id", "event_id"),
+    final="an alert's rows can arrive over several batches; they are all there once table_status's "
+        "final_through for this table has passed alert_time; sigflow reconcile may later insert the rows late "
+        "events or a late alert make (revision 1), an insert in the change feed",
+    written_by=True,
+    corrected=True,
+    quality=Quality(not_null=("alert_id", "event_id"), ordered=(Ordered("alert_time", "event_time", or_equal=True),)),
 )
 ALERTS_WITHOUT_TELEMETRY = TableSpec(
     "alerts_without_telemetry",
-    f"alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, {WRITTEN_BY}, "
-    f"{REVISION}",
+    "alert_id STRING, device_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING",
     "Alerts for which no event of the device arrived in the range: silent devices. Reconcile adds late "
     "alerts that have none, and deletes an alert's row when a late event of its range is counted.",
-    backfill=REVISION_BACKFILL,
+    key=("alert_id",),
+    final="when written: once the watermark proves no event of the range can come in time; sigflow reconcile "
+        "deletes the row when a late event of the range is counted (a delete in the change feed, with the "
+        "alert's new alert_signal_context rows), and inserts late alerts without events (revision 1)",
+    written_by=True,
+    corrected=True,
+    quality=Quality(not_null=("alert_id", "device_id"), allowed=(("severity", SEVERITIES),)),
 )
 # rows from before record_kind: an alert's is the one without a signal, which every valid
 # event has (docs/event-contract.md)
@@ -245,6 +338,9 @@ LATE_EVENTS = TableSpec(
     "event_time, no signal). checkpoint_id names the checkpoint whose batch_id it is (batch ids "
     "restart after a recover).",
     backfill=RECORD_KIND_BACKFILL,
+    key=("job", "topic", "partition", "offset"),
+    final="when written: one row per job that dropped the event (an event late for five jobs "
+                              "is five rows)",
 )
 LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
@@ -256,6 +352,8 @@ LATE_EVENTS_RECONCILED = TableSpec(
     "the batch that dropped the event and those that wrote the rows it corrected, so a rewind or "
     "recover past any of them makes the event wait for reconcile again.",
     backfill=RECORD_KIND_BACKFILL,
+    key=("job", "topic", "partition", "offset"),
+    final="when written: one row per late_events row reconcile decided on",
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
@@ -266,6 +364,8 @@ PIPELINE_METRICS = TableSpec(
     "checkpoint_id STRING",
     "One row per micro-batch per job, from Spark's query progress; checkpoint_id names the "
     "checkpoint whose batch_id it is (batch ids restart after a recover).",
+    key=("job", "checkpoint_id", "batch_id"),
+    final="when written, one row per batch",
 )
 
 TABLE_STATUS = TableSpec(
@@ -279,6 +379,9 @@ TABLE_STATUS = TableSpec(
     "is at or before final_through (the batch's watermark; null for ingest, whose rows are final when "
     "written) will not be added to by the stream; device_status has a writer per part; see "
     "docs/consumers.md for what final means per table.",
+    key=("table_name", "checkpoint_id", "batch_id"),
+    final="when written, one row per batch; maintenance deletes rows older than "
+                               "table_status_retention, each table's newest kept",
 )
 DQ_RESULTS = TableSpec(
     "dq_results",
@@ -287,6 +390,9 @@ DQ_RESULTS = TableSpec(
     "unexpected_sample STRING, table_version BIGINT",
     "One row per expectation per data-quality run (Great Expectations), appended by sigflow quality; "
     "table_version is the version of the table checked, whose rows a later run need not read again.",
+    key=("run_id", "table_name", "expectation", "column_name"),
+    final="when written",
+    nullable_in_key=("column_name",),
 )
 
 RESTART_AUDIT = TableSpec(
@@ -298,37 +404,13 @@ RESTART_AUDIT = TableSpec(
     "gates), the plan's digest and steps (JSON list), and the outcome (applied, refused, failed) "
     "with its detail. An apply killed half way has no row: its intent file says so until the "
     "same restart finishes it.",
+    key=("applied_at", "job", "action"),
+    final="when written",
 )
 
-ALL_TABLES = {
-    t.name: t
-    for t in (
-        DEVICE_EVENTS_RAW, DEVICE_EVENTS, DEVICE_ALERTS, QUARANTINED_EVENTS, DEVICE_STATUS, DEVICE_EVENTS_DEDUPLICATED,
-        DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS, DEVICE_SESSIONS, ALERT_SIGNAL_CONTEXT,
-        ALERTS_WITHOUT_TELEMETRY, LATE_EVENTS, LATE_EVENTS_RECONCILED, PIPELINE_METRICS, TABLE_STATUS, DQ_RESULTS, RESTART_AUDIT,
-    )
-}
-
-
-def register(*specs: TableSpec) -> None:
-    for spec in specs:
-        ALL_TABLES[spec.name] = spec
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What a reader of a table relies on: the columns that identify a row, and when a row is final."""
-
-    key: tuple[str, ...]
-    final: str
-    # key columns that are null where the row is about the whole of something (dq_results:
-    # an expectation on the table rather than a column)
-    nullable_in_key: tuple[str, ...] = ()
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        """The key's columns no row may leave null."""
-        return tuple(column for column in self.key if column not in self.nullable_in_key)
+# every table above, in the order declared: what deploy creates and docs/tables.md lists
+ALL_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in list(globals().values())
+                                    if isinstance(spec, TableSpec)}
 
 
 # The CHECK constraint every table carries on its key: Delta refuses a write (delta-spark's
@@ -336,100 +418,7 @@ class Reading:
 KEY_CONSTRAINT = "key_not_null"
 
 
-def key_constraint(table: str) -> str:
+def key_constraint(spec: TableSpec) -> str:
     """The SQL of the table's ``KEY_CONSTRAINT``, columns quoted (``partition`` and ``offset``
     are SQL keywords)."""
-    return " AND ".join(f"`{column}` IS NOT NULL" for column in READING[table].required)
-
-
-INGEST_FINAL = "when written: a record's row is added once, in the batch that read it"
-CORRECTED_READING = ("sigflow reconcile may later update the row in place from late events (revision 1, 2, ...; "
-                     "corrected_at), an update in the change feed")
-REWOUND = "A rewind or recover deletes the rows of the batches it re-runs, and the re-run adds them again."
-READING = {
-    DEVICE_EVENTS_RAW.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
-    DEVICE_EVENTS.name: Reading(("topic", "partition", "offset"), INGEST_FINAL + " (a re-sent event is a row of its own)"),
-    DEVICE_ALERTS.name: Reading(("topic", "partition", "offset"), INGEST_FINAL),
-    QUARANTINED_EVENTS.name: Reading(("topic", "partition", "offset"),
-                                     INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention"),
-    DEVICE_STATUS.name: Reading(("device_id",),
-                                "never: a part of a row is updated in place when a newer event, alert, final "
-                                "window or session state of its device arrives (an update in the change feed); "
-                                "a rewind leaves it, its re-run finds nothing newer"),
-    DEVICE_EVENTS_DEDUPLICATED.name: Reading(
-        ("device_id", "event_id"),
-        "when written; the key is unique among events within watermark_delay of each other (a copy re-sent "
-        "after that is a row of its own)"),
-    DEVICE_SIGNAL_AVERAGES.name: Reading(
-        ("device_id", "window_kind", "window_start"),
-        "when written: a window is written once, when the watermark passes its end (window_end, exclusive); "
-        + CORRECTED_READING),
-    FLEET_SIGNAL_ROLLUPS.name: Reading(("window_start",),
-                                       "when written: once the watermark passes window_end (tumbling windows); "
-                                       + CORRECTED_READING),
-    DEVICE_SESSIONS.name: Reading(
-        ("device_id", "session_start"),
-        "when written: a session is written once, when the watermark passes its last event (session_end) "
-        "+ session_gap; open sessions are only in the job's state; " + CORRECTED_READING
-        + " A late event that bridges sessions replaces them: their rows are deleted and the merged "
-        "session inserted in one commit"),
-    ALERT_SIGNAL_CONTEXT.name: Reading(
-        ("alert_id", "event_id"),
-        "an alert's rows can arrive over several batches; they are all there once table_status's "
-        "final_through for this table has passed alert_time; sigflow reconcile may later insert the rows late "
-        "events or a late alert make (revision 1), an insert in the change feed"),
-    ALERTS_WITHOUT_TELEMETRY.name: Reading(
-        ("alert_id",),
-        "when written: once the watermark proves no event of the range can come in time; sigflow reconcile "
-        "deletes the row when a late event of the range is counted (a delete in the change feed, with the "
-        "alert's new alert_signal_context rows), and inserts late alerts without events (revision 1)"),
-    LATE_EVENTS.name: Reading(("job", "topic", "partition", "offset"),
-                              "when written: one row per job that dropped the event (an event late for five jobs "
-                              "is five rows)"),
-    LATE_EVENTS_RECONCILED.name: Reading(("job", "topic", "partition", "offset"),
-                                         "when written: one row per late_events row reconcile decided on"),
-    PIPELINE_METRICS.name: Reading(("job", "checkpoint_id", "batch_id"), "when written, one row per batch"),
-    TABLE_STATUS.name: Reading(("table_name", "checkpoint_id", "batch_id"),
-                               "when written, one row per batch; maintenance deletes rows older than "
-                               "table_status_retention, each table's newest kept"),
-    DQ_RESULTS.name: Reading(("run_id", "table_name", "expectation", "column_name"), "when written",
-                             nullable_in_key=("column_name",)),
-    RESTART_AUDIT.name: Reading(("applied_at", "job", "action"), "when written"),
-}
-
-
-def _never_null(reading: Reading) -> str:
-    nullable = "".join(f", except `{column}`: null for a row about the whole table" for column in reading.nullable_in_key)
-    return f" (never null, by the Delta CHECK constraint `{KEY_CONSTRAINT}`{nullable})"
-
-
-def markdown() -> str:
-    """docs/tables.md, generated from the specs above (a test keeps the file in step)."""
-    lines = [
-        "# Delta tables",
-        "",
-        "Generated by `python -m spark_jobs.contracts.tables > docs/tables.md`; do not edit by hand.",
-        "Location: `<delta_root>/<table>` (default `data/delta/<table>`).",
-        "Table properties of every table: "
-        + ", ".join(f"`{key}` = {value}" for key, value in TABLE_PROPERTIES.items())
-        + " (set at creation, and by the `sigflow_deploy` DAG or a job's start where a table does not set them;"
-        " a value set on the table stays). The change data feed is what a reader follows every change by,"
-        " a rewind's deletes included (docs/consumers.md).",
-        "The tables a job writes end with `checkpoint_id` and `batch_id`: the checkpoint and the batch of it"
-        " that wrote the row (docs/semantics.md, section 7).",
-        "",
-    ]
-    for spec in ALL_TABLES.values():
-        reading = READING[spec.name]
-        lines += [f"## `{spec.name}`", "", spec.description, "",
-                  f"Key: {', '.join(f'`{column}`' for column in reading.key)}{_never_null(reading)}."
-                  f" Final: {reading.final}."
-                  + (f" {REWOUND}" if "batch_id" in spec.columns else ""), "",
-                  "| column | type |", "| --- | --- |"]
-        lines += [f"| `{f.name}` | {f.dataType.simpleString()} |" for f in spec.schema.fields]
-        lines.append("")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(markdown(), end="")
+    return " AND ".join(f"`{column}` IS NOT NULL" for column in spec.required)

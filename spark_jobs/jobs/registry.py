@@ -1,23 +1,32 @@
-"""The job registry: name -> job, in the order of ``spark_jobs.jobs.JOB_NAMES``, the one list
-of jobs. Each job lives in the module named after it (``windowed-averages`` in
-``windowed_averages.py``), as the constant of its name (``WINDOWED_AVERAGES``)."""
+"""The job registry: name -> job, every job listed here once, in the order of
+``spark_jobs.jobs.JOB_NAMES`` (the Spark-free list of the jobs and their tables that DAG
+files read); importing it fails at once, naming the job, when the two lists differ."""
 
 from __future__ import annotations
 
-import importlib
-
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs import JOB_NAMES, REAL_TIME_JOB_NAMES
+from spark_jobs.jobs.alert_fastpath import ALERT_FASTPATH
+from spark_jobs.jobs.alert_join import ALERT_JOIN
 from spark_jobs.jobs.base import RealTimeJob, StreamingJob
+from spark_jobs.jobs.dedup import DEDUP
+from spark_jobs.jobs.fleet_rollup import FLEET_ROLLUP
+from spark_jobs.jobs.ingest import INGEST
+from spark_jobs.jobs.sessions import SESSIONS
+from spark_jobs.jobs.windowed_averages import WINDOWED_AVERAGES
 
 
-def _defined(name: str):
-    identifier = name.replace("-", "_")
-    return getattr(importlib.import_module(f"spark_jobs.jobs.{identifier}"), identifier.upper())
+def _by_name(names: tuple[str, ...], jobs: tuple) -> dict:
+    found = {job.name: job for job in jobs}
+    if set(found) != set(names):
+        raise RuntimeError(f"spark_jobs/jobs/registry.py lists {sorted(found)}, spark_jobs/jobs/__init__.py "
+                           f"{sorted(names)}: a job is declared in both")
+    return {name: found[name] for name in names}
 
 
-JOBS: dict[str, StreamingJob] = {name: _defined(name) for name in JOB_NAMES}
-REAL_TIME_JOBS: dict[str, RealTimeJob] = {name: _defined(name) for name in REAL_TIME_JOB_NAMES}
+JOBS: dict[str, StreamingJob] = _by_name(JOB_NAMES, (INGEST, DEDUP, WINDOWED_AVERAGES, FLEET_ROLLUP, SESSIONS,
+                                                     ALERT_JOIN))
+REAL_TIME_JOBS: dict[str, RealTimeJob] = _by_name(REAL_TIME_JOB_NAMES, (ALERT_FASTPATH,))
 ALL_JOBS: dict[str, StreamingJob | RealTimeJob] = {**JOBS, **REAL_TIME_JOBS}
 
 

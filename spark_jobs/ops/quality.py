@@ -1,8 +1,8 @@
 """Data-quality checks of the Delta tables with Great Expectations 1.x.
 
-One suite per table, declared below in plain data: schema, keys not null, signals in the
-device range, ``event_id`` unique after dedup, windows and sessions well-ordered, and
-freshness. Each expectation carries a severity: a failed ``critical`` one fails the run
+One suite per table, from the rules declared with it (``TableSpec.quality``,
+contracts/expectations.py): schema, keys not null, signals in the device range, ``event_id``
+unique after dedup, windows and sessions well-ordered, and freshness. Each expectation carries a severity: a failed ``critical`` one fails the run
 (and the Airflow task) with the expectation and a sample of the bad rows; a ``warning`` is
 recorded and printed only. Every result is appended to the ``dq_results`` Delta table and
 rendered as GX Data Docs HTML under ``quality_dir``.
@@ -23,11 +23,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.reasons import REASON_CODES
-from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS, READING
+from spark_jobs.contracts.tables import ALL_TABLES, DQ_RESULTS, TableSpec
 from spark_jobs.errors import SigflowError
 from spark_jobs.install import datadocs_assets
 from spark_jobs.runtime.delta import table_access
@@ -67,9 +66,9 @@ def _ordered(later: str, earlier: str, or_equal: bool = False) -> Check:
                  {"column_A": later, "column_B": earlier, "or_equal": or_equal})
 
 
-def _unique_key(table: str) -> list[Check]:
-    """The table's key (contracts/tables.py READING) never null, and unique where it is one."""
-    key = list(READING[table].key)
+def _unique_key(spec: TableSpec) -> list[Check]:
+    """The table's key (``TableSpec.key``) never null, and unique."""
+    key = list(spec.key)
     unique = ([Check("ExpectCompoundColumnsToBeUnique", {"column_list": key})] if len(key) > 1
               else [Check("ExpectColumnValuesToBeUnique", {"column": key[0]})])
     return _not_null(*key) + unique
@@ -86,49 +85,36 @@ def _not_empty() -> Check:
     return Check("ExpectColumnSumToBeBetween", {"column": ROWS_IN_FILE, "min_value": 1}, WARNING, TABLE)
 
 
-_SEVERITY_KNOWN = Check("ExpectColumnValuesToBeInSet",
-                       {"column": "severity", "value_set": ["critical", "warning", "info"]})
+def _checks(settings: Settings, spec: TableSpec) -> list[Check]:
+    """A table's declared rules (``TableSpec.quality``) as GX expectations, in the order
+    declared: filled, key unique, not null, ordered, counts, signal range, values, fresh."""
+    rules = spec.quality
+    checks = [_not_empty()] if rules.filled else []
+    checks += _unique_key(spec) if rules.unique_key else []
+    checks += _not_null(*rules.not_null)
+    checks += [_ordered(rule.later, rule.earlier, rule.or_equal) for rule in rules.ordered]
+    checks += [Check("ExpectColumnValuesToBeBetween", {"column": column, "min_value": 1})
+               for column in rules.at_least_one]
+    checks += _in_range(settings, *rules.in_signal_range)
+    checks += [Check("ExpectColumnValuesToBeInSet", {"column": column, "value_set": list(values)})
+               for column, values in rules.allowed]
+    return checks + ([_fresh(settings, rules.fresh)] if rules.fresh else [])
 
-# table -> its checks under the settings (the schema check is added to every table). A table
-# the jobs fill whenever events flow gets a warning when empty; quarantine and the alert
-# tables may rightly be empty (docs/runbooks/dq-failure.md).
-SUITES: dict[str, Callable[[Settings], list[Check]]] = {
-    "device_events": lambda s: [_not_empty()] + _not_null("event_id", "device_id", "event_time")
-    + _in_range(s, "signal") + [_fresh(s, "ingest_time")],
-    "device_events_deduplicated": lambda s: [_not_empty()] + _unique_key("device_events_deduplicated")
-    + _not_null("event_time") + _in_range(s, "signal") + [_fresh(s, "event_time")],
-    "device_alerts": lambda s: _not_null("alert_id", "device_id", "alert_time") + [_SEVERITY_KNOWN],
-    "quarantined_events": lambda s: _not_null("reason_code", "reason")
-    + [Check("ExpectColumnValuesToBeInSet", {"column": "reason_code", "value_set": list(REASON_CODES)})],
-    "device_signal_averages": lambda s: [_not_empty()] + _not_null("device_id", "window_start", "window_end")
-    + [_ordered("window_end", "window_start"),
-       Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
-    + _in_range(s, "avg_signal", "min_signal", "max_signal") + [_fresh(s, "window_end")],
-    "fleet_signal_rollups": lambda s: [_not_empty()] + _not_null("window_start", "window_end")
-    + [_ordered("window_end", "window_start")],
-    "device_sessions": lambda s: [_not_empty()] + _not_null("device_id", "session_start", "session_end")
-    + [_ordered("session_end", "session_start", or_equal=True),
-       _ordered("avg_signal", "min_signal", or_equal=True),
-       _ordered("max_signal", "avg_signal", or_equal=True),
-       Check("ExpectColumnValuesToBeBetween", {"column": "event_count", "min_value": 1})]
-    + _in_range(s, "avg_signal"),
-    "alert_signal_context": lambda s: _not_null("alert_id", "event_id")
-    + [_ordered("alert_time", "event_time", True)],
-    "alerts_without_telemetry": lambda s: _not_null("alert_id", "device_id") + [_SEVERITY_KNOWN],
-}
-CHECKED_TABLES: tuple[str, ...] = tuple(SUITES)
+
+# the tables sigflow quality checks (the schema check is added to every one)
+CHECKED_TABLES: tuple[str, ...] = tuple(name for name, spec in ALL_TABLES.items() if spec.quality is not None)
 
 
 def suites(settings: Settings) -> dict[str, list[Check]]:
     """table -> its checks under these settings, each table's key never null among them (the
     key constraint holds it for every write, but not for rows written before a migration
     could add it)."""
-    return {table: _key_not_null(table, build(settings)) for table, build in SUITES.items()}
+    return {name: _key_not_null(spec, _checks(settings, spec)) for name, spec in ALL_TABLES.items() if spec.quality}
 
 
-def _key_not_null(table: str, checks: list[Check]) -> list[Check]:
+def _key_not_null(spec: TableSpec, checks: list[Check]) -> list[Check]:
     checked = {c.kwargs.get("column") for c in checks if c.expectation == "ExpectColumnValuesToNotBeNull"}
-    return _not_null(*(column for column in READING[table].required if column not in checked)) + checks
+    return _not_null(*(column for column in spec.required if column not in checked)) + checks
 
 
 @dataclass

@@ -14,7 +14,6 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.contracts.tables import (
     KEY_CONSTRAINT,
-    READING,
     TABLE_PROPERTIES,
     TableSpec,
     key_constraint,
@@ -43,7 +42,7 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> None:
 
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(spec.schema)
     # delta-spark takes the key constraint as a property of the creating commit
-    constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec.name)} if spec.name in READING else {}
+    constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec)} if spec.key else {}
     for key, value in {**TABLE_PROPERTIES, **constraint}.items():
         builder = builder.property(key, value)
     if spec.partition_by:
@@ -118,7 +117,7 @@ def _add_columns(uri: str, spec: TableSpec, table) -> str:
             raise
         return ""
     added = [field.name for field in missing]
-    fills = {column: sql for column, sql in spec.backfill if column in added}
+    fills = {column: sql for column, sql in spec.migration_backfill if column in added}
     filled = ""
     if fills:
         metrics = table_access.open_table(uri).update(
@@ -137,11 +136,11 @@ def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
     """Add the table's ``KEY_CONSTRAINT`` where it lacks it: what was done, for the migration's
     line. Delta first checks every row, so a table already holding a null key keeps going
     without it and says so (sigflow quality's key checks find those rows)."""
-    if spec.name not in READING or _has_key_constraint(table_access.open_table(uri)):
+    if not spec.key or _has_key_constraint(table_access.open_table(uri)):
         return ""
-    required = READING[spec.name].required
+    required = spec.required
     try:
-        table_access.open_table(uri).alter.add_constraint({KEY_CONSTRAINT: key_constraint(spec.name)})
+        table_access.open_table(uri).alter.add_constraint({KEY_CONSTRAINT: key_constraint(spec)})
     except Exception:
         if _has_key_constraint(table_access.open_table(uri)):
             return ""  # a second driver migrating the same table at once added it

@@ -12,7 +12,6 @@ from spark_jobs.contracts.tables import (
     LATE_EVENTS,
     LATE_EVENTS_RECONCILED,
     QUARANTINED_EVENTS,
-    READING,
     TABLE_STATUS,
     TableSpec,
 )
@@ -228,7 +227,7 @@ def test_no_writer_can_leave_a_tables_key_null(spark, settings):
         if name != DEVICE_SIGNAL_AVERAGES.name:
             assert create_table(settings.table_uri(name), spec) == "created"  # by delta-rs
         constraint = (_key_constraint(settings.table_uri(name)) or "").replace("`", "")  # delta-rs drops them
-        assert all(f"{column} IS NOT NULL" in constraint for column in READING[name].required), name
+        assert all(f"{column} IS NOT NULL" in constraint for column in spec.required), name
 
     window = {"device_id": "d1", "window_start": "2026-01-01 00:00:00", "window_end": "2026-01-01 00:01:00",
               "window_kind": None, "event_count": 1, "revision": 0}
@@ -261,7 +260,7 @@ def test_a_table_made_before_keys_were_constrained_gets_the_constraint_unless_a_
     assert create_table(clean, spec).endswith(", added constraint key_not_null")
     assert create_table(clean, spec) == "exists"
     assert create_table(broken, spec).endswith(
-        ", key constraint not added: 1 row(s) with a null key in " + ", ".join(READING[spec.name].required))
+        ", key constraint not added: 1 row(s) with a null key in " + ", ".join(spec.required))
     assert _key_constraint(broken) is None and count_matching(broken) == 2
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from spark_jobs.config import Settings
 
 # the driver runs `sigflow run <job>`: the CLI's file, found without importing it
-CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
+CLI = str(Path(__file__).resolve().parents[1] / "cli" / "__main__.py")
 
 
 class PlanApprovalOperator(ApprovalOperator):

@@ -102,7 +102,7 @@ def test_long_running_mode_submits_a_processing_time_trigger(airflow_home):
     from tests.dags.conftest import DAGS
 
     task = DagBag(dag_folder=str(DAGS)).get_dag("sigflow_deploy").get_task("start_sessions")
-    assert task._conn_id == "spark_default" and task.application.endswith("spark_jobs/cli.py")
+    assert task._conn_id == "spark_default" and task.application.endswith("spark_jobs/cli/__main__.py")
     rendered = task.render_template(task.application_args, {"params": {"mode": "long-running",
                                                                         "trigger_interval": "30 seconds"}})
     assert rendered == ["run", "sessions", "--processing-time=30 seconds"]

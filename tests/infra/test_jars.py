@@ -155,7 +155,7 @@ def test_a_spark_submit_driver_refuses_a_jar_that_differs_from_its_pin(jars_copy
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = cli_env(settings, {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
     ran = subprocess.run([str(submit), "--master", "local[1]", "--jars", submitted,
-                          str(REPO / "spark_jobs" / "cli.py"), "run", "ingest", "--available-now"],
+                          str(REPO / "spark_jobs" / "cli" / "__main__.py"), "run", "ingest", "--available-now"],
                          env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert ran.returncode == 2, ran.stdout[-2000:]
     # spark-submit's Python runner hands the driver's stderr on through its stdout

@@ -88,7 +88,7 @@ def produce_records(
 @contextmanager
 def _signals_deferred():
     """Hold SIGINT and SIGTERM back for the block; one that arrived meanwhile is handled
-    (as KeyboardInterrupt, see cli.py) right after it."""
+    (as KeyboardInterrupt, see cli/main.py) right after it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -112,11 +112,11 @@ def test_only_table_access_imports_delta_rs():
 
 def test_settings_and_the_aws_variables_are_read_in_config_alone():
     """A sigflow setting (SIGFLOW_*) or the object store's variables (AWS_*) read from the
-    environment anywhere but config.py would escape its validation; the one-machine stand-ins
+    environment anywhere but the config package would escape its validation; the one-machine stand-ins
     and the process plumbing (JAVA_HOME, PYSPARK_*) are not settings."""
     read_elsewhere = re.compile(r"""environ(?:\.get)?[\[(]\s*["'](?:SIGFLOW_|AWS_)""")
     found = [module_name(path) for path in sources()
-             if layer_of(module_name(path)) not in (None, SIDE_WING) and not path.name == "config.py"
+             if layer_of(module_name(path)) not in (None, SIDE_WING, "config")
              and read_elsewhere.search(path.read_text())]
     assert found == []
 

@@ -22,13 +22,13 @@ from spark_jobs.config.groups import (
     SparkSettings,
     StreamingSettings,
 )
-from spark_jobs.config.loading import load_settings
 from spark_jobs.config.settings import (
     FLAT_NAMES,
     ObjectStore,
     Settings,
     armed_failpoints,
     default_jars_dir,
+    load_settings,
     object_store,
     on_local_disk,
 )

@@ -1,5 +1,6 @@
 """``Settings``: where things live, then the groups; the paths and URIs built from them (here
-and nowhere else), and the object store's and the fault tests' process variables."""
+and nowhere else); ``load_settings``, which builds them once from their sources in precedence
+order; and the object store's and the fault tests' process variables."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Mapping
 
 from pydantic import (
     BaseModel,
+    ValidationError,
     model_validator,
 )
 from pydantic_settings import (
@@ -29,10 +31,9 @@ from spark_jobs.config.groups import (
     SparkSettings,
     StreamingSettings,
 )
-from spark_jobs.config.sources import (
-    EnvironmentSource,
-    YamlFileSource,
-)
+from spark_jobs.config.reporting import config_error
+from spark_jobs.config.sources import SOURCE_ENVIRON, EnvironmentSource, YamlFileSource
+from spark_jobs.config.values import ENV_PREFIX
 
 
 class Settings(BaseSettings):
@@ -131,8 +132,6 @@ class Settings(BaseSettings):
 
     def replace(self, **changes: Any) -> "Settings":
         """A copy with some settings changed (flat names), validated as loading validates."""
-        from spark_jobs.config.loading import load_settings  # which builds Settings
-
         return load_settings(env={}, overrides={**self.flat(), **changes})
 
     @classmethod
@@ -188,3 +187,19 @@ def on_local_disk(uri: str) -> bool:
     return scheme is None or scheme.group(1).lower() == "file"
 
 
+def load_settings(
+    config_file: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings once; raise ConfigError with the offending name on any mistake."""
+    environ = dict(os.environ if env is None else env)
+    if config_file:
+        environ[f"{ENV_PREFIX}CONFIG"] = str(config_file)
+    token = SOURCE_ENVIRON.set(environ)
+    try:
+        return Settings(**(overrides or {}))
+    except ValidationError as exc:
+        raise config_error(exc, FLAT_NAMES) from None
+    finally:
+        SOURCE_ENVIRON.reset(token)

@@ -1,48 +1,17 @@
-"""Loading the settings once: the sources in precedence order, and any mistake as one
-``ConfigError`` naming the setting, its environment variable and the allowed form."""
+"""How a mistake in the settings is reported: pydantic's errors, in the project's words, as one
+``ConfigError`` naming the setting by the name users write, its environment variable and the
+allowed form; a secret's value is never echoed."""
 
 from __future__ import annotations
 
-import os
-from typing import Any, Mapping
+from pydantic import ValidationError
 
-from pydantic import (
-    ValidationError,
-)
-
-from spark_jobs.config.groups import (
-    GROUPS,
-)
-from spark_jobs.config.settings import (
-    FLAT_NAMES,
-    Settings,
-)
-from spark_jobs.config.sources import (
-    ENV_PREFIX,
-    SOURCE_ENVIRON,
-)
+from spark_jobs.config.groups import GROUPS
+from spark_jobs.config.values import ENV_PREFIX
 from spark_jobs.errors import ConfigError
 
 # Never echoed back, not even in an error about their own value.
 SECRET_SETTINGS = {"kafka_password"}
-
-
-def load_settings(
-    config_file: str | os.PathLike | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Build the settings once; raise ConfigError with the offending name on any mistake."""
-    environ = dict(os.environ if env is None else env)
-    if config_file:
-        environ[f"{ENV_PREFIX}CONFIG"] = str(config_file)
-    token = SOURCE_ENVIRON.set(environ)
-    try:
-        return Settings(**(overrides or {}))
-    except ValidationError as exc:
-        raise _config_error(exc) from None
-    finally:
-        SOURCE_ENVIRON.reset(token)
 
 
 def _flat_name(loc: tuple) -> str | None:
@@ -59,13 +28,13 @@ def _flat_name(loc: tuple) -> str | None:
     return None
 
 
-def _config_error(exc: ValidationError) -> ConfigError:
+def config_error(exc: ValidationError, flat_names: tuple[str, ...]) -> ConfigError:
     """pydantic's errors, in the project's words: the setting, its value, the allowed form."""
     unknown = sorted(".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden")
     if unknown:
         return ConfigError(
             f"unknown setting(s): {', '.join(unknown)}",
-            f"valid settings: {', '.join(FLAT_NAMES)}",
+            f"valid settings: {', '.join(flat_names)}",
         )
     problems = []  # (what is wrong, where to fix it)
     for error in exc.errors():

@@ -76,12 +76,12 @@ test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
 
 bench: install
-	$(BIN)/python -m tests.bench
-	$(BIN)/python -m tests.bench_scale
-	$(BIN)/python -m tests.bench_contract
-	$(BIN)/python -m tests.bench_reconcile
-	$(BIN)/python -m tests.bench_sessions
-	$(BIN)/python -m tests.bench_long
+	$(BIN)/python -m bench.jobs
+	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.contract
+	$(BIN)/python -m bench.reconcile
+	$(BIN)/python -m bench.sessions
+	$(BIN)/python -m bench.long_run
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)
@@ -94,7 +94,7 @@ down:
 	docker compose down
 
 lint: install
-	$(BIN)/ruff check spark_jobs tests dags
+	$(BIN)/ruff check spark_jobs tests dags bench
 	$(BIN)/hadolint infra/spark/Dockerfile infra/airflow/Dockerfile
 
 stop:

@@ -2,7 +2,7 @@
 
 Every job parses Kafka records: sigflow's with the contract (contracts/events.py: each
 field's exact JSON type, times, limits, a reason code per refused record), the hand-written
-jobs (tests/bench_handwritten.py) with ``from_json``, which checks no type. This measures the
+jobs (bench/handwritten.py) with ``from_json``, which checks no type. This measures the
 parses alone, on one Spark session, over the same records held in memory (no Kafka, no
 Delta): each warmed by one run, then --tries runs of each, the order alternating, each
 written to Spark's ``noop`` sink; the medians.
@@ -19,7 +19,7 @@ written to Spark's ``noop`` sink; the medians.
 Each contract parse runs twice: with the flat-record parser (contracts/flat_records.py), as the
 jobs run, and through the checks alone, as a session without the parser's JAR runs.
 
-    python -m tests.bench_contract [--events 100000] [--devices 1000] [--tries 8]
+    python -m bench.contract [--events 100000] [--devices 1000] [--tries 8]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 
 from pyspark.sql import functions as F
 
+from bench import handwritten as bench_handwritten
 from spark_jobs.config import load_settings
 from spark_jobs.contracts.events import (
     EVENT_CONTRACT,
@@ -39,7 +40,6 @@ from spark_jobs.contracts.events import (
     with_contract_columns,
 )
 from spark_jobs.local.simulate import generate_events
-from tests import bench_handwritten
 
 READINGS = ["device_id", "event_id", "event_time", "signal"]
 # what valid_events gives dedup (contracts/events.py, parse_device_events)

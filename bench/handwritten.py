@@ -1,5 +1,5 @@
 """The jobs a user writes by hand from Spark's and Delta's own docs to get the same tables as
-sigflow's, measured beside them in `make bench` (tests/bench.py).
+sigflow's, measured beside them in `make bench` (bench/jobs.py).
 
 Each reads the same topics with the same Kafka source options, parses with ``from_json``,
 and runs trigger availableNow into native Delta writes. None quarantines with reasons,

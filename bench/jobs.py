@@ -3,7 +3,7 @@
 In one run, on one broker: producer rates (kafka-python, confluent-kafka); three ceilings
 over the same topic: confluent-kafka, Kafka's own JVM consumer (ConsumerPerformance) and
 Spark's Kafka source alone (count only); the job a user would write by hand from Spark's and
-Delta's docs for the same tables (tests/bench_handwritten.py, which says what each does) beside
+Delta's docs for the same tables (bench/handwritten.py, which says what each does) beside
 each job, measured alike (``side_by_side``: both warmed by a full-size run into throwaway
 tables, then --tries runs of each, alternating which goes first, each from a fresh
 checkpoint; the medians compared, every rate printed): each job's end-to-end events per
@@ -12,12 +12,12 @@ and to each ceiling, and its no-data
 batch (the batch a stateful job runs when only its watermark moved); ingest's rate under a 10%
 malformed storm beside its rate over as many clean records, measured alike (``storm_rates``); ingest's batch latency (p50, p95, p99) at a fixed offered load; a critical alert's
 end-to-end latency through alert-fastpath and alert-join at fixed alert rates
-(tests/bench_alerts.py); the state rows of the
+(bench/alerts.py); the state rows of the
 stateful jobs after 10 and after 60 minutes of event time at --devices devices; the peak
 memory of the Spark driver and of the broker. The figures are appended to
 docs/benchmarks.md, whose header says how earlier runs are kept.
 
-    python -m tests.bench [--events 100000] [--storm-events 20000] [--devices 1000]
+    python -m bench.jobs [--events 100000] [--storm-events 20000] [--devices 1000]
                           [--latency-rate 5000] [--latency-seconds 60]
                           [--alert-rates 1000 5000] [--alert-seconds 60] [--tries 3] [--no-write]
                           [--skip warm-up state alerts]
@@ -38,6 +38,8 @@ from pathlib import Path
 
 import psutil
 
+from bench import alerts as bench_alerts
+from bench import handwritten as bench_handwritten
 from spark_jobs.config import load_settings
 from spark_jobs.install import jars
 from spark_jobs.local import broker
@@ -49,7 +51,6 @@ from spark_jobs.local.simulate import (
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka.producer import produce_records
-from tests import bench_alerts, bench_handwritten
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
@@ -177,7 +178,7 @@ def _rates(rates: list[float]) -> str:
 
 
 def baseline(job: str) -> str:
-    """The hand-written job (tests/bench_handwritten.py) a job of sigflow is held to: the one
+    """The hand-written job (bench/handwritten.py) a job of sigflow is held to: the one
     giving the same tables, or the plain ingest job for the jobs that have none."""
     return job if job in bench_handwritten.KINDS else "plain ingest"
 

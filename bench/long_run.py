@@ -7,7 +7,7 @@ p95 duration (pipeline_metrics) and device_events' version. A plateau in memory 
 p50 as the versions pass a thousand is the figure; the last line compares the first and
 last windows.
 
-    python -m tests.bench_long [--minutes 20] [--rate 1000] [--maintenance-minutes 5]
+    python -m bench.long_run [--minutes 20] [--rate 1000] [--maintenance-minutes 5]
 """
 
 from __future__ import annotations

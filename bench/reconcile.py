@@ -4,7 +4,7 @@ late_events, missing from device_signal_averages, which holds the stream's windo
 others), and one reconcile of windowed-averages in this process's Spark session. Then the
 same number of late events as the smallest N, in each larger table: what the cost follows.
 
-    python -m tests.bench_reconcile [--rows 1000000 10000000] [--devices 1000] [--keep DIR]
+    python -m bench.reconcile [--rows 1000000 10000000] [--devices 1000] [--keep DIR]
 
 The tables are written with delta-rs and the two checkpoints by hand (the job's and
 ingest's last committed batch), no broker involved. One smaller reconcile warms the session

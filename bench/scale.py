@@ -7,7 +7,7 @@ they read in proportion: a quarantined record and a late one per 100 events, an 
 row per 10, a pipeline_metrics row per 1,000, as in a run of `make run`'s traffic). Prints
 wall time and the process's peak resident memory for each N.
 
-    python -m tests.bench_scale [--rows 1000000 10000000] [--new 100000] [--keep DIR]
+    python -m bench.scale [--rows 1000000 10000000] [--new 100000] [--keep DIR]
 
 Rows are written with delta-rs in chunks of 1,000,000, no Spark or broker involved.
 """

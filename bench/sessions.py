@@ -4,7 +4,7 @@ full-size run into throwaway tables, then --tries runs each in turn, the order r
 each from a fresh checkpoint. Prints every rate and the medians beside plain ingest's,
 and whether a candidate's device_sessions equal the job's.
 
-    python -m tests.bench_sessions [--events 100000] [--devices 1000] [--tries 3]
+    python -m bench.sessions [--events 100000] [--devices 1000] [--tries 3]
 
 Variants:
 - the job as it ships: ``applyInPandasWithState``, each device's batch cut with numpy.
@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from bench import handwritten as bench_handwritten
 from spark_jobs.config import StreamingSettings, load_settings
 from spark_jobs.jobs.event_time import drop_repeats, valid_events, with_event_watermark
 from spark_jobs.jobs.sessions import (
@@ -44,7 +45,6 @@ from spark_jobs.jobs.sessions import (
 from spark_jobs.local import broker
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.kafka import admin as kafka_admin
-from tests import bench_handwritten
 from tests.helpers import confluent_produce
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from bench import jobs as bench
 from spark_jobs.runtime.delta.table_access import count_rows, read_pandas
-from tests import bench
 
 MEASURED = ("ingest", "windowed-averages")
 
@@ -46,7 +46,7 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
 
 @pytest.mark.slow
 def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_path, capsys):
-    from tests import bench_scale
+    from bench import scale as bench_scale
 
     assert bench_scale.main(["--rows", "2000", "--new", "300", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -67,7 +67,7 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
 
 @pytest.mark.slow
 def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_path, capsys):
-    from tests import bench_reconcile
+    from bench import reconcile as bench_reconcile
 
     assert bench_reconcile.main(["--rows", "40000", "--devices", "20", "--keep", str(tmp_path)]) == 0
     (line,) = re.findall(r"^reconcile rows=40000 late=(\d+) \(1%\) counted=(\d+) rows_corrected=(\d+) seconds=\S+$",
@@ -80,7 +80,7 @@ def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_
 
 @pytest.mark.slow
 def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessions(capsys):
-    from tests import bench_sessions
+    from bench import sessions as bench_sessions
 
     assert bench_sessions.main(["--events", "600", "--devices", "20", "--tries", "1",
                                 "--only", bench_sessions.JOB, "transformWithState"]) == 0
@@ -91,7 +91,7 @@ def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessi
 
 
 def test_the_contract_section_times_each_parse_beside_from_json(spark, settings, capsys):
-    from tests import bench_contract
+    from bench import contract as bench_contract
 
     measured = bench_contract.parse_costs(spark, settings, events=300, devices=5, tries=2)
     out = capsys.readouterr().out

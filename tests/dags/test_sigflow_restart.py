@@ -16,7 +16,7 @@ from tests.dags.conftest import (
 )
 from tests.helpers import REPO, at, cli_env, produce, run_job, table, wait_for
 from tests.oracle import Event
-from tests.spark_jobs.ops.test_restart import _chunks, _dedup_rows, _run_chunks
+from tests.spark_jobs.ops.restart.test_restart import _chunks, _dedup_rows, _run_chunks
 
 pytestmark = pytest.mark.slow  # real DAG runs, a job in a JVM of its own
 

@@ -118,7 +118,7 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
     threaded Arrow scanner (``to_pyarrow_table()``, ``to_pandas()``, ``to_table()``) aborted
     the process at exit ("terminate called without an active exception", exit 134) in
     2 of 12 to 26 of 40 fresh processes, measured on a 6-row table; the
-    single-threaded scan never did (docs/streaming-facts.md, tests/spark_jobs/runtime/test_delta_tables.py).
+    single-threaded scan never did (docs/streaming-facts.md, tests/spark_jobs/runtime/delta/test_table_access.py).
     """
     if not exists(uri):
         import pyarrow as pa

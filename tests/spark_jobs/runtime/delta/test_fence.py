@@ -18,7 +18,7 @@ from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import fence
 from spark_jobs.runtime.delta.sink import DeltaSink
 from tests.helpers import REPO, cli_env, table, wait_for
-from tests.spark_jobs.runtime.gated_batch import INFO, ROWS, batch_rows
+from tests.spark_jobs.runtime.delta.gated_batch import INFO, ROWS, batch_rows
 
 STALE_WRITER = """
 import sys
@@ -27,7 +27,7 @@ from spark_jobs.runtime.checkpoint import lease as leases
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.spark import get_spark
-from tests.spark_jobs.runtime.gated_batch import INFO, SPEC, batch_rows
+from tests.spark_jobs.runtime.delta.gated_batch import INFO, SPEC, batch_rows
 
 leases.this_machine = lambda: "another-host/its-boot/its-pid-namespace"  # the holder runs elsewhere
 settings = load_settings()

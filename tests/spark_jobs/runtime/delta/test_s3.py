@@ -211,7 +211,7 @@ def test_a_lease_on_s3_is_taken_by_one_taker_with_a_conditional_put(s3, monkeypa
     from spark_jobs.errors import LeaseLost
     from spark_jobs.runtime.checkpoint.directory import Checkpoint
     from spark_jobs.runtime.checkpoint.lease import Lease
-    from tests.spark_jobs.runtime.test_lease import take_at_once
+    from tests.spark_jobs.runtime.checkpoint.test_lease import take_at_once
 
     for name, value in s3.items():
         monkeypatch.setenv(name, value)

@@ -38,7 +38,7 @@ def test_the_test_session_has_the_kafka_source_and_delta_spark(spark):
 
 def test_a_running_job_reads_with_sparks_kafka_source_and_commits_each_batch_with_its_ids(spark, settings):
     """A batch the run planned itself is new: its commit carries (app id, batch id) in its
-    metadata, without Delta's transaction lookup (replays: tests/spark_jobs/runtime/test_delta_sink.py)."""
+    metadata, without Delta's transaction lookup (replays: tests/spark_jobs/runtime/delta/test_sink.py)."""
     send(settings, [Event("e1", "d1", at(10, 0), 1.0), Event("e2", "d2", at(10, 1), 2.0)])
     run = JobRun(get_job("ingest"), settings, spark)
     query = run.start("0 seconds")

@@ -65,5 +65,5 @@ def test_a_job_added_as_the_page_says_is_created_documented_checked_and_filled_b
 
 
 def test_a_job_named_in_one_list_and_not_the_other_fails_the_registry_naming_both():
-    with pytest.raises(RuntimeError, match="registry.py .* __init__.py"):
+    with pytest.raises(RuntimeError, match="registry.py.*__init__.py.*named in both"):
         _by_name(("ingest", "high-signals"), (JOBS["ingest"],))

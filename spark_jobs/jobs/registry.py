@@ -20,7 +20,7 @@ def _by_name(names: tuple[str, ...], jobs: tuple) -> dict:
     found = {job.name: job for job in jobs}
     if set(found) != set(names):
         raise RuntimeError(f"spark_jobs/jobs/registry.py lists {sorted(found)}, spark_jobs/jobs/__init__.py "
-                           f"{sorted(names)}: a job is declared in both")
+                           f"{sorted(names)}: every job is named in both")
     return {name: found[name] for name in names}
 
 

@@ -58,8 +58,9 @@ def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:
 
 
 def set_properties(uri: str, properties: dict[str, str]) -> None:
-    """Set table properties: a metadata-only commit."""
-    open_table(uri).alter.set_table_properties(properties)
+    """Set table properties, sigflow's own among them (not Delta's, so not checked as Delta's
+    are): a metadata-only commit."""
+    open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
 
 
 def append(uri: str, rows: pa.Table, user_metadata: str | None = None,

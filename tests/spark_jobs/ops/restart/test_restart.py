@@ -75,12 +75,18 @@ def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings
     ends = _run_chunks(spark, s, _chunks()[:2])
     uninterrupted = _dedup_rows(s)
     half = restart.plan_rewind(s, "dedup", to_batch=ends[0])
-    for change in half.changes[:2]:  # intent recorded, one table restored, then a crash
-        change()
+    half.command = restart.RestartRequest("dedup", "rewind", to_batch=ends[0]).command()
+
+    def dies() -> None:
+        raise RuntimeError("the apply's process died here")
+
+    half.changes.insert(1, dies)  # intent recorded, one table's rows deleted, then a crash
+    with pytest.raises(RuntimeError):
+        half.apply()
     with pytest.raises(SigflowError, match="did not finish"):
         run_job(spark, s, "dedup")
-    assert "did not finish" in restart.plan_resume(s, "dedup").describe()
-    restart.plan_rewind(s, "dedup", to_batch=ends[0]).apply()
+    assert "did not finish" in restart.plan(s, "dedup", "resume").describe()
+    restart.plan(s, "dedup", "rewind", to_batch=ends[0]).apply()
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted
 

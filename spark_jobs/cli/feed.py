@@ -9,6 +9,7 @@ from pathlib import Path
 from spark_jobs.cli.common import settings_of
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
+from spark_jobs.local.simulate import MALFORMED_KINDS
 from spark_jobs.runtime.kafka import address as kafka_address
 
 
@@ -54,20 +55,22 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    _check_simulation(args)
+    if not args.events:
+        return _simulate_fleet(args)
     from spark_jobs.local import simulate
     from spark_jobs.runtime.kafka import producer
 
     settings = settings_of(args)
     bootstrap = kafka_address.connection(settings)
-    count = args.events if args.events else int(args.rate * args.duration)
     records = simulate.generate_events(
-        count, devices=args.devices, seed=args.seed,
+        args.events, devices=args.devices, seed=args.seed,
         late_ratio=args.late, out_of_order_ratio=args.out_of_order,
         duplicate_ratio=args.duplicates, malformed_ratio=args.malformed,
     )
     sent = producer.produce_records(
         bootstrap, settings.streaming.events_topic, ((r.key, r.value) for r in records),
-        rate_per_s=None if args.events else args.rate, total=len(records), progress=True,
+        total=len(records), progress=True,
     )
     kinds = Counter(r.kind for r in records)
     malformed = sum(n for k, n in kinds.items() if k in simulate.MALFORMED_KINDS)
@@ -86,6 +89,56 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_simulation(args: argparse.Namespace) -> None:
+    """The simulation's numbers, refused where they enter: one line naming the option."""
+    ratios = {"--late": args.late, "--out-of-order": args.out_of_order, "--duplicates": args.duplicates,
+              "--malformed": args.malformed}
+    wrong = [f"{name} {value:g}" for name, value in ratios.items() if not 0 <= value <= 1]
+    if wrong or sum(ratios.values()) >= 1:
+        raise SigflowError(f"simulate: {', '.join(wrong) or 'the defect ratios add up to 1 or more'}",
+                           "each defect ratio is a share of the events between 0 and 1, together below 1")
+    for name, value in (("--events", args.events), ("--devices", args.devices), ("--alert-every", args.alert_every)):
+        if value < (0 if name == "--events" else 1):
+            raise SigflowError(f"simulate: {name} {value} is out of range", f"give {name} a positive number")
+    if args.events == 0 and not args.rate > 0:
+        raise SigflowError(f"simulate: --rate {args.rate:g} events/s sends nothing", "give a rate above 0")
+    if args.duration is not None and not args.duration > 0:
+        raise SigflowError(f"simulate: --duration {args.duration:g} s is not a duration",
+                           "give seconds above 0, or no --duration to run until stopped")
+
+
+def _simulate_fleet(args: argparse.Namespace) -> int:
+    """A fleet sending ``--rate`` events/s by the wall clock, alerts among them, for
+    ``--duration`` seconds or until Ctrl-C/SIGTERM."""
+    from spark_jobs.local.fleet import ALERT, EVENT, Fleet, traffic
+    from spark_jobs.runtime.kafka import producer
+
+    settings = settings_of(args)
+    topics = {EVENT: settings.streaming.events_topic, ALERT: settings.streaming.alerts_topic}
+    fleet = Fleet(args.rate, devices=args.devices, seed=args.seed, late_ratio=args.late,
+                  out_of_order_ratio=args.out_of_order, duplicate_ratio=args.duplicates,
+                  malformed_ratio=args.malformed, alert_every=args.alert_every)
+    kinds: Counter = Counter()
+
+    def records():
+        for to, record in traffic(fleet):
+            kinds[record.kind] += 1
+            yield topics[to], record.key, record.value
+
+    until = f"for {args.duration:g} s" if args.duration else "until Ctrl-C"
+    print(f"a fleet of {fleet.devices:,} devices sending {fleet.rate:g} events/s to {topics[EVENT]} "
+          f"(alerts to {topics[ALERT]}), {until}")
+    sent = producer.send_paced(kafka_address.connection(settings), records(), fleet.rate, topics[EVENT],
+                               args.duration, progress=True)
+    events, alerts = sent.acknowledged.get(topics[EVENT], 0), sent.acknowledged.get(topics[ALERT], 0)
+    malformed = sum(n for k, n in kinds.items() if k in MALFORMED_KINDS)
+    print(f"produced {events:,} records to {topics[EVENT]} in {sent.seconds:.0f} s "
+          f"({events / max(sent.seconds, 1e-9):,.0f}/s): {kinds['out_of_order']:,} out of order, "
+          f"{kinds['late']:,} late, {kinds['duplicate']:,} re-sent, {malformed:,} malformed; "
+          f"{alerts:,} alerts to {topics[ALERT]}" + (f"; {sent.failed:,} refused by Kafka" if sent.failed else ""))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("produce", help="publish each line of a JSONL file as is")
     p.add_argument("--topic")
@@ -94,10 +147,13 @@ def register(sub) -> None:
                    help="check every line against the topic's contract first; send none if one fails")
     p.set_defaults(func=cmd_produce)
 
-    p = sub.add_parser("simulate", help="generate device events with every kind of defect")
-    p.add_argument("--events", type=int, default=0, help="how many, as fast as possible")
-    p.add_argument("--rate", type=float, default=200.0, help="events per second (with --duration)")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds")
+    p = sub.add_parser("simulate", help="device events with every kind of defect: a fleet at --rate by the "
+                                        "wall clock, or --events N at once (seeded, for tests)")
+    p.add_argument("--events", type=int, default=0,
+                   help="this many, as fast as possible, event times 1 s apart ending now (reproducible)")
+    p.add_argument("--rate", type=float, default=200.0,
+                   help="without --events: the fleet's events per second, each stamped with the clock")
+    p.add_argument("--duration", type=float, help="without --events: seconds to send (default: until Ctrl-C)")
     p.add_argument("--devices", type=int, default=20)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--late", type=float, default=0.02)

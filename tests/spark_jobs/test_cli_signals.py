@@ -58,7 +58,8 @@ def test_a_signal_stops_simulate_and_says_how_many_records_kafka_holds(settings,
 
     lines = _stop(command, signum, settings)
 
-    sent = re.search(r"sigflow: error: interrupted after ([\d,]+) of 30,000 records sent", "\n".join(lines))
+    topic = re.escape(settings.streaming.events_topic)
+    sent = re.search(rf"sigflow: error: interrupted after ([\d,]+) to {topic}\b.* sent in \d+ s", "\n".join(lines))
     assert sent, lines
     assert int(sent[1].replace(",", "")) == records_in(settings.kafka.bootstrap_servers, settings.streaming.events_topic)
 

@@ -85,6 +85,106 @@ def produce_records(
     return len(futures)
 
 
+@dataclass
+class Sent:
+    """What a paced send handed to Kafka and Kafka acknowledged, per topic."""
+
+    acknowledged: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    seconds: float = 0.0
+
+
+def send_paced(
+    target: KafkaConnection | str,
+    records: Iterable[tuple[str, bytes | None, bytes]],
+    rate_per_s: float,
+    paced_topic: str,
+    duration_s: float | None = None,
+    progress: bool = False,
+) -> Sent:
+    """Send (topic, key, value) records as a source that runs for a long time does: the
+    records of ``paced_topic`` at ``rate_per_s`` by the wall clock (those of other topics as
+    they come between them), each taken from ``records`` only when its time comes, until
+    ``duration_s`` has passed or, without one, until interrupted. Acknowledgements are
+    counted as they arrive, so memory does not grow with the run. An interruption
+    (Ctrl-C, SIGTERM) ends it after delivering what was handed over: the count says so.
+
+    With confluent-kafka (librdkafka), acks=all and idempotence as above: a fleet's rate
+    takes a twentieth of the CPU kafka-python's pure-Python client takes per record
+    (docs/streaming-facts.md), which matters beside the jobs on the same cores."""
+    from confluent_kafka import KafkaException, Producer
+    from tqdm import tqdm
+
+    conn = KafkaConnection.of(target)
+    check_reachable(conn)
+    sent = Sent()
+
+    def delivered(error, message) -> None:  # on this thread, from poll() and flush()
+        if error is not None:
+            sent.failed += 1
+        else:
+            sent.acknowledged[message.topic()] = sent.acknowledged.get(message.topic(), 0) + 1
+
+    producer = Producer({**conn.confluent(), "linger.ms": 20, "acks": "all", "enable.idempotence": True,
+                         "message.max.bytes": 4 * 1024 * 1024, "on_delivery": delivered})
+    meter = tqdm(desc=f"produce {paced_topic}", unit=" records", disable=None if progress else True)
+    started, paced, pending = time.monotonic(), 0, iter(records)
+    # Ctrl-C and SIGTERM end the run between two records: as an exception they could land
+    # inside a delivery report, which Kafka holds and this count would miss
+    with _stop_on_signals() as stopped:
+        try:
+            while not stopped.is_set() and (duration_s is None or paced / rate_per_s < duration_s):
+                # the next paced record's time; delivery reports meanwhile
+                producer.poll(max(started + paced / rate_per_s - time.monotonic(), 0))
+                record = next(pending, None)  # made now: an event's time is the clock's
+                if record is None or stopped.is_set():
+                    break
+                topic, key, value = record
+                paced += topic == paced_topic
+                _produce(producer, topic, key, value)
+                meter.update()
+            producer.flush(30)
+        except KafkaException as exc:
+            raise SigflowError(f"producing to {paced_topic} failed after {_counts(sent)}: {exc}") from None
+        finally:
+            meter.close()
+    sent.seconds = time.monotonic() - started
+    if stopped.is_set():
+        raise Interrupted(f"interrupted after {_counts(sent)} sent in {sent.seconds:.0f} s",
+                          "the records sent are in Kafka; a new run sends new ones")
+    return sent
+
+
+def _produce(producer, topic: str, key: bytes | None, value: bytes) -> None:
+    """Hand one record over; while librdkafka's queue is full, serve deliveries and again."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _counts(sent: Sent) -> str:
+    return ", ".join(f"{n:,} to {topic}" for topic, n in sent.acknowledged.items()) or "no record"
+
+
+@contextmanager
+def _stop_on_signals():
+    """An event set by SIGINT or SIGTERM for the block (in the main thread: elsewhere none
+    arrives), the handlers before it restored after."""
+    stopped = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+    before = {signum: signal.signal(signum, lambda *_: stopped.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopped
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 @contextmanager
 def _signals_deferred():
     """Hold SIGINT and SIGTERM back for the block; one that arrived meanwhile is handled

@@ -1,0 +1,100 @@
+"""A fleet's traffic as it really arrives: ``sigflow simulate --rate R`` without ``--events``.
+
+Devices each send at a rate of their own (a few chatty, most quiet: weights drawn from a
+lognormal), together ``rate`` events per second; each event is stamped with the wall clock
+when it is made, so event time advances as real time does whatever the rate. The defects of
+the seeded stream (``simulate.generate_events``) are mixed in at the same ratios: late events
+30 to 60 minutes behind the clock, out-of-order ones up to 2 minutes behind, re-sent events,
+malformed records. Alerts are interleaved with the events, one per ``alert_every`` valid
+events, at that event's time (a share of them from silent devices, some malformed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from spark_jobs.local.simulate import (
+    MALFORMED_KINDS,
+    SimRecord,
+    _malformed,
+    event_payload,
+    iso,
+)
+
+EVENT, ALERT = "event", "alert"  # which topic a record goes to
+RECENT = 50  # how far back a re-sent event is taken from
+
+
+@dataclass(frozen=True)
+class Fleet:
+    rate: float  # events per second, the whole fleet
+    devices: int = 500
+    seed: int = 7
+    late_ratio: float = 0.02
+    out_of_order_ratio: float = 0.05
+    duplicate_ratio: float = 0.02
+    malformed_ratio: float = 0.005
+    alert_every: int = 50
+    silent_ratio: float = 0.3  # of alerts: from a device that sends no telemetry
+    bad_alert_ratio: float = 0.05
+
+    def device_rates(self) -> list[float]:
+        """Events per second of each device (they add up to ``rate``)."""
+        rng = random.Random(self.seed)
+        weights = [rng.lognormvariate(0.0, 0.75) for _ in range(self.devices)]
+        total = sum(weights)
+        return [self.rate * weight / total for weight in weights]
+
+
+def traffic(fleet: Fleet, clock: Callable[[], float] = time.time) -> Iterator[tuple[str, SimRecord]]:
+    """The fleet's records in the order they are sent, each (EVENT or ALERT, record), made
+    when asked for: its event time is ``clock()`` then, moved by its defect."""
+    rng = random.Random(fleet.seed)
+    names = [f"device-{n:05d}" for n in range(fleet.devices)]
+    chosen_by = list(itertools.accumulate(fleet.device_rates()))  # a bisect per event, not a sum
+    recent: deque[SimRecord] = deque(maxlen=RECENT)
+    valid = 0
+    for n in itertools.count():
+        device = rng.choices(names, cum_weights=chosen_by)[0]
+        now_ms = int(clock() * 1000)
+        roll = rng.random()
+        if roll < fleet.malformed_ratio:
+            kind = rng.choice(MALFORMED_KINDS)
+            yield EVENT, SimRecord(device.encode(), _malformed(kind, rng, device, now_ms, n), kind)
+            continue
+        roll -= fleet.malformed_ratio
+        if roll < fleet.duplicate_ratio and recent:
+            original = rng.choice(recent)
+            yield EVENT, SimRecord(original.key, original.value, "duplicate")
+            continue
+        roll -= fleet.duplicate_ratio
+        kind, t_ms = "event", now_ms
+        if roll < fleet.late_ratio:
+            kind, t_ms = "late", now_ms - rng.randint(30, 60) * 60_000
+        elif roll < fleet.late_ratio + fleet.out_of_order_ratio:
+            kind, t_ms = "out_of_order", now_ms - rng.randint(1, 120) * 1000
+        record = SimRecord(device.encode(), event_payload(f"evt-{fleet.seed}-{n}", device, t_ms,
+                                                          round(rng.gauss(50, 15), 3), firmware="1.4.2"), kind)
+        recent.append(record)
+        yield EVENT, record
+        if kind == "event":
+            valid += 1
+            if valid % fleet.alert_every == 0:
+                yield ALERT, _alert(fleet, rng, device, t_ms, valid)
+
+
+def _alert(fleet: Fleet, rng: random.Random, device: str, t_ms: int, n: int) -> SimRecord:
+    silent = rng.random() < fleet.silent_ratio
+    device = f"silent-{rng.randrange(5):02d}" if silent else device
+    body = {"alert_id": f"alert-{fleet.seed}-{n}", "device_id": device, "alert_time": iso(t_ms),
+            "severity": rng.choice(["critical", "warning", "info"]), "kind": "threshold"}
+    kind = "silent_alert" if silent else "alert"
+    if rng.random() < fleet.bad_alert_ratio:
+        body["severity"], kind = "catastrophic", "bad_severity"
+    return SimRecord(device.encode(), json.dumps(body).encode(), kind)

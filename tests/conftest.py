@@ -90,7 +90,40 @@ def spark(tmp_path_factory):
     overrides = {"shuffle_partitions": 2, "jvm_options": "-XX:+UseSerialGC", **QUICK_JIT}
     session = get_spark(load_settings(env={}, overrides=overrides), "sigflow-tests")
     yield session
-    session.stop()
+    _stop_within(session, SESSION_STOP_S)
+
+
+# How long the session's stop may take at the end of a worker's tests before its JVM is
+# killed: a stop that waits on a query thread that never ends must not hold the suite (and
+# CI's time) until it is killed from outside.
+SESSION_STOP_S = 120
+
+
+def _stop_within(session, seconds: float) -> None:
+    import threading
+
+    import psutil
+
+    stopping = threading.Thread(target=session.stop, name="spark-stop", daemon=True)
+    stopping.start()
+    stopping.join(seconds)
+    if not stopping.is_alive():
+        return
+    drivers = [child for child in psutil.Process().children(recursive=True)
+               if "org.apache.spark.deploy.SparkSubmit" in " ".join(_cmdline(child))]
+    for driver in drivers:
+        driver.kill()
+    sys.stderr.write(f"tests: the test session's Spark stop took over {seconds:g} s; its JVM was killed "
+                     f"(pids {[d.pid for d in drivers]})\n")
+
+
+def _cmdline(process) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def make_settings(data_dir, bootstrap: str, **overrides) -> Settings:

@@ -26,6 +26,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import launch
     from spark_jobs.runtime.metrics import summary as run_summary
 
+    if args.processing_time:
+        return _keep_pipeline(args)
     settings = settings_of(args)
     names = args.jobs or list(JOBS)
     if not args.verbose:  # a line per job here; `sigflow run JOB` shows a line per batch
@@ -43,11 +45,32 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
-    from spark_jobs.ops import restart
+def _keep_pipeline(args: argparse.Namespace) -> int:
+    """Every job (or those named) continuously in one application, until SIGTERM or Ctrl-C."""
+    from spark_jobs.jobs.registry import JOBS
+    from spark_jobs.runtime import launch
+    from spark_jobs.runtime.metrics import summary as run_summary
 
-    pid = restart.stop_running(settings_of(args), args.job, args.timeout)
-    print(f"{args.job}: stopped pid {pid} after its batch in flight" if pid else f"{args.job}: not running")
+    settings = load_settings(config_file=args.config, overrides={"trigger_interval": args.processing_time})
+    names = args.jobs or list(JOBS)
+    print(f"{', '.join(names)}: one application, a batch every {settings.streaming.trigger_interval} per job, "
+          "until Ctrl-C or SIGTERM (each job's batches: its progress lines; `sigflow status`)")
+    summaries = launch.keep_pipeline(settings, names)
+    print("\n".join(run_summary.summary_table(summaries)))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from spark_jobs.ops import restart, status
+
+    settings = settings_of(args)
+    holder = status.running_holder(settings, args.job)
+    pid = restart.stop_running(settings, args.job, args.timeout)
+    if holder is not None and holder.shared:
+        print(f"{args.job}: stopped after its batch in flight; the other jobs of its application (pid {pid}) go on, "
+              f"and it stays stopped until a restart of it is applied (`sigflow checkpoint resume {args.job} --yes`)")
+    else:
+        print(f"{args.job}: stopped pid {pid} after its batch in flight" if pid else f"{args.job}: not running")
     return 0
 
 
@@ -69,8 +92,12 @@ def register(sub) -> None:
                       "real_time_checkpoint_interval)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("pipeline", help="run every job (or those named) at once, as available-now queries in one session")
+    p = sub.add_parser("pipeline", help="every job (or those named) at once in one application: available-now "
+                                        "queries, or continuously with --processing-time")
     p.add_argument("jobs", nargs="*")
+    p.add_argument("--processing-time", metavar="INTERVAL",
+                   help="run continuously, a batch per job every INTERVAL (e.g. 10s), until Ctrl-C or SIGTERM; "
+                        "a failed job starts again alone")
     p.set_defaults(func=cmd_pipeline)
 
     p = sub.add_parser("stop", help="stop a running job gracefully (after its batch in flight)")

@@ -5,7 +5,8 @@ runs several jobs in one process). A point ending in ``@jvm`` halts the driver's
 instead and leaves the Python process running, as a JVM that ran out of memory does
 (``-XX:+ExitOnOutOfMemoryError``); one ending in ``@pause`` holds the batch there for
 ``PAUSE_S`` seconds after saying so on stderr, so a test can signal a run at that exact
-point. Unset in normal operation, where ``hit`` is a dictionary lookup."""
+point; one ending in ``@raise`` fails the batch with an error, once per process (the query
+fails, the process goes on). Unset in normal operation, where ``hit`` is a dictionary lookup."""
 
 from __future__ import annotations
 
@@ -34,11 +35,22 @@ def _armed() -> dict[tuple[str, str], tuple[int, str]]:
 
 
 _ARMED = _armed()
+_RAISED: set[tuple[str, str]] = set()  # the @raise points that fired in this process
+
+
+class FailpointError(RuntimeError):
+    """A batch failed at an armed ``@raise`` point."""
 
 
 def hit(point: str, batch_id: int, job: str, spark=None) -> None:
     for armed in (_ARMED.get(("", point)), _ARMED.get((job, point))):
         if armed is None or armed[0] != batch_id:
+            continue
+        if armed[1] == "raise":
+            fired = (job, point)
+            if fired not in _RAISED:
+                _RAISED.add(fired)
+                raise FailpointError(f"failpoint {point}: {job} batch {batch_id} failed")
             continue
         if armed[1] == "pause":
             print(f"failpoint {point}: {job} batch {batch_id} paused", file=sys.stderr, flush=True)

@@ -1,22 +1,28 @@
 """Which run a job gets: a micro-batch ``JobRun`` (runtime/runner.py) or a real-time
-``RealTimeRun`` (runtime/real_time.py), one job alone or every job at once in one session."""
+``RealTimeRun`` (runtime/real_time.py), one job alone or every job at once in one session:
+available-now (``run_pipeline``), or continuously as one application (``keep_pipeline``)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from typing import Callable
 
+import tenacity
 from pyspark import inheritable_thread_target
 
 from spark_jobs.config import Settings
+from spark_jobs.errors import ConfigError, DriverDied, JobAlreadyRunning
 from spark_jobs.jobs.base import RealTimeJob
 from spark_jobs.jobs.registry import JOBS, get_any_job, get_job
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.metrics.progress import listen, query_name
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.real_time import RealTimeRun
-from spark_jobs.runtime.runner import JobRun
+from spark_jobs.runtime.runner import JobRun, stop_on_signals
 from spark_jobs.runtime.spark import get_spark
 
 
@@ -70,3 +76,74 @@ def run_pipeline(
         if future.exception() is not None:
             raise future.exception()
     return [future.result() for future in futures]
+
+
+log = logging.getLogger("sigflow.pipeline")
+# a failed job's first restart comes after this, each next one twice as late, up to RESTART_MAX_S
+RESTART_FIRST_S, RESTART_MAX_S = 2.0, 60.0
+LEASE_LOOK_S = 2.0  # how often a job whose lease a restart holds looks whether it may go on
+
+
+def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
+                  stop: threading.Event | None = None) -> list[RunSummary]:
+    """Every job (or those named) continuously as queries of one Spark application, each on
+    its own checkpoint, lease and tables, until SIGTERM or Ctrl-C (or ``stop``) stops them all
+    after their batches in flight.
+
+    A job whose query fails is started again alone from its checkpoint, after a backoff that
+    doubles with each failure, while the others go on. A restart of one job (rewind,
+    recover, resume) asks it to stop (``stop_running``) and it waits, its lease free, until
+    that restart has been applied; the others go on. A dead driver JVM or a setting that
+    cannot work ends them all, after their batches in flight."""
+    names = job_names or list(JOBS)
+    for name in names:
+        get_job(name)  # a micro-batch job, or refused here in one line
+    stop = stop or stop_on_signals()
+    spark = get_spark(settings, "sigflow-pipeline")
+    listen(spark)
+    summaries: dict[str, list[RunSummary]] = {name: [] for name in names}
+
+    def keep(name: str) -> None:
+        lease = Lease(Checkpoint(settings.checkpoint_uri(name)), name, settings.operations.lease_ttl.seconds)
+
+        def once() -> None:
+            if stop.is_set():
+                return
+            if lease.stop_requested():  # until the restart that asked has been applied
+                raise _AskedToStop
+            summaries[name].append(JobRun(get_job(name), settings, spark, shared=True).run_continuous(stop))
+            if not stop.is_set():
+                raise _AskedToStop
+
+        def pause(state: tenacity.RetryCallState) -> float:
+            waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning))
+            return LEASE_LOOK_S if waiting else failed_again(state)
+
+        def say(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception()
+            if isinstance(error, (_AskedToStop, JobAlreadyRunning)):
+                log.debug("%s: waiting for its lease (%s)", name, error or "a restart of it is being applied")
+            else:
+                log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",
+                          name, str(error).splitlines()[0] if str(error) else type(error).__name__,
+                          state.upcoming_sleep)
+
+        tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda error: not isinstance(error, (DriverDied, ConfigError))),
+            wait=pause, sleep=stop.wait, before_sleep=say, reraise=True,
+        )(once)
+
+    failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)
+    with ThreadPoolExecutor(len(names), thread_name_prefix="sigflow-job") as pool:
+        futures = [pool.submit(inheritable_thread_target(spark)(keep), name) for name in names]
+        for done in as_completed(futures):
+            if done.exception() is not None:
+                stop.set()  # a job that cannot go on ends the application: the others stop too
+    for future in futures:
+        if future.exception() is not None:
+            raise future.exception()
+    return [summary for name in names for summary in summaries[name]]
+
+
+class _AskedToStop(Exception):
+    """A job of the application ended its run on a stop request: its restart is being applied."""

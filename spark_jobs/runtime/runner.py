@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -68,12 +69,14 @@ class JobRun:
     ``BatchCommit`` (runtime/commit.py: the commit protocol); pipeline_metrics by a ``MetricsRecorder``. It holds the checkpoint's
     lease (``lease.Lease``) from its construction until its run ends."""
 
-    def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None):
+    def __init__(self, job: StreamingJob, settings: Settings, spark: SparkSession | None = None,
+                 shared: bool = False):
         self.job = job
         self.checkpoint = Checkpoint(settings.checkpoint_uri(job.name))
         # held from here until the run ends: before the app id is read or made, so two runs
-        # starting at once cannot each make one; a restart being applied holds it too
-        self.lease = Lease(self.checkpoint, job.name, settings.operations.lease_ttl.seconds)
+        # starting at once cannot each make one; a restart being applied holds it too. A run
+        # ``shared`` with other jobs' in one application is stopped by request (lease.py).
+        self.lease = Lease(self.checkpoint, job.name, settings.operations.lease_ttl.seconds, shared=shared)
         self.lease.acquire()
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
@@ -192,8 +195,10 @@ class JobRun:
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
         stop = stop or stop_on_signals()
 
+        asked = _StopRequests(self.lease)
+
         def drive(query) -> None:
-            while query.isActive and not stop.is_set():
+            while query.isActive and not stop.is_set() and not asked.now():
                 query.awaitTermination(0.5)
                 self.record_metrics(query)
             if query.exception():
@@ -206,6 +211,25 @@ class JobRun:
                             self.job.name, STOP_GRACE_S)
 
         return self._run(self.settings.streaming.trigger_interval.spark, drive, stop)
+
+
+class _StopRequests:
+    """Whether a run shared with other jobs was asked to stop (``stop_running``): its lease's
+    stop request, read every ``EVERY_S`` (a read of the checkpoint storage each time)."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, lease: Lease):
+        self.lease, self.next_look, self.asked = lease, 0.0, False
+
+    def now(self) -> bool:
+        if self.lease.shared and not self.asked and time.monotonic() >= self.next_look:
+            self.next_look = time.monotonic() + self.EVERY_S
+            self.asked = self.lease.stop_requested()
+            if self.asked:
+                log.warning("%s: asked to stop (a restart of it is being applied); stopping after the "
+                            "batch in flight, the application's other jobs go on", self.lease.job)
+        return self.asked
 
 
 def run_lineage(run: "JobRun", tables: dict[str, str], topics_out: list[str] = ()) -> RunLineage:

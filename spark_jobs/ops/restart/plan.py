@@ -162,6 +162,7 @@ class Plan:
                 failpoints.hit("after_restart_step", n, self.job)
             if self.lease:
                 self.lease.checkpoint.clear_intent()
+                self.lease.clear_stop_request()  # a job of a shared application may go on now
 
 
 class PlanRefused(SigflowError):

@@ -13,6 +13,7 @@ from spark_jobs.ops.restart.plan import (
     refuse_pending_rewind,
 )
 from spark_jobs.ops.restart.snapshot import JobSnapshot
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import RUN, Lease
 from spark_jobs.runtime.waiting import wait_until
 
@@ -20,7 +21,9 @@ from spark_jobs.runtime.waiting import wait_until
 def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int | None:
     """SIGTERM the run holding the job's lease (it finishes its batch in flight); its pid, or
     None. Only that very process (pid and start time, psutil) is signalled, never one that
-    reused its pid, and a run on another host is left to that host."""
+    reused its pid, and a run on another host is left to that host. A run that shares its
+    application with other jobs (`sigflow pipeline --processing-time`) is asked to stop
+    instead, on any host: the others go on."""
     get_any_job(job)  # a name that is no job never becomes a checkpoint path
     holder = status.running_holder(settings, job)
     if holder is None:
@@ -28,6 +31,15 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
     if holder.purpose != RUN:
         raise SigflowError(f"{job} is not running: a {holder.purpose} of its checkpoint is being applied "
                            f"({holder.describe()})", "let it finish; its plan says what comes next")
+    if holder.shared:  # one job of several in one application: asked, not signalled
+        lease = Lease(Checkpoint(settings.checkpoint_uri(job)), job, settings.operations.lease_ttl.seconds)
+        lease.request_stop()
+        if not wait_until(lambda: status.running_holder(settings, job) is None, timeout_s=timeout_s, every_s=0.5):
+            raise SigflowError(
+                f"{job} (in the application of pid {holder.pid}) did not stop within {timeout_s:g}s of the request",
+                f"it may be stuck in a batch: check its log; stopping the whole application (`kill {holder.pid}`) "
+                "stops every job in it, each after its batch in flight")
+        return holder.pid  # the request stays until a restart of the job has been applied
     process = holder.process()
     if process is None:
         raise SigflowError(

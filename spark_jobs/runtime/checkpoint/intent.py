@@ -12,7 +12,6 @@ restart": it refuses too, naming the file.
 from __future__ import annotations
 
 import json
-import os
 
 from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -65,18 +64,8 @@ def read(fs: pafs.FileSystem, folder: str) -> RestartIntent | None:
 
 
 def record(fs: pafs.FileSystem, folder: str, intent: RestartIntent) -> None:
-    """Write ``intent`` whole: a crash mid-write leaves the earlier file or none, never half
-    of this one (a rename on a local disk; a put on object storage is whole by itself)."""
-    data = intent.model_dump_json().encode()
-    where = path(folder)
-    if isinstance(fs, pafs.LocalFileSystem):
-        aside = f"{where}.{os.getpid()}.tmp"
-        with open(aside, "wb") as out:
-            out.write(data)
-        os.replace(aside, where)
-        return
-    with fs.open_output_stream(where) as out:
-        out.write(data)
+    """Write ``intent`` whole (storage.write_whole)."""
+    storage.write_whole(fs, path(folder), intent.model_dump_json().encode())
 
 
 def clear(fs: pafs.FileSystem, folder: str) -> None:

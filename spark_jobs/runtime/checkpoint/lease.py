@@ -59,6 +59,7 @@ from spark_jobs.runtime.processes import start_time, started_as_recorded
 
 log = logging.getLogger("sigflow.lease")
 LEASE_FILE = "sigflow.lease"
+STOP_FILE = "stop.requested"  # beside the lease: its holder is asked to stop (``request_stop``)
 _GENERATION = re.compile(re.escape(LEASE_FILE) + r"(?:\.(\d+))?")
 RUN = "run"
 # sigflow reconcile's own lease, beside the job's (``<checkpoint>.reconcile.lease/``): one
@@ -107,6 +108,9 @@ class Holder:
     released: bool = False  # let go by its holder: the file stays, so generations only grow
     generation: int = 0  # from the file's name, not its content
     machine: str | None = None  # this_machine() of the holder; None from older versions
+    # the holder runs beside other jobs in one application (`sigflow pipeline`): a signal to
+    # its process would stop them all, so it is asked to stop by request (``request_stop``)
+    shared: bool = False
 
     def on_this_host(self) -> bool:
         """Whether the holder's pid and boot clock mean what they do here: the same kernel
@@ -152,10 +156,10 @@ class Holder:
 
 
 class Lease:
-    def __init__(self, checkpoint: Checkpoint, job: str, ttl_s: float, purpose: str = RUN):
+    def __init__(self, checkpoint: Checkpoint, job: str, ttl_s: float, purpose: str = RUN, shared: bool = False):
         if not ttl_s > 0:
             raise ValueError(f"a lease's ttl must be above 0 s, not {ttl_s}")
-        self.checkpoint, self.job, self.ttl_s, self.purpose = checkpoint, job, ttl_s, purpose
+        self.checkpoint, self.job, self.ttl_s, self.purpose, self.shared = checkpoint, job, ttl_s, purpose, shared
         # beside the checkpoint, not in it: a recover moves the checkpoint aside while it holds this
         self.fs = checkpoint.fs
         self.folder = f"{checkpoint.path}.reconcile.lease" if purpose == RECONCILE else checkpoint.beside
@@ -196,7 +200,7 @@ class Lease:
     def _mine(self, released: bool = False) -> Holder:
         return Holder(self.owner, self.job, socket.gethostname(), os.getpid(),
                       start_time(os.getpid()), time.time(), self.ttl_s, self.purpose, since_boot(), released,
-                      machine=this_machine())
+                      machine=this_machine(), shared=self.shared)
 
     def _content(self, released: bool = False) -> bytes:
         fields = asdict(self._mine(released))
@@ -315,6 +319,21 @@ class Lease:
                 self._write(self._path(current.generation), released=True)
         except OSError as exc:  # not renewed any more, it lapses after lease_ttl
             log.warning("%s: could not mark its lease released (%s); it lapses after %.0f s", self.job, exc, self.ttl_s)
+
+    # ---- asking a holder in a shared application to stop -----------------------------------
+    def request_stop(self) -> None:
+        """Ask the run that holds this lease to stop after its batch in flight (a run in a
+        shared application, whose process runs other jobs too): it looks every few seconds."""
+        storage.write_whole(self.fs, f"{self.folder}/{STOP_FILE}", b"stop after the batch in flight\n")
+
+    def stop_requested(self) -> bool:
+        return storage.read_bytes(self.fs, f"{self.folder}/{STOP_FILE}") is not None
+
+    def clear_stop_request(self) -> None:
+        try:
+            self.fs.delete_file(f"{self.folder}/{STOP_FILE}")
+        except (FileNotFoundError, OSError):
+            pass
 
     def __enter__(self) -> Lease:
         self.acquire()

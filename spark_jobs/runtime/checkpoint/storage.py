@@ -1,4 +1,5 @@
-"""Reads of checkpoint storage that tell "no file there" from "the storage did not answer".
+"""Reads of checkpoint storage that tell "no file there" from "the storage did not answer",
+and writes a reader never sees half done.
 
 An object store fails a request now and then (a timeout, a 503). Taken for "no file", such a
 failure lets a run miss a rewind left half done, save sigflow.json over an identity it could
@@ -8,6 +9,9 @@ only a file that is not there reads as None.
 """
 
 from __future__ import annotations
+
+import os
+import uuid
 
 import tenacity
 from pyarrow import fs as pafs
@@ -38,3 +42,17 @@ def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
             return None
 
     return patiently()(once)
+
+
+def write_whole(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write the file whole: a crash mid-write leaves the earlier file or none, never half of
+    this one (written aside and renamed on a local disk; a put on object storage is whole by
+    itself)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        aside = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp"
+        with open(aside, "wb") as out:
+            out.write(data)
+        os.replace(aside, path)
+        return
+    with fs.open_output_stream(path) as out:
+        out.write(data)

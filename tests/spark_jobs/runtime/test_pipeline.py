@@ -6,17 +6,32 @@ ones that both list late rows (all six took three minutes beside the suite)."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
 
+import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.jobs import writers_of
 from spark_jobs.jobs.registry import get_job
-from spark_jobs.local.simulate import generate_events
+from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
+from spark_jobs.ops import status
 from spark_jobs.runtime import launch
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.lineage_events import events_file, table_dataset
-from tests.helpers import contents, produce, run_job, table
+from tests.helpers import (
+    REPO,
+    cli_env,
+    contents,
+    produce,
+    run_job,
+    sigflow,
+    table,
+    wait_for,
+)
 
 # what says when or under which checkpoint a row was written, not what it holds
 WHEN_WRITTEN = frozenset({"ingest_time", "checkpoint_id"})
@@ -56,3 +71,53 @@ def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(sp
                 assert reported == now, (job, spec.name)
             else:  # shared (device_status, late_events): another job may have written it since
                 assert reported <= now, (job, spec.name)
+
+
+@pytest.mark.slow  # a driver of its own, run as operators run it
+def test_one_application_keeps_its_jobs_going_through_a_failure_and_a_rewind_of_one_and_stops_on_sigterm(settings):
+    """`sigflow pipeline --processing-time`: dedup's query fails once (a failpoint) and is
+    started again alone while ingest goes on; `sigflow stop dedup` stops dedup alone, a rewind
+    of it is applied while ingest runs, and dedup then goes on by itself; SIGTERM stops both
+    after their batches in flight. Every valid record is in device_events once, every event id in
+    device_events_deduplicated once, as a run without any of it would leave them."""
+    s = settings.replace(max_offsets_per_trigger=150)
+    first = generate_events(400, devices=5, seed=31, late_ratio=0.0, duplicate_ratio=0.05, malformed_ratio=0.05)
+    produce(s, first)
+    env = cli_env(s, {"SIGFLOW_FAILPOINTS": "dedup/before_delta_commit:1@raise"})
+    app = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "pipeline", "--processing-time", "2 seconds",
+                            "ingest", "dedup"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        wait_for(lambda: _all_in(s, first), timeout_s=240, watched=(app,), what="both jobs to hold the first records")
+        stopped = sigflow(s, "stop", "dedup", timeout=240)  # the runbook's first step; ingest goes on
+        assert stopped.returncode == 0 and "the other jobs of its application" in stopped.stdout, stopped.stderr
+        assert status.running_holder(s, "dedup") is None and status.running_holder(s, "ingest") is not None
+        rewind = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", "0", "--yes", timeout=240)
+        assert rewind.returncode == 0, rewind.stdout + rewind.stderr
+        second = generate_events(200, devices=5, seed=32, late_ratio=0.0, duplicate_ratio=0.0, malformed_ratio=0.0)
+        produce(s, second)
+        wait_for(lambda: _all_in(s, first + second), timeout_s=240, watched=(app,),
+                 what="both jobs to hold every record after the rewind")
+        app.send_signal(signal.SIGTERM)
+        output, _ = app.communicate(timeout=120)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.communicate()
+    assert app.returncode == 0, output[-3000:]
+    assert re.search(r"dedup failed \(.*failpoint before_delta_commit: dedup batch 1 failed.*\); starting it again", output)
+    assert "dedup: asked to stop" in output and "ingest: asked to stop" not in output
+    assert status.running_holder(s, "ingest") is None and status.running_holder(s, "dedup") is None
+    assert _all_in(s, first + second)
+
+
+def _all_in(s, records) -> bool:
+    """device_events holds each valid record once, device_events_deduplicated each event id once."""
+    valid = [r for r in records if r.kind not in MALFORMED_KINDS]
+    try:
+        events, deduplicated = table(s, "device_events"), table(s, "device_events_deduplicated")
+    except Exception:  # not created yet
+        return False
+    ids = {json.loads(r.value)["event_id"] for r in valid}
+    return (sorted(events.event_id) == sorted(json.loads(r.value)["event_id"] for r in valid)
+            and deduplicated.event_id.is_unique and set(deduplicated.event_id) == ids)

@@ -8,6 +8,7 @@ and the run's lease released when it ends. Every run uses one (``runner.JobRun``
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -184,5 +185,16 @@ def explain(job: str, exc: Exception) -> Exception:
             "fix the storage (space, permissions), then rerun the job: it redoes the batch "
             "from its checkpoint, exactly once (docs/runbooks/job-crashed.md)",
         )
-    first = next((line for line in text.splitlines() if line.strip()), text)
+    first = _python_error(text) or next((line for line in text.splitlines() if line.strip()), text)
     return SigflowError(f"job {job} failed: {first[:500]}", "see the log above for the batch that failed")
+
+
+def _python_error(text: str) -> str | None:
+    """The error a batch's Python code raised (the foreachBatch commit), from the query's
+    failure: Spark's first line names only the query, the traceback's last names the error."""
+    _, found, traceback = text.partition("Traceback (most recent call last):")
+    if not found:
+        return None
+    raised = re.findall(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*)?$", traceback.split("\n\tat ", 1)[0],
+                        re.M)
+    return raised[-1].strip() if raised else None  # of chained errors, the last one raised

@@ -7,13 +7,16 @@ deploying twice changes nothing.
 2. `ensure_topics`: create missing topics (events, alerts, critical alerts) with the
    configured partitions and retention.
 3. `ensure_tables`: create missing Delta tables with their schemas.
-4. `start_<job>`: spark-submit of `sigflow run <job>` through the Apache Spark provider
+4. `start_<job>` (shape `one application per job`): spark-submit of `sigflow run <job>` through the Apache Spark provider
    (`spark_default`: a local master in the embedded mode, the cluster in production),
    either `long-running` (a processing-time trigger; the task lives as long as the job)
    or `available-now` (process what Kafka holds and stop; `sigflow_streaming` repeats it).
    `alert-fastpath` runs in Spark's real-time mode either way (long-running: a commit every
    `real_time_checkpoint_interval`; available-now: 5-second batches until it has caught
    up); it needs a task slot per partition of device-alerts.
+   Or `start_pipeline` (shape `one application`): one spark-submit of `sigflow pipeline` with
+   the chosen micro-batch jobs as queries of one driver (a failed query starts again alone);
+   `alert-fastpath` keeps its own application.
 
 By hand: `sigflow topics create`, then `sigflow run <job> [--processing-time 10s]`.
 """
@@ -24,13 +27,18 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from spark_jobs.airflow.operators import SigflowSubmitOperator
+from spark_jobs.airflow.operators import (
+    SigflowPipelineSubmitOperator,
+    SigflowSubmitOperator,
+)
+from spark_jobs.airflow.shapes import SHAPES
 from spark_jobs.jobs import ALL_JOB_NAMES
 
 RUN_MODE = (
     "{{ '--available-now' if params.mode == 'available-now' "
     "else '--processing-time=' ~ params.trigger_interval }}"
 )
+PIPELINE_MODE = "{{ '' if params.mode == 'available-now' else '--processing-time=' ~ params.trigger_interval }}"
 
 
 @task(show_return_value_in_logs=False)  # its lines are in the log once already
@@ -56,7 +64,9 @@ def ensure_tables() -> list[str]:
 
 @task.branch
 def choose_jobs(params=None) -> list[str]:
-    return [f"start_{job.replace('-', '_')}" for job in params["jobs"]]
+    from spark_jobs.airflow.shapes import start_tasks
+
+    return start_tasks(params["jobs"], params["shape"])
 
 
 with DAG(
@@ -77,9 +87,14 @@ with DAG(
                                   description="long-running mode: the processing-time trigger"),
         "jobs": Param(list(ALL_JOB_NAMES), type="array", items={"type": "string", "enum": list(ALL_JOB_NAMES)},
                       description="which jobs to start"),
+        "shape": Param(SHAPES[0], enum=list(SHAPES),
+                       description="one application per job: isolation, for a cluster with room for six drivers; "
+                       "one application: the micro-batch jobs as queries of one driver, for one machine or a "
+                       "small cluster (docs/deploy.md)"),
     },
 ) as dag:
     chosen = choose_jobs()
     validate_config() >> ensure_topics() >> ensure_tables() >> chosen
     for name in ALL_JOB_NAMES:
         chosen >> SigflowSubmitOperator(task_id=f"start_{name.replace('-', '_')}", job=name, mode=RUN_MODE)
+    chosen >> SigflowPipelineSubmitOperator(task_id="start_pipeline", mode=PIPELINE_MODE)

@@ -101,6 +101,27 @@ class SigflowSubmitOperator(SparkSubmitOperator):
             super().execute(context)
 
 
+class SigflowPipelineSubmitOperator(SigflowSubmitOperator):
+    """spark-submit of ``sigflow pipeline``: the micro-batch jobs the form chose as queries of
+    one application (one driver), available-now or continuously (``mode``: empty, or
+    ``--processing-time=...``); the form's job list is read when the task runs."""
+
+    def __init__(self, *, mode: str, **kwargs) -> None:
+        SparkSubmitOperator.__init__(self, application=CLI, application_args=["pipeline", mode],
+                                     name="sigflow-pipeline", conn_id="spark_default",
+                                     openlineage_inject_parent_job_info=True, **kwargs)
+
+    def command(self, chosen: list[str]) -> list[str]:
+        """The CLI's arguments: the rendered mode, then the micro-batch jobs of ``chosen``."""
+        from spark_jobs.jobs import JOB_NAMES
+
+        return [arg for arg in self.application_args if arg] + [job for job in chosen if job in JOB_NAMES]
+
+    def execute(self, context) -> None:
+        self.application_args = self.command(context["params"]["jobs"])
+        super().execute(context)
+
+
 def _driver_env(kafka: dict, private: Path) -> dict[str, str]:
     """The connection's settings as the driver's environment; its password as a 0600 file
     in ``private`` named by kafka_password_file."""

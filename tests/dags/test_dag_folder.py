@@ -37,7 +37,7 @@ def test_on_call_dags_take_their_parameters_from_a_form(airflow_home):
     assert isinstance(restart.get_task("approve_and_apply"), ApprovalOperator)
     assert restart.get_task("approve_and_apply").upstream_task_ids == {"plan"}
     assert restart.get_task("run_job").upstream_task_ids == {"approve_and_apply"}
-    assert set(bag.get_dag("sigflow_deploy").params) == {"mode", "trigger_interval", "jobs"}
+    assert set(bag.get_dag("sigflow_deploy").params) == {"mode", "trigger_interval", "jobs", "shape"}
 
 
 def test_an_approval_window_beyond_a_week_is_refused_by_the_form(airflow_home):

@@ -104,7 +104,12 @@ def _stop_within(session, seconds: float) -> None:
 
     import psutil
 
-    stopping = threading.Thread(target=session.stop, name="spark-stop", daemon=True)
+    def stop() -> None:
+        for query in session.streams.active:  # one a test left running would hold the stop
+            query.stop()
+        session.stop()
+
+    stopping = threading.Thread(target=stop, name="spark-stop", daemon=True)
     stopping.start()
     stopping.join(seconds)
     if not stopping.is_alive():

@@ -7,9 +7,8 @@ cut off from the lease's storage while its S3 write goes on retrying, a stalled 
 stepped back), the old write could land after the new holder replayed the batch: the batch
 twice. Whoever takes over a lease from a holder on another host that did not release it
 (one on this host is killed first, lease.py) commits a metadata change to each table the job
-appends to: Delta fails every transaction begun before that commit
-(its conflict check refuses a commit over another's metadata change), so the stale write
-cannot land. A run whose commit fails so checks its lease (``sink.DeltaSink.append``): lost,
+appends to: Delta's conflict check fails every transaction begun before that commit, so the
+stale write cannot land. A run whose commit fails so checks its lease (``sink.DeltaSink.append``): lost,
 it stops; still held (another job fenced a table both append to), it writes again.
 
 What it leaves: a writer that passed its lease check and then stalled, for longer than the

@@ -58,3 +58,28 @@ def test_the_documented_table_status_read_gives_each_table_and_writing_job_its_n
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.strip() == str(sorted((spec.name, "ingest") for spec in JOB_TABLES["ingest"]))
+
+
+def test_the_documented_follower_loop_reads_each_change_once_and_nothing_when_nothing_is_new(spark, settings):
+    """The delta-rs loop of docs/consumers.md, run as written again and again by one follower:
+    the first run reads every row, a run with nothing new committed reads nothing (delta-rs
+    refuses a change feed that starts past the table's version), the next one only the rows
+    committed since."""
+    s = single_partition(settings)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
+    (loop,) = [b for b in blocks if "deltalake" in b and "load_cdf" in b]
+    path = s.table_uri("device_events_deduplicated")
+    follower = {"next_version": 0}
+
+    def run_loop() -> int:
+        follower.pop("changes", None)
+        exec(loop.replace('"data/delta/device_events_deduplicated"', repr(path)), follower)
+        return follower["changes"].num_rows if "changes" in follower else 0
+
+    send(s, [Event(f"a{n}", "d1", 1_795_000_000_000 + n * 1000, float(n)) for n in range(12)])
+    run_job(spark, s, "dedup")
+    assert run_loop() == 12
+    assert run_loop() == 0  # nothing new
+    send(s, [Event(f"b{n}", "d2", 1_795_000_100_000 + n * 1000, float(n)) for n in range(5)])
+    run_job(spark, s, "dedup")
+    assert run_loop() == 5 and run_loop() == 0

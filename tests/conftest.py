@@ -6,6 +6,7 @@ tests stay isolated while paying the JVM and broker start-up once.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -27,6 +28,22 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("SIGFLOW_JIT", QUICK_JIT["jit"])
 # py4j logs at interpreter exit, after pytest has closed the captured streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+# How long a test process's end (its session fixtures' teardown: the shared Spark session,
+# the brokers) may take: past it, every thread's stack is printed and the process exits, so a
+# stuck teardown shows where it stuck instead of holding the suite until CI's limit.
+SESSION_END_S = 300
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    faulthandler.dump_traceback_later(SESSION_END_S, exit=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")

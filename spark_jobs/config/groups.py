@@ -233,6 +233,9 @@ class OperationsSettings(_Group):
     # the versions of the last minutes, and a rewind the ones before that.
     vacuum_retention: DurationSetting = "7 days"
     vacuum_retention_floor: DurationSetting = "1 hour"
+    # How long a table's commit log keeps its entries (Delta's delta.logRetentionDuration):
+    # with vacuum_retention, how far behind a change-feed follower may fall (docs/consumers.md)
+    log_retention: DurationSetting = "30 days"
     quarantine_retention: DurationSetting = "30 days"
     # table_status gets a row per table per batch; maintenance deletes those older than this,
     # each table's newest kept

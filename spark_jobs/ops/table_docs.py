@@ -28,7 +28,9 @@ def markdown() -> str:
         + ", ".join(f"`{key}` = {value}" for key, value in TABLE_PROPERTIES.items())
         + " (set at creation, and by the `sigflow_deploy` DAG or a job's start where a table does not set them;"
         " a value set on the table stays). The change data feed is what a reader follows every change by,"
-        " a rewind's deletes included (docs/consumers.md).",
+        " a rewind's deletes included (docs/consumers.md). `delta.deletedFileRetentionDuration` and"
+        " `delta.logRetentionDuration` are the settings `vacuum_retention` and `log_retention`, set at creation"
+        " and by deploy once they change: how far behind a change-feed follower may fall.",
         "The tables a job writes end with `checkpoint_id` and `batch_id`: the checkpoint and the batch of it"
         " that wrote the row (docs/semantics.md, section 7).",
         "",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import (
     KEY_CONSTRAINT,
     TABLE_PROPERTIES,
@@ -29,12 +30,13 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
     return to_arrow_schema(spec.schema, timezone="UTC")
 
 
-def ensure_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> str:
-    """Create with delta-spark when missing, else migrate: what was done."""
-    return _ensure(uri, spec, lambda: _create_with_spark(spark, uri, spec))
+def ensure_with_spark(spark: SparkSession, uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
+    """Create with delta-spark when missing, else migrate: what was done. ``properties``
+    (the settings' retention) join the creating commit, or are set where a table differs."""
+    return _ensure(uri, spec, lambda: _create_with_spark(spark, uri, spec, properties or {}), properties or {})
 
 
-def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> None:
+def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
     """delta-spark's CREATE TABLE: a commit with the schema and no write job (about half
     the time of an empty DataFrame's write, docs/streaming-facts.md); it writes the
     version's checksum as every commit does, so the first batch finds the table warm."""
@@ -43,24 +45,24 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec) -> None:
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(spec.schema)
     # delta-spark takes the key constraint as a property of the creating commit
     constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec)} if spec.key else {}
-    for key, value in {**TABLE_PROPERTIES, **constraint}.items():
+    for key, value in {**TABLE_PROPERTIES, **properties, **constraint}.items():
         builder = builder.property(key, value)
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)
     builder.execute()
 
 
-def create_table(uri: str, spec: TableSpec) -> str:
+def create_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
     """Create the table with its schema when missing, or migrate it, without Spark (delta-rs):
     what was done. `sigflow_deploy` does this before any job runs."""
-    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec))
+    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec, properties or {}), properties or {})
 
 
-def _create_with_delta_rs(uri: str, spec: TableSpec) -> None:
-    table_access.create(uri, arrow_schema(spec), list(spec.partition_by) or None, TABLE_PROPERTIES)
+def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
+    table_access.create(uri, arrow_schema(spec), list(spec.partition_by) or None, {**TABLE_PROPERTIES, **properties})
 
 
-def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
+def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: dict[str, str]) -> str:
     if not _table_exists(uri):
         try:
             create()
@@ -74,7 +76,7 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None]) -> str:
             if not _table_exists(uri):
                 raise
             log.debug("%s: created by another job at the same moment", spec.name)
-    return migrate_table(uri, spec)
+    return migrate_table(uri, spec) + keep_properties(uri, properties)
 
 
 def _table_exists(uri: str) -> bool:
@@ -166,3 +168,24 @@ def _any_null(columns: tuple[str, ...]):
     for column in columns[1:]:
         condition = condition | ds.field(column).is_null()
     return condition
+
+
+def follower_properties(settings: Settings) -> dict[str, str]:
+    """The tables' own retention, from the settings: how long vacuum leaves a removed file (a
+    change-feed follower reads the files of the versions it has not applied yet) and how long
+    the log keeps a commit. A follower further behind than the shorter breaks
+    (docs/consumers.md)."""
+    operations = settings.operations
+    return {"delta.deletedFileRetentionDuration": f"interval {int(operations.vacuum_retention.seconds)} seconds",
+            "delta.logRetentionDuration": f"interval {int(operations.log_retention.seconds)} seconds"}
+
+
+def keep_properties(uri: str, properties: dict[str, str]) -> str:
+    """Set the properties the table holds otherwise (a metadata commit, only then): what was done."""
+    if not table_access.exists(uri):
+        return ""
+    held = table_access.open_table(uri).metadata().configuration
+    differ = {key: value for key, value in properties.items() if held.get(key) != value}
+    if differ:
+        table_access.set_properties(uri, differ)
+    return "".join(f", set {key}={value}" for key, value in differ.items())

@@ -38,8 +38,9 @@ class DeltaSink:
         return self.settings.table_uri(spec.name)
 
     def ensure_table(self, spec: TableSpec) -> str:
-        """Create the table when missing, or add the columns it lacks: what was done."""
-        return schema.ensure_with_spark(self.spark, self.uri(spec), spec)
+        """Create the table when missing, or add the columns it lacks, and keep its retention
+        as the settings say: what was done."""
+        return schema.ensure_with_spark(self.spark, self.uri(spec), spec, schema.follower_properties(self.settings))
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest version the table's application transaction of ``app_id`` holds."""

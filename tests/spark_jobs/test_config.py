@@ -177,6 +177,7 @@ FLAT_SAMPLES = {
     "restart_self_approval": ("true", True), "kafka_accept_producer_time": ("true", True), "signal_min": ("-5", -5.0),
     "signal_max": ("5", 5.0), "quality_freshness": ("1 hour", 3600), "quality_chunk_rows": ("5000", 5000),
     "vacuum_retention": ("2 days", 172_800),
+    "log_retention": ("60 days", 5_184_000),
     "vacuum_retention_floor": ("2 hours", 7200), "quarantine_retention": ("10 days", 864_000),
     "table_status_retention": ("3 days", 259_200),
     "checkpoint_batches_retained": ("50", 50), "metrics_host": ("0.0.0.0", "0.0.0.0"), "metrics_port": ("9500", 9500),

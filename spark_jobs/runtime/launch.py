@@ -25,6 +25,11 @@ from spark_jobs.runtime.real_time import RealTimeRun
 from spark_jobs.runtime.runner import JobRun, stop_on_signals
 from spark_jobs.runtime.spark import get_spark
 
+log = logging.getLogger("sigflow.pipeline")
+# a failed job's first restart comes after this, each next one twice as late, up to RESTART_MAX_S
+RESTART_FIRST_S, RESTART_MAX_S = 2.0, 60.0
+LEASE_LOOK_S = 2.0  # how often a job whose lease a restart holds looks whether it may go on
+
 
 def run(job_name: str, settings: Settings, available_now: bool = True) -> RunSummary:
     """A job's run from its checkpoint: available-now, or continuous until a signal (a
@@ -78,12 +83,6 @@ def run_pipeline(
     return [future.result() for future in futures]
 
 
-log = logging.getLogger("sigflow.pipeline")
-# a failed job's first restart comes after this, each next one twice as late, up to RESTART_MAX_S
-RESTART_FIRST_S, RESTART_MAX_S = 2.0, 60.0
-LEASE_LOOK_S = 2.0  # how often a job whose lease a restart holds looks whether it may go on
-
-
 def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
                   stop: threading.Event | None = None) -> list[RunSummary]:
     """Every job (or those named) continuously as queries of one Spark application, each on
@@ -102,6 +101,7 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
     spark = get_spark(settings, "sigflow-pipeline")
     listen(spark)
     summaries: dict[str, list[RunSummary]] = {name: [] for name in names}
+    failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)
 
     def keep(name: str) -> None:
         lease = Lease(Checkpoint(settings.checkpoint_uri(name)), name, settings.operations.lease_ttl.seconds)
@@ -133,7 +133,6 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
             wait=pause, sleep=stop.wait, before_sleep=say, reraise=True,
         )(once)
 
-    failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)
     with ThreadPoolExecutor(len(names), thread_name_prefix="sigflow-job") as pool:
         futures = [pool.submit(inheritable_thread_target(spark)(keep), name) for name in names]
         for done in as_completed(futures):

@@ -106,7 +106,7 @@ class JobRun:
         self.tables = self._tables_written(job)
         for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS):
             self.sink.ensure_table(spec)
-        fence_after_takeover(settings, job, self.lease)  # before this run's first write
+        fence_after_takeover(settings, job.name, self.tables, self.lease)  # before this run's first write
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self._wire(job, settings)

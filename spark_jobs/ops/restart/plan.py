@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import RESTART_AUDIT
+from spark_jobs.contracts.tables import LATE_EVENTS, RESTART_AUDIT
 from spark_jobs.errors import JobAlreadyRunning, SigflowError
 from spark_jobs.ops.restart import audit
 from spark_jobs.ops.restart.audit import Approval
@@ -153,7 +153,9 @@ class Plan:
                         f"plan it again (`{self.command.removesuffix(' --yes')}`) and check the new plan",
                         details=moved)
             if self.lease and self.snapshot:  # a run it took the lease from may still be writing
-                fence_after_takeover(self.snapshot.settings, self.snapshot.job, self.lease)
+                job = self.snapshot.job
+                fence_after_takeover(self.snapshot.settings, job.name,
+                                     job.tables + ((LATE_EVENTS,) if job.late_rule else ()), self.lease)
             if self.lease:  # an apply that dies half way leaves this: the job refuses to start
                 self.lease.checkpoint.record_intent(RestartIntent(action=self.action, job=self.job,
                                                                   steps=now.steps, command=self.command))

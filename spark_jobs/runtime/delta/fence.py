@@ -18,30 +18,29 @@ whole takeover, before its Delta transaction began (docs/semantics.md).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from spark_jobs.contracts.tables import LATE_EVENTS
 from spark_jobs.runtime.delta import table_access
 
 if TYPE_CHECKING:
     from spark_jobs.config import Settings
-    from spark_jobs.jobs.base import StreamingJob
+    from spark_jobs.contracts.tables import TableSpec
     from spark_jobs.runtime.checkpoint.lease import Lease
 
 log = logging.getLogger("sigflow.lease")
 FENCE_PROPERTY = "sigflow.fenced_by.{job}"  # the run (lease owner) that took over last
 
 
-def fence_after_takeover(settings: Settings, job: StreamingJob, lease: Lease) -> list[str]:
-    """Fence the tables ``job`` appends to when ``lease`` was taken over from a holder on
-    another host that did not release it: the tables fenced (none otherwise)."""
+def fence_after_takeover(settings: Settings, job: str, tables: Iterable[TableSpec], lease: Lease) -> list[str]:
+    """Fence the ``tables`` that ``job`` appends to (not those kept by merge, whose replay
+    changes nothing) when ``lease`` was taken over from a holder on another host that did
+    not release it: the tables fenced (none otherwise)."""
     if lease.taken_over is None or lease.taken_over.on_this_host():
         return []
-    appended = [spec for spec in job.tables if not spec.merge_key] + ([LATE_EVENTS] if job.late_rule else [])
-    fenced = [spec.name for spec in appended if fence(settings.table_uri(spec.name), job.name, lease.owner)]
+    fenced = [spec.name for spec in tables if not spec.merge_key and fence(settings.table_uri(spec.name), job, lease.owner)]
     if fenced:
         log.warning("%s: took the lease over from %s; fenced %s so none of its writes under way can land",
-                    job.name, lease.taken_over.describe(), ", ".join(fenced))
+                    job, lease.taken_over.describe(), ", ".join(fenced))
     return fenced
 
 

@@ -65,7 +65,9 @@ def test_a_write_under_way_when_a_foreign_holder_is_taken_over_cannot_land(spark
                                    wait=tenacity.wait_fixed(0.5), stop=tenacity.stop_after_delay(60), reraise=True)
         taking(successor.acquire)  # once the holder's renewal is ttl plus the clock skew old
         assert successor.taken_over is not None and not successor.taken_over.on_this_host()
-        assert fence.fence_after_takeover(settings, get_job("dedup"), successor) == [DEVICE_EVENTS_DEDUPLICATED.name]
+        dedup = get_job("dedup")
+        assert fence.fence_after_takeover(settings, "dedup", dedup.tables, successor) == [
+            DEVICE_EVENTS_DEDUPLICATED.name]
         gate.touch()  # the successor's copy passes the gate at once
         assert sink.append(batch_rows(spark, str(started), str(gate)), DEVICE_EVENTS_DEDUPLICATED, INFO,
                            replay_possible=True, still_held=successor.check) == ROWS

@@ -1,13 +1,13 @@
 """What a reader relies on is declared for every table, over columns the table has."""
 
-from spark_jobs.contracts.tables import ALL_TABLES, READING, WRITTEN_BY
+from spark_jobs.contracts.tables import ALL_TABLES, WRITTEN_BY
 from spark_jobs.jobs import JOB_TABLES
 
 
 def test_every_table_declares_a_key_of_its_own_columns():
-    assert set(READING) == set(ALL_TABLES)
-    assert {name: set(reading.key) - set(ALL_TABLES[name].columns) for name, reading in READING.items()} == {
-        name: set() for name in READING}
+    assert all(spec.key and spec.final for spec in ALL_TABLES.values())
+    assert {name: set(spec.key) - set(spec.columns) for name, spec in ALL_TABLES.items()} == {
+        name: set() for name in ALL_TABLES}
 
 
 def test_every_appended_job_table_names_the_batch_that_wrote_each_row():

@@ -76,27 +76,28 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: d
             if not _table_exists(uri):
                 raise
             log.debug("%s: created by another job at the same moment", spec.name)
-    return migrate_table(uri, spec) + keep_properties(uri, properties)
+    return migrate_table(uri, spec, properties)
 
 
 def _table_exists(uri: str) -> bool:
     return table_access.exists(uri)
 
 
-def migrate_table(uri: str, spec: TableSpec) -> str:
+def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
     """Additive migration: the spec's columns the table lacks are added (nullable, as every
     column is) and filled by the spec's backfill expressions, and ``TABLE_PROPERTIES`` the
-    table does not set are set (a value an operator chose stays). Nothing is dropped or
+    table does not set are set (a value an operator chose stays), as are ``properties`` (the
+    settings' retention) where the table holds another value. Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
     table = table_access.open_table(uri)
-    unset = _unset_properties(table)
+    unset = _unset_properties(table, properties or {})
     if unset:
         try:
-            table.alter.set_table_properties(unset)
+            table.alter.set_table_properties(unset, raise_if_not_exists=False)
         except Exception:
             table = table_access.open_table(uri)
-            if _unset_properties(table):  # not a second driver migrating the same table at once
+            if _unset_properties(table, properties or {}):  # not a second driver migrating the same table at once
                 raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
     done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
@@ -129,9 +130,10 @@ def _add_columns(uri: str, spec: TableSpec, table) -> str:
     return f", added column(s) {', '.join(added)}{filled}"
 
 
-def _unset_properties(table) -> dict[str, str]:
+def _unset_properties(table, properties: dict[str, str]) -> dict[str, str]:
     configuration = table.metadata().configuration
-    return {key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration}
+    return {**{key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration},
+            **{key: value for key, value in properties.items() if configuration.get(key) != value}}
 
 
 def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
@@ -178,14 +180,3 @@ def follower_properties(settings: Settings) -> dict[str, str]:
     operations = settings.operations
     return {"delta.deletedFileRetentionDuration": f"interval {int(operations.vacuum_retention.seconds)} seconds",
             "delta.logRetentionDuration": f"interval {int(operations.log_retention.seconds)} seconds"}
-
-
-def keep_properties(uri: str, properties: dict[str, str]) -> str:
-    """Set the properties the table holds otherwise (a metadata commit, only then): what was done."""
-    if not table_access.exists(uri):
-        return ""
-    held = table_access.open_table(uri).metadata().configuration
-    differ = {key: value for key, value in properties.items() if held.get(key) != value}
-    if differ:
-        table_access.set_properties(uri, differ)
-    return "".join(f", set {key}={value}" for key, value in differ.items())

@@ -30,7 +30,7 @@ def markdown() -> str:
         " a value set on the table stays). The change data feed is what a reader follows every change by,"
         " a rewind's deletes included (docs/consumers.md). `delta.deletedFileRetentionDuration` and"
         " `delta.logRetentionDuration` are the settings `vacuum_retention` and `log_retention`, set at creation"
-        " and by deploy once they change: how far behind a change-feed follower may fall.",
+        " and by deploy or a job's start once they change: how far behind a change-feed follower may fall.",
         "The tables a job writes end with `checkpoint_id` and `batch_id`: the checkpoint and the batch of it"
         " that wrote the row (docs/semantics.md, section 7).",
         "",

@@ -15,20 +15,12 @@ import itertools
 import json
 import random
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from spark_jobs.local.simulate import (
-    MALFORMED_KINDS,
-    SimRecord,
-    _malformed,
-    event_payload,
-    iso,
-)
+from spark_jobs.local.simulate import RECENT, Defects, SimRecord
 
 EVENT, ALERT = "event", "alert"  # which topic a record goes to
-RECENT = 50  # how far back a re-sent event is taken from
 
 
 @dataclass(frozen=True)
@@ -54,45 +46,31 @@ class Fleet:
 
 def traffic(fleet: Fleet, clock: Callable[[], float] = time.time) -> Iterator[tuple[str, SimRecord]]:
     """The fleet's records in the order they are sent, each (EVENT or ALERT, record), made
-    when asked for: its event time is ``clock()`` then, moved by its defect."""
+    when asked for: its event time is ``clock()`` then, moved by its defect
+    (``simulate.Defects``)."""
     rng = random.Random(fleet.seed)
     names = [f"device-{n:05d}" for n in range(fleet.devices)]
     chosen_by = list(itertools.accumulate(fleet.device_rates()))  # a bisect per event, not a sum
-    recent: deque[SimRecord] = deque(maxlen=RECENT)
+    defects = Defects(fleet.late_ratio, fleet.out_of_order_ratio, fleet.duplicate_ratio, fleet.malformed_ratio)
+    sent: list[SimRecord] = []
     valid = 0
     for n in itertools.count():
         device = rng.choices(names, cum_weights=chosen_by)[0]
-        now_ms = int(clock() * 1000)
-        roll = rng.random()
-        if roll < fleet.malformed_ratio:
-            kind = rng.choice(MALFORMED_KINDS)
-            yield EVENT, SimRecord(device.encode(), _malformed(kind, rng, device, now_ms, n), kind)
-            continue
-        roll -= fleet.malformed_ratio
-        if roll < fleet.duplicate_ratio and recent:
-            original = rng.choice(recent)
-            yield EVENT, SimRecord(original.key, original.value, "duplicate")
-            continue
-        roll -= fleet.duplicate_ratio
-        kind, t_ms = "event", now_ms
-        if roll < fleet.late_ratio:
-            kind, t_ms = "late", now_ms - rng.randint(30, 60) * 60_000
-        elif roll < fleet.late_ratio + fleet.out_of_order_ratio:
-            kind, t_ms = "out_of_order", now_ms - rng.randint(1, 120) * 1000
-        record = SimRecord(device.encode(), event_payload(f"evt-{fleet.seed}-{n}", device, t_ms,
-                                                          round(rng.gauss(50, 15), 3), firmware="1.4.2"), kind)
-        recent.append(record)
+        record = defects.record(rng, n, fleet.seed, device, int(clock() * 1000), sent)
+        sent.append(record)
+        if len(sent) > 2 * RECENT:  # only the last RECENT can be re-sent
+            del sent[:-RECENT]
         yield EVENT, record
-        if kind == "event":
+        if record.kind == "event":
             valid += 1
             if valid % fleet.alert_every == 0:
-                yield ALERT, _alert(fleet, rng, device, t_ms, valid)
+                yield ALERT, _alert(fleet, rng, device, json.loads(record.value)["event_time"], valid)
 
 
-def _alert(fleet: Fleet, rng: random.Random, device: str, t_ms: int, n: int) -> SimRecord:
+def _alert(fleet: Fleet, rng: random.Random, device: str, at: str, n: int) -> SimRecord:
     silent = rng.random() < fleet.silent_ratio
     device = f"silent-{rng.randrange(5):02d}" if silent else device
-    body = {"alert_id": f"alert-{fleet.seed}-{n}", "device_id": device, "alert_time": iso(t_ms),
+    body = {"alert_id": f"alert-{fleet.seed}-{n}", "device_id": device, "alert_time": at,
             "severity": rng.choice(["critical", "warning", "info"]), "kind": "threshold"}
     kind = "silent_alert" if silent else "alert"
     if rng.random() < fleet.bad_alert_ratio:

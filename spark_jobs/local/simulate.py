@@ -19,6 +19,10 @@ MALFORMED_KINDS = (
 HUGE_PAYLOAD_BYTES = 300 * 1024  # over the contract's 256 KiB limit
 
 
+RECENT = 50  # how far back a re-sent event is taken from
+RESENT_KINDS = ("event", "out_of_order")  # what a device sends again
+
+
 @dataclass(frozen=True)
 class SimRecord:
     key: bytes | None
@@ -63,6 +67,40 @@ def _malformed(kind: str, rng: random.Random, device: str, t_ms: int, n: int) ->
     return json.dumps(good).encode()
 
 
+@dataclass(frozen=True)
+class Defects:
+    """The shares of a stream's records that are late, out of order, re-sent and malformed."""
+
+    late_ratio: float = 0.02
+    out_of_order_ratio: float = 0.05
+    duplicate_ratio: float = 0.03
+    malformed_ratio: float = 0.03
+
+    def record(self, rng: random.Random, n: int, seed: int, device: str, t_ms: int,
+               sent: list[SimRecord]) -> SimRecord:
+        """Record ``n`` of a stream, sent at ``t_ms`` after ``sent``: malformed, a re-send of
+        one of the last RECENT events, or an event on time, late (30 to 60 minutes behind) or
+        out of order (up to 2 minutes behind)."""
+        roll = rng.random()
+        if roll < self.malformed_ratio:
+            kind = rng.choice(MALFORMED_KINDS)
+            return SimRecord(device.encode(), _malformed(kind, rng, device, t_ms, n), kind)
+        roll -= self.malformed_ratio
+        if roll < self.duplicate_ratio and sent:
+            original = rng.choice([r for r in sent[-RECENT:] if r.kind in RESENT_KINDS] or [None])
+            if original is not None:
+                return SimRecord(original.key, original.value, "duplicate")
+        roll -= self.duplicate_ratio
+        kind = "event"
+        if roll < self.late_ratio:
+            kind, t_ms = "late", t_ms - rng.randint(30, 60) * 60_000
+        elif roll < self.late_ratio + self.out_of_order_ratio:
+            kind, t_ms = "out_of_order", t_ms - rng.randint(1, 120) * 1000
+        signal = round(rng.gauss(50, 15), 3)
+        return SimRecord(device.encode(), event_payload(f"evt-{seed}-{n}", device, t_ms, signal, firmware="1.4.2"),
+                         kind)
+
+
 def generate_events(
     count: int,
     devices: int = 10,
@@ -81,30 +119,11 @@ def generate_events(
     """
     rng = random.Random(seed)
     start_ms = start_ms if start_ms is not None else int(time.time() * 1000) - count * spacing_ms
+    defects = Defects(late_ratio, out_of_order_ratio, duplicate_ratio, malformed_ratio)
     sent: list[SimRecord] = []
     for n in range(count):
         device = f"device-{rng.randrange(devices):04d}"
-        t_ms = start_ms + n * spacing_ms
-        roll = rng.random()
-        if roll < malformed_ratio:
-            kind = rng.choice(MALFORMED_KINDS)
-            sent.append(SimRecord(device.encode(), _malformed(kind, rng, device, t_ms, n), kind))
-            continue
-        roll -= malformed_ratio
-        if roll < duplicate_ratio and sent:
-            original = rng.choice([r for r in sent[-50:] if r.kind in ("event", "out_of_order")] or [None])
-            if original is not None:
-                sent.append(SimRecord(original.key, original.value, "duplicate"))
-                continue
-        roll -= duplicate_ratio
-        kind = "event"
-        if roll < late_ratio:
-            kind, t_ms = "late", t_ms - rng.randint(30, 60) * 60_000
-        elif roll < late_ratio + out_of_order_ratio:
-            kind, t_ms = "out_of_order", t_ms - rng.randint(1, 120) * 1000
-        signal = round(rng.gauss(50, 15), 3)
-        value = event_payload(f"evt-{seed}-{n}", device, t_ms, signal, firmware="1.4.2")
-        sent.append(SimRecord(device.encode(), value, kind))
+        sent.append(defects.record(rng, n, seed, device, start_ms + n * spacing_ms, sent))
     return sent
 
 

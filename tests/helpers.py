@@ -85,14 +85,11 @@ def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
     (it sends about 6 MB/s here)."""
     from confluent_kafka import Producer
 
+    from spark_jobs.runtime.kafka.producer import hand_over
+
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
     for key, value in pairs:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        hand_over(producer, topic, key, value)
     producer.flush(60)
     return len(pairs)
 

@@ -33,14 +33,16 @@ def plan(
 
     def planned(lease: Lease | None = None) -> Plan:
         if request.action == "resume":
-            made = plan_resume(settings, job, lease=lease)
+            made = plan_resume(settings, request.job, lease=lease)
         elif request.action == "rewind":
-            made = plan_rewind(settings, job, to_batch, request.rewind_time(), lease=lease)
+            made = plan_rewind(settings, request.job, request.to_batch, request.rewind_time(), lease=lease)
         else:
-            made = plan_recover(settings, job, recover_from, force, accept_state_loss, lease=lease)
+            made = plan_recover(settings, request.job, request.recover_from, request.force, request.accept_state_loss,
+                                lease=lease)
         made.command = request.command()
-        refuse_if_unfinished_restart(made, supersedes=action == "recover" and recover_from == "earliest")
-        if action != "resume":  # resume deletes no row
+        rebuilds = request.action == "recover" and request.recover_from == "earliest"
+        refuse_if_unfinished_restart(made, supersedes=rebuilds)
+        if request.action != "resume":  # resume deletes no row
             refuse_if_reconciling(made)
         return made
 

@@ -141,7 +141,7 @@ def send_paced(
                     break
                 topic, key, value = record
                 paced += topic == paced_topic
-                _produce(producer, topic, key, value)
+                hand_over(producer, topic, key, value)
                 meter.update()
             producer.flush(30)
         except KafkaException as exc:
@@ -155,8 +155,9 @@ def send_paced(
     return sent
 
 
-def _produce(producer, topic: str, key: bytes | None, value: bytes) -> None:
-    """Hand one record over; while librdkafka's queue is full, serve deliveries and again."""
+def hand_over(producer, topic: str, key: bytes | None, value: bytes) -> None:
+    """Hand one record to a confluent-kafka producer; while librdkafka's queue is full,
+    serve deliveries and try again."""
     while True:
         try:
             producer.produce(topic, value=value, key=key)

@@ -32,7 +32,6 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,6 +39,7 @@ import psutil
 
 from bench import alerts as bench_alerts
 from bench import handwritten as bench_handwritten
+from bench.targets import Target
 from spark_jobs.config import load_settings
 from spark_jobs.install import jars
 from spark_jobs.local import broker
@@ -455,31 +455,6 @@ def main(argv=None) -> int:
     if not args.no_write:
         _append_report(args, figures, per_job, handwritten, ceilings, idle_ms, goals)
     return 0
-
-
-@dataclass(frozen=True)
-class Target:
-    """One of docs/benchmarks.md's targets, with this run's figure."""
-
-    name: str
-    figure: float
-    goal: float
-    at_most: bool = False  # the figure must stay under the goal (a time), not reach it (a rate)
-
-    @property
-    def met(self) -> bool:
-        return self.figure <= self.goal if self.at_most else self.figure >= self.goal
-
-    def shown(self, value: float) -> str:
-        """A figure or goal as printed: a time in whole ms, a ratio to two places."""
-        return f"{value:{',.0f' if self.at_most else '.2f'}}"
-
-    @property
-    def bound(self) -> str:
-        return f"{'<=' if self.at_most else '>='} {self.shown(self.goal)}"
-
-    def line(self) -> str:
-        return f"{self.name}: {self.shown(self.figure)} (target {self.bound}) {'met' if self.met else 'MISSED'}"
 
 
 RATIO_GOALS = {"ingest": 1.0, "dedup": 1.0, "windowed-averages": 1.5, "alert-join": 0.7, "sessions": 0.7}

@@ -64,15 +64,15 @@ def _plain(value):
     return value
 
 
-def _describe(job: str, key: dict, value: dict, gap_ms: int) -> list[str]:
+def _describe(job: str, key: dict, value: dict, gap_ms: int, device: str | None = None) -> list[str]:
     held = (value or {}).get("groupState") or {}  # applyInPandasWithState: the state, its timeout
     if job == "sessions" and "open_sessions" in held:
-        from spark_jobs.jobs.sessions import Session
+        from spark_jobs.jobs.sessions import open_sessions
 
         return [
-            f"device {key['device_id']}: session {format_time(s.start_ms)} .. {format_time(s.last_ms)}, {s.event_count} event(s), "
+            f"device {s.device_id}: session {format_time(s.start_ms)} .. {format_time(s.last_ms)}, {s.event_count} event(s), "
             f"closes when the watermark reaches {format_time(s.last_ms + gap_ms)}"
-            for s in (Session(*fields) for fields in json.loads(held["open_sessions"]))
+            for s in open_sessions(held["open_sessions"]) if device is None or s.device_id == device
         ]
     return [f"key {json.dumps(key, default=str)} value {json.dumps(value, default=str)}"]
 
@@ -104,10 +104,14 @@ def read_state(spark, settings: Settings, job: str, device: str | None = None,
                 reader = reader.option("joinSide", side)
             rows = [(_plain(r.key), _plain(r.value)) for r in reader.load(checkpoint.uri).collect()]
             note = ""
-            if device and any("device_id" in (k or {}) or "device_id" in (v or {}) for k, v in rows):
+            # the sessions' state: a row per bucket of devices, each device's sessions inside it
+            per_bucket = job == "sessions" and any("open_sessions" in ((v or {}).get("groupState") or {})
+                                                   for _, v in rows)
+            if device and not per_bucket and any("device_id" in (k or {}) or "device_id" in (v or {})
+                                                 for k, v in rows):
                 rows = [(k, v) for k, v in rows if _of_device(k, v, device)]
-            elif device and rows:
+            elif device and rows and not per_bucket:
                 note = " (its rows name no device: all of them)"
-            shown = sorted(line for k, v in rows for line in _describe(job, k, v, gap_ms))
-            found.append(OperatorState(operator_id, name, side, len(rows), shown, note))
+            shown = sorted(line for k, v in rows for line in _describe(job, k, v, gap_ms, device))
+            found.append(OperatorState(operator_id, name, side, len(shown) if per_bucket else len(rows), shown, note))
     return StateReport(job, batch, device, found)

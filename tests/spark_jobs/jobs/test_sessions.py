@@ -135,9 +135,11 @@ def test_state_holds_only_open_sessions_while_devices_come_and_go(spark, setting
         send(s, [Event(f"s{step}-{d}-{m}", f"dev{step}-{d}", base + m * 120_000, float(m))
                  for d in range(5) for m in range(6)])
         run_job(spark, s, "sessions")
-    last = json.loads(table(s, "pipeline_metrics").sort_values("batch_id").progress_json.iloc[-1])
-    session_state = [op["numRowsTotal"] for op in last["stateOperators"] if "WithState" in op["operatorName"]]
-    assert len(session_state) == 1 and 0 < session_state[0] <= 2 * 5  # newest two cohorts of 20
+    # 35 minutes apart, a cohort's last event is 25 minutes before the next one's first; the
+    # watermark (the newest event - 10 minutes) has passed the two oldest cohorts' end + gap
+    held = {op.operator: op for op in read_state(spark, s, "sessions").operators}["applyInPandasWithState"]
+    assert sorted(line.split(":")[0] for line in held.shown) == [
+        f"device dev{step}-{d}" for step in (2, 3) for d in range(5)]
     closed = table(s, "device_sessions")
     assert sorted(set(closed.device_id)) == [f"dev{step}-{d}" for step in (0, 1) for d in range(5)]
     assert (closed.event_count == 6).all()

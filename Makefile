@@ -82,6 +82,11 @@ bench: install
 	$(BIN)/python -m bench.reconcile
 	$(BIN)/python -m bench.sessions
 	$(BIN)/python -m bench.long_run
+	@# the whole pipeline, both deployment shapes, fed by a fleet at rising rates; then
+	@# whether a batch's cost grows with the fleet's size (docs/benchmarks.md, capacity)
+	$(BIN)/python -m bench.capacity
+	$(BIN)/python -m bench.capacity --fleet-sizes 1000 10000 100000 --rates 1000 --shapes one \
+	  --jobs ingest windowed-averages sessions
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)

@@ -7,11 +7,13 @@ and whether a candidate's device_sessions equal the job's.
     python -m bench.sessions [--events 100000] [--devices 1000] [--tries 3]
 
 Variants:
-- the job as it ships: ``applyInPandasWithState``, each device's batch cut with numpy.
-- ``transformWithState``: Spark 4's state API (Row-based Python, a value state and an
-  event-time timer per device, RocksDB state store), the same rule.
-- two bounds: the same operator with a state function that does nothing (what any state
-  function costs at least), and no session step at all (parse, dedup and Delta alone).
+- the job as it ships: ``applyInPandasWithState`` grouped by a bucket of devices, each
+  call working on all the bucket's devices with numpy.
+- the same state function grouped by device: a call per device, as the job ran before.
+- two bounds: the per-device operator with a state function that does nothing (what a call
+  per device costs at least), and no session step at all (parse, dedup and Delta alone).
+
+Run at --devices 1,000 and 10,000: a per-device step's cost grows with the fleet.
 """
 
 from __future__ import annotations
@@ -21,82 +23,20 @@ import shutil
 import statistics
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from bench import handwritten as bench_handwritten
 from spark_jobs.config import StreamingSettings, load_settings
 from spark_jobs.jobs.event_time import drop_repeats, valid_events, with_event_watermark
-from spark_jobs.jobs.sessions import (
-    CLOSED_BY_GAP,
-    OUTPUT_SCHEMA,
-    STATE_SCHEMA,
-    Session,
-    _from_state,
-    _to_state,
-    merge_sessions,
-)
+from spark_jobs.jobs.sessions import OUTPUT_SCHEMA, STATE_SCHEMA, session_updater
 from spark_jobs.local import broker
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.helpers import confluent_produce
-
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
-
-
-def _ms(value: datetime) -> int:
-    return int(value.replace(microsecond=0).timestamp()) * 1000 + value.microsecond // 1000
-
-
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-class SessionProcessor(StatefulProcessor):
-    """A device's open sessions in one value state, and one event-time timer at the earliest
-    open session's end (last event + gap): the watermark reaching it closes the session."""
-
-    def __init__(self, gap_ms: int):
-        self.gap_ms = gap_ms
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.open = handle.getValueState("open_sessions", STATE_SCHEMA)
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
-        sessions = _from_state(self.open.get()) if self.open.exists() else []
-        arrivals = [Session.of_event(_ms(row.event_time), row.signal) for row in rows]
-        yield from self._settle(key[0], merge_sessions(sessions + arrivals, self.gap_ms),
-                                timerValues.getCurrentWatermarkInMs())
-
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
-        sessions = _from_state(self.open.get()) if self.open.exists() else []
-        yield from self._settle(key[0], sessions, timerValues.getCurrentWatermarkInMs())
-
-    def _settle(self, device_id: str, sessions: list[Session], watermark: int) -> Iterator[Row]:
-        still_open = [s for s in sessions if s.last_ms + self.gap_ms > watermark]
-        for timer in self.handle.listTimers():
-            self.handle.deleteTimer(timer)
-        if still_open:
-            self.open.update(_to_state(still_open))
-            self.handle.registerTimer(min(s.last_ms for s in still_open) + self.gap_ms)
-        else:
-            self.open.clear()
-        for s in sessions:
-            if s.last_ms + self.gap_ms <= watermark:
-                yield Row(device_id=device_id, session_start=_utc(s.start_ms), session_end=_utc(s.last_ms),
-                          event_count=s.event_count, avg_signal=s.signal_sum / s.event_count,
-                          min_signal=s.signal_min, max_signal=s.signal_max, closed_reason=CLOSED_BY_GAP)
-
-    def close(self) -> None:
-        pass
 
 
 def _by_device(settings: StreamingSettings, records: DataFrame):
@@ -106,10 +46,11 @@ def _by_device(settings: StreamingSettings, records: DataFrame):
         .groupBy("device_id")
 
 
-def build_tws(settings: StreamingSettings, records: DataFrame) -> DataFrame:
-    return _by_device(settings, records).transformWithState(
-        SessionProcessor(settings.session_gap.ms), outputStructType=OUTPUT_SCHEMA, outputMode="Append",
-        timeMode="EventTime")
+def build_per_device(settings: StreamingSettings, records: DataFrame) -> DataFrame:
+    """The job's state function called once per device instead of per bucket of devices."""
+    return _by_device(settings, records).applyInPandasWithState(
+        session_updater(settings.session_gap.ms, with_open=True), outputStructType=OUTPUT_SCHEMA,
+        stateStructType=STATE_SCHEMA, outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
 
 
 def _noop(key, batches, state):
@@ -134,8 +75,9 @@ def build_no_state(settings: StreamingSettings, records: DataFrame) -> DataFrame
         F.col("signal").alias("min_signal"), F.col("signal").alias("max_signal"), F.lit("x").alias("closed_reason")))
 
 
-JOB = "applyInPandasWithState (the job)"
-SAME_RULE = (JOB, "transformWithState")
+JOB = "a state per bucket of devices (the job)"
+PER_DEVICE = "a state per device"
+SAME_RULE = (JOB, PER_DEVICE)
 
 
 def _sessions(delta_root: Path) -> list[tuple]:
@@ -152,10 +94,10 @@ def variants():
     from spark_jobs.jobs.sessions import SESSIONS
 
     return {
-        JOB: (SESSIONS, None),
-        "transformWithState": (replace(SESSIONS, build=build_tws), ROCKSDB),
-        "applyInPandasWithState, a state function doing nothing": (replace(SESSIONS, build=build_noop), None),
-        "no session step (dedup only)": (replace(SESSIONS, build=build_no_state), None),
+        JOB: SESSIONS,
+        PER_DEVICE: replace(SESSIONS, build=build_per_device),
+        "a state per device, a state function doing nothing": replace(SESSIONS, build=build_noop),
+        "no session step (dedup only)": replace(SESSIONS, build=build_no_state),
     }
 
 
@@ -181,12 +123,10 @@ def main(argv=None) -> int:
                                   malformed_ratio=0.01)
         confluent_produce(info.bootstrap_servers, s.streaming.events_topic, [(r.key, r.value) for r in records])
         spark = get_spark(s, "sigflow-bench-sessions")
-        default_provider = spark.conf.get(PROVIDER)
         chosen = {name: v for name, v in variants().items() if not args.only or name in args.only}
 
         def run(name: str, tag: str) -> float:
-            job, provider = chosen[name]
-            spark.conf.set(PROVIDER, provider or default_provider)
+            job = chosen[name]
             fresh = s.replace(checkpoint_root=str(data / f"{tag}-cp"), delta_root=str(data / f"{tag}-delta"))
             started = time.perf_counter()
             JobRun(job, fresh, spark).run_available_now()
@@ -195,20 +135,17 @@ def main(argv=None) -> int:
         def plain(tag: str) -> float:
             return bench_handwritten.rate(spark, s, "plain ingest", args.events, data / tag)
 
-        try:
-            runners = {name: (lambda tag, name=name: run(name, tag)) for name in chosen} | {"plain ingest": plain}
-            for name, runner in runners.items():
-                runner(f"warm-{name}")
-            rates: dict[str, list[float]] = {name: [] for name in runners}
-            names = list(runners)
-            for attempt in range(args.tries):
-                for name in names[attempt % len(names):] + names[:attempt % len(names)]:
-                    rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
-            # the candidates must give the job's sessions, or their rate means nothing
-            same = {name: _sessions(data / f"warm-{name}-delta") == _sessions(data / f"warm-{JOB}-delta")
-                    for name in chosen if name in SAME_RULE and JOB in chosen}
-        finally:
-            spark.conf.set(PROVIDER, default_provider)  # the session may go on (the suite's)
+        runners = {name: (lambda tag, name=name: run(name, tag)) for name in chosen} | {"plain ingest": plain}
+        for name, runner in runners.items():
+            runner(f"warm-{name}")
+        rates: dict[str, list[float]] = {name: [] for name in runners}
+        names = list(runners)
+        for attempt in range(args.tries):
+            for name in names[attempt % len(names):] + names[:attempt % len(names)]:
+                rates[name].append(runners[name](f"{name}-{attempt}".replace(" ", "-")))
+        # the candidates must give the job's sessions, or their rate means nothing
+        same = {name: _sessions(data / f"warm-{name}-delta") == _sessions(data / f"warm-{JOB}-delta")
+                for name in chosen if name in SAME_RULE and JOB in chosen}
         plain_median = statistics.median(rates["plain ingest"])
         for name, measured in rates.items():
             median = statistics.median(measured)

@@ -100,3 +100,27 @@ def test_the_contract_section_times_each_parse_beside_from_json(spark, settings,
     assert {name: len(runs) for name, runs in measured.items()} == dict.fromkeys(["from_json", *parses], 2)
     lines = re.findall(r"^parse (.+?): [\d,]+ / [\d,]+ ms; median [\d,]+ ms \((\d+\.\d\d) of from_json\)$", out, re.M)
     assert [name for name, _ in lines] == list(measured) and lines[0][1] == "1.00", out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_capacity_section_runs_the_pipeline_as_deployed_and_times_each_row_from_its_send(capsys):
+    from bench import capacity
+
+    assert capacity.main(["--shapes", "one", "--rates", "100", "--seconds", "10", "--warm-seconds", "5",
+                          "--devices", "50", "--jobs", "ingest"]) == 0
+    out = capsys.readouterr().out
+    step = re.search(r"^one application, 100 events/s offered from 50 devices \(([\d,]+)/s sent over (\d+) s\): "
+                     r"(kept up|fell behind)", out, re.M)
+    assert step and 0 < int(step[1].replace(",", "")) <= 110, out
+    (ingest,) = re.findall(r"^  ingest\s+(\d+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$", out, re.M)
+    assert int(ingest[0]) >= 1 and int(ingest[3].replace(",", "")) > 0  # a batch ran; records waited for it
+    fresh = {table: (int(rows.replace(",", "")), float(p50), float(p95)) for table, rows, p50, p95 in re.findall(
+        r"^  (device_\w+|quarantined_events)\s+([\d,]+)\s+(-?[\d.]+)\s+(-?[\d.]+)$", out, re.M)}
+    assert set(fresh) == {"device_events_raw", "device_events", "device_alerts", "quarantined_events"}, out
+    # every record sent in the step has its raw row (alerts too), and no row is visible
+    # before its record was sent
+    assert fresh["device_events_raw"][0] >= int(step[2]) * 50
+    assert all(0 <= p50 <= p95 for _, p50, p95 in fresh.values()), fresh
+    assert re.search(r"^  one application: highest rate kept up, events/s: [\d,]+ \(target >= 5,000\) "
+                     r"(met|MISSED)$", out, re.M), out

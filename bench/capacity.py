@@ -1,0 +1,276 @@
+"""`make bench`'s capacity: the whole pipeline as it is deployed, fed by a fleet at rising rates.
+
+Both deployment shapes: ``one`` (``sigflow pipeline --processing-time``: every micro-batch
+job as a query of one Spark application) and ``per-job`` (``sigflow run JOB
+--processing-time`` per job, one application each, as the deploy DAG's other shape starts
+them). Per shape one pipeline runs while ``sigflow simulate`` offers each rate in turn for
+--seconds; then the traffic stops and the bench waits for every job to drain. A job keeps up
+at a rate when its lag is gone within two triggers of the traffic stopping; the steps end at
+the first rate where one does not.
+
+Per step: each job's batch p50/p95 (pipeline_metrics, batches that read records), each
+table's freshness p50/p95, each job's peak lag, and the peak memory of every process of the
+pipeline (JVMs and Pythons). Freshness is the time from when the rules let a row exist to the
+commit that holds it: a record's row from its send (Kafka's timestamp); a window from the
+watermark passing its end (window_end + watermark_delay: a fleet stamps events with the
+clock that sends them); a session from its last event + gap + watermark_delay; an alert's
+context from the alert; an alert without telemetry from alert_time + the join's delay.
+
+Event-time settings are scaled down (``EVENT_TIME``) so that windows and sessions close
+within a step: dedup's and the join's state hold a minute of events, not the default ten.
+
+``--fleet-sizes`` instead runs a fresh pipeline per device count at one rate and compares
+each job's batch p50 with the first count's: whether a batch's cost grows with the fleet.
+
+    python -m bench.capacity [--shapes one per-job] [--rates 1000 2000 5000] [--devices 10000]
+                             [--seconds 90] [--trigger "10 seconds"] [--jobs JOB ...]
+    python -m bench.capacity --fleet-sizes 1000 10000 100000 --rates 2000 --shapes one
+                             --jobs ingest windowed-averages sessions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.freshness import batch_durations, freshness
+from bench.targets import Target
+from spark_jobs.config import Settings, load_settings
+from spark_jobs.local import broker
+from tests.helpers import cli_env
+
+SHAPES = {"one": "one application", "per-job": "one application per job"}
+EVENT_TIME = {"SIGFLOW_WATERMARK_DELAY": "1 minute", "SIGFLOW_ALERT_WATERMARK_DELAY": "1 minute",
+              "SIGFLOW_MAX_CLOCK_AHEAD": "15 seconds", "SIGFLOW_TUMBLING_WINDOW": "1 minute",
+              "SIGFLOW_SLIDING_WINDOW": "2 minutes", "SIGFLOW_SLIDING_STEP": "1 minute",
+              "SIGFLOW_FLEET_WINDOW": "1 minute", "SIGFLOW_SESSION_GAP": "1 minute",
+              "SIGFLOW_ALERT_CONTEXT": "1 minute"}
+GOAL_RATE = {"one": 5000, "per-job": 2000}  # events/s from 10,000 devices (docs/benchmarks.md)
+FRESHNESS_GOAL_S, MEMORY_GOAL_GB, FLEET_SIZE_GOAL = 30.0, 4.0, 1.2
+SAMPLE_S = 5.0
+
+
+@dataclass
+class Step:
+    rate: float
+    devices: int
+    began: float
+    stopped: float = 0.0
+    drained_s: float | None = None  # None: not drained in time
+    sent: int = 0
+    peak_lag: dict[str, int] = field(default_factory=dict)
+    peak_mb: float = 0.0
+    batches: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # job -> (n, p50 ms, p95 ms)
+    fresh: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # table -> (rows, p50 s, p95 s)
+
+    def kept_up(self, trigger_s: float) -> bool:
+        return self.drained_s is not None and self.drained_s <= 2 * trigger_s
+
+
+class Deployment:
+    """The pipeline's processes in one shape, started as an operator starts them."""
+
+    def __init__(self, shape: str, jobs: list[str], settings: Settings, env: dict[str, str], trigger: str, logs: Path):
+        self.shape, self.jobs, self.settings, self.env, self.logs = shape, jobs, settings, env, logs
+        cli = [sys.executable, "-m", "spark_jobs.cli"]
+        commands = ({"pipeline": [*cli, "pipeline", "--processing-time", trigger, *jobs]} if shape == "one" else
+                    {job: [*cli, "run", job, "--processing-time", trigger] for job in jobs})
+        self.processes = {name: subprocess.Popen(command, env=env, stdout=(logs / f"{name}.log").open("w"),
+                                                 stderr=subprocess.STDOUT)
+                          for name, command in commands.items()}
+
+    def check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise SystemExit(f"{name} stopped (exit {process.returncode}); see {self.logs / f'{name}.log'}")
+
+    def memory_mb(self) -> float:
+        """Resident memory of every process of the pipeline: each CLI's Python and its JVM."""
+        total = 0
+        for process in self.processes.values():
+            try:
+                parent = psutil.Process(process.pid)
+                total += sum(p.memory_info().rss for p in [parent, *parent.children(recursive=True)])
+            except psutil.NoSuchProcess:
+                pass
+        return total / 2**20
+
+    def lag(self) -> dict[str, int]:
+        from spark_jobs.ops.status import job_status
+
+        return {job: job_status(self.settings, job).behind for job in self.jobs}
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.terminate()  # SIGTERM: the batches in flight finish
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def events_sent(settings: Settings) -> int:
+    from spark_jobs.runtime.kafka import admin as kafka_admin
+    from spark_jobs.runtime.kafka import offsets as kafka_offsets
+
+    bootstrap, topic = settings.kafka.bootstrap_servers, settings.streaming.events_topic
+    bounds = kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    return sum(end for _, end in bounds.values())
+
+
+def offer(deployment: Deployment, rate: float, devices: int, seconds: float, trigger_s: float) -> Step:
+    """``rate`` events/s from ``devices`` for ``seconds`` through ``sigflow simulate``, then
+    the wait for every job's lag to be gone (up to six triggers or two minutes)."""
+    step = Step(rate, devices, time.time())
+    before = events_sent(deployment.settings)
+    with (deployment.logs / "simulate.log").open("a") as log:
+        simulator = subprocess.Popen(
+            [sys.executable, "-m", "spark_jobs.cli", "simulate", "--rate", str(rate), "--duration", str(seconds),
+             "--devices", str(devices), "--malformed", "0.005", "--duplicates", "0.02"],
+            env=deployment.env, stdout=log, stderr=subprocess.STDOUT)
+
+        def sample() -> dict[str, int]:
+            deployment.check_alive()
+            lag = deployment.lag()
+            step.peak_mb = max(step.peak_mb, deployment.memory_mb())
+            step.peak_lag = {job: max(step.peak_lag.get(job, 0), behind) for job, behind in lag.items()}
+            return lag
+
+        while simulator.poll() is None:
+            sample()
+            time.sleep(SAMPLE_S)
+    step.stopped = time.time()
+    step.sent = events_sent(deployment.settings) - before
+    deadline = step.stopped + max(120.0, 6 * trigger_s)
+    while time.time() < deadline:
+        if not any(sample().values()):
+            step.drained_s = time.time() - step.stopped
+            break
+        time.sleep(1.0)
+    return step
+
+
+def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> list[Step]:
+    """One pipeline in ``shape`` from a fresh data directory, each rate offered in turn."""
+    data = Path(tempfile.mkdtemp(prefix=f"sigflow-capacity-{shape}-"))
+    base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0})
+    info = broker.start(base)
+    settings = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
+    env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": "tiered", "SIGFLOW_TRIGGER_INTERVAL": args.trigger})
+    env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
+    env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
+    settings = load_settings(env=env)
+    steps: list[Step] = []
+    try:
+        subprocess.run([sys.executable, "-m", "spark_jobs.cli", "topics", "create"], env=env, check=True,
+                       capture_output=True)
+        deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data)
+        try:
+            # the JVMs start and every query reads its first batch: the steps measure a running pipeline
+            warm = offer(deployment, 50, devices, args.warm_seconds, settings.streaming.trigger_interval.seconds)
+            if warm.drained_s is None:
+                raise SystemExit(f"{SHAPES[shape]}: not every job read the warm-up traffic; see the logs in {data}")
+            say(f"{SHAPES[shape]}: {len(deployment.processes)} process(es) started and warmed by "
+                f"{args.warm_seconds:g} s at 50 events/s ({warm.peak_mb / 1024:.1f} GB)")
+            for rate in rates:
+                step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds)
+                steps.append(step)
+                step.batches = batch_durations(settings, args.jobs, step.began, step.stopped)
+                step.fresh = freshness(settings, step.began, step.stopped + (step.drained_s or 0))
+                say_step(shape, step, settings.streaming.trigger_interval.seconds, say)
+                if not step.kept_up(settings.streaming.trigger_interval.seconds):
+                    break
+        finally:
+            deployment.stop()
+    finally:
+        broker.stop(base)
+        shutil.rmtree(data, ignore_errors=True)
+    return steps
+
+
+def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
+    seconds = step.stopped - step.began
+    verdict = (f"kept up (drained {step.drained_s:.0f} s after the traffic)" if step.kept_up(trigger_s) else
+               "fell behind (" + ("not drained" if step.drained_s is None else f"drained after {step.drained_s:.0f} s")
+               + f", more than two {trigger_s:g} s triggers)")
+    say(f"{SHAPES[shape]}, {step.rate:,.0f} events/s offered from {step.devices:,} devices "
+        f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s): {verdict}; memory {step.peak_mb / 1024:.1f} GB")
+    say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'peak lag':>10}")
+    for job, (n, p50, p95) in step.batches.items():
+        say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{step.peak_lag.get(job, 0):>10,}")
+    say(f"  {'table':<28}{'rows':>10}{'fresh p50 s':>13}{'p95 s':>8}")
+    for table, (rows, p50, p95) in step.fresh.items():
+        say(f"  {table:<28}{rows:>10,}{p50:>13.1f}{p95:>8.1f}")
+
+
+def capacity_targets(shape: str, steps: list[Step], trigger_s: float) -> list[Target]:
+    kept = [step for step in steps if step.kept_up(trigger_s)]
+    best = max(kept, key=lambda step: step.rate, default=None)
+    found = [Target(f"{SHAPES[shape]}: highest rate kept up, events/s", best.rate if best else 0,
+                    GOAL_RATE[shape], form=",.0f")]
+    if best is not None:
+        worst = max((p95 for _, _, p95 in best.fresh.values()), default=0.0)
+        found.append(Target(f"{SHAPES[shape]}: worst table's freshness p95 at that rate, s", worst,
+                            FRESHNESS_GOAL_S, at_most=True, form=".1f"))
+        if shape == "one":
+            found.append(Target(f"{SHAPES[shape]}: memory at that rate, GB", best.peak_mb / 1024, MEMORY_GOAL_GB,
+                                at_most=True, form=".1f"))
+    return found
+
+
+def fleet_size_targets(by_devices: dict[int, Step]) -> list[Target]:
+    """Each job's batch p50 at the largest fleet, over its p50 at the smallest."""
+    smallest, largest = by_devices[min(by_devices)], by_devices[max(by_devices)]
+    return [Target(f"{job}: batch p50 at {max(by_devices):,} devices over {min(by_devices):,}",
+                   largest.batches[job][1] / smallest.batches[job][1], FLEET_SIZE_GOAL, at_most=True, form=".2f")
+            for job in smallest.batches if smallest.batches[job][1] and job in largest.batches]
+
+
+def main(argv=None) -> int:
+    from spark_jobs.jobs import JOB_NAMES
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--rates", nargs="+", type=float, default=[1000, 2000, 5000])
+    parser.add_argument("--devices", type=int, default=10_000)
+    parser.add_argument("--fleet-sizes", nargs="+", type=int, help="devices per run, each its own pipeline")
+    parser.add_argument("--seconds", type=float, default=90)
+    parser.add_argument("--warm-seconds", type=float, default=45)
+    parser.add_argument("--trigger", default="10 seconds")
+    parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
+    parser.add_argument("--json", type=Path, help="write every step's figures here too")
+    args = parser.parse_args(argv)
+    trigger_s = load_settings(env={}, overrides={"trigger_interval": args.trigger}).streaming.trigger_interval.seconds
+
+    goals: list[Target] = []
+    recorded: dict[str, list[Step]] = {}
+    if args.fleet_sizes:
+        for shape in args.shapes:
+            by_devices = {devices: run_shape(shape, args, args.rates[:1], devices)[0] for devices in args.fleet_sizes}
+            recorded[shape] = list(by_devices.values())
+            goals += fleet_size_targets(by_devices)
+    else:
+        for shape in args.shapes:
+            recorded[shape] = run_shape(shape, args, args.rates, args.devices)
+            goals += capacity_targets(shape, recorded[shape], trigger_s)
+    print(f"capacity targets ({sum(t.met for t in goals)} of {len(goals)} met):")
+    for goal in goals:
+        print(f"  {goal.line()}")
+    if args.json:
+        args.json.write_text(json.dumps({shape: [step.__dict__ for step in steps] for shape, steps in recorded.items()},
+                                        indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

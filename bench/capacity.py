@@ -69,7 +69,8 @@ class Step:
     sent: int = 0
     peak_lag: dict[str, int] = field(default_factory=dict)
     peak_mb: float = 0.0
-    batches: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # job -> (n, p50 ms, p95 ms)
+    # job -> (n, p50 ms, p95 ms, p50 ms in its batch function)
+    batches: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
     fresh: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # table -> (rows, p50 s, p95 s)
 
     def kept_up(self, trigger_s: float) -> bool:
@@ -205,9 +206,9 @@ def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
                + f", more than two {trigger_s:g} s triggers)")
     say(f"{SHAPES[shape]}, {step.rate:,.0f} events/s offered from {step.devices:,} devices "
         f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s): {verdict}; memory {step.peak_mb / 1024:.1f} GB")
-    say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'peak lag':>10}")
-    for job, (n, p50, p95) in step.batches.items():
-        say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{step.peak_lag.get(job, 0):>10,}")
+    say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'commit p50':>11}{'peak lag':>10}")
+    for job, (n, p50, p95, in_batch) in step.batches.items():
+        say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{in_batch:>11,.0f}{step.peak_lag.get(job, 0):>10,}")
     say(f"  {'table':<28}{'rows':>10}{'fresh p50 s':>13}{'p95 s':>8}")
     for table, (rows, p50, p95) in step.fresh.items():
         say(f"  {table:<28}{rows:>10,}{p50:>13.1f}{p95:>8.1f}")

@@ -26,6 +26,7 @@ from spark_jobs.config.values import (
     LineageUrl,
     RestartApprovers,
     StartingOffsets,
+    Unit,
     Words,
 )
 
@@ -224,6 +225,9 @@ class OperationsSettings(_Group):
     # a table may be before its freshness check warns.
     signal_min: float = -1000.0
     signal_max: float = 1000.0
+    # The unit devices send their signal in (UCUM, as "dBm", "Cel", "%"; "1": a plain number):
+    # written as a property of every table with a signal (docs/tables.md), never converted.
+    signal_unit: Unit = "1"
     quality_freshness: DurationSetting = "2 hours"
     # How many rows a quality run holds at once: its memory follows this, not the tables.
     quality_chunk_rows: AtLeastOne = 200_000

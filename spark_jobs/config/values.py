@@ -125,6 +125,13 @@ def _comma_list(pattern: str, what: str, example: str) -> Callable[[str], str]:
     return check
 
 
+def _unit(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9%/.*^\[\]()_ -]{1,32}", value):
+        raise ValueError("not a unit: up to 32 letters, digits, spaces and % / . * ^ [ ] ( ) _ -, such as dBm, "
+                         "Cel or %")
+    return value
+
+
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
 RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}", "Airflow user ids",
                                                                   "alice,bob"))]
@@ -134,5 +141,6 @@ JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 JavaOptions = Annotated[str, AfterValidator(_java_options)]
 StartingOffsets = Annotated[str, AfterValidator(_starting_offsets)]
 AtLeastOne = Annotated[int, Field(ge=1)]
+Unit = Annotated[str, AfterValidator(_unit)]
 
 

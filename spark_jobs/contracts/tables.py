@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs.contracts.contract import SEVERITIES
+from spark_jobs.contracts.dictionary import (
+    CLOSED_BY_GAP,
+    QUARANTINE_REASONS,
+    RECONCILE_OUTCOMES,
+    RESTART_OUTCOMES,
+    SIGNAL,
+    meaning,
+    one_of,
+)
 from spark_jobs.contracts.expectations import Ordered, Quality
 from spark_jobs.contracts.reasons import REASON_CODES, code_from_detail_sql
 
@@ -102,6 +111,15 @@ class TableSpec:
     # the parts of a merged row, each updated on its own where a row's part is newer
     # (runtime/delta/newest.py); a part may be written by a job of its own
     merge_parts: tuple[MergePart, ...] = ()
+    # (column, meaning) where a column means something narrower or other here than its name
+    # does in every table (spark_jobs/contracts/dictionary.py)
+    meanings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def column_meanings(self) -> dict[str, str]:
+        """Every column's meaning, in the table's column order: its comment in the table."""
+        own = dict(self.meanings)
+        return {column: meaning(column, own) for column in self.columns}
 
     @property
     def ddl(self) -> str:
@@ -204,6 +222,13 @@ QUARANTINED_EVENTS = TableSpec(
     final=INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention",
     written_by=True,
     quality=Quality(not_null=("reason_code", "reason"), allowed=(("reason_code", tuple(REASON_CODES)),)),
+    meanings=(
+        ("reason_code", f"why the record was quarantined, {QUARANTINE_REASONS} (docs/event-contract.md)"),
+        ("reason", "the reason in words, naming the field and the value that broke the contract"),
+        ("payload_text", "the record's value as UTF-8 text (invalid bytes replaced), for reading; value holds the bytes"),
+        ("job", "the job that read and quarantined the record"),
+        ("source_job", "the same as job, kept for readers written before job"),
+    )
 )
 
 EVENT_COLUMNS = "event_id STRING, device_id STRING, event_time TIMESTAMP, signal DOUBLE"
@@ -239,6 +264,29 @@ DEVICE_STATUS = TableSpec(
     final="never: a part of a row is updated in place when a newer event, alert, final "
                                 "window or session state of its device arrives (an update in the change feed); "
                                 "a rewind leaves it, its re-run finds nothing newer",
+    meanings=(
+        ("device_id", "the device: one row each"),
+        ("event_id", "its latest valid event's id"),
+        ("event_time", "its latest valid event's time, UTC (the device's clock: event time)"),
+        ("signal", f"its latest valid event's signal, {SIGNAL}"),
+        ("event_kafka_timestamp", "its latest valid event's Kafka timestamp, UTC (when the producer sent it)"),
+        ("event_offset", "its latest valid event's offset in its Kafka partition"),
+        ("alert_id", "its latest alert's id"),
+        ("alert_time", "its latest alert's time, UTC (the device's clock: event time)"),
+        ("severity", f"its latest alert's severity, {one_of(SEVERITIES)}"),
+        ("kind", "its latest alert's kind, as the device sent it (free text)"),
+        ("alert_kafka_timestamp", "its latest alert's Kafka timestamp, UTC (when the producer sent it)"),
+        ("alert_offset", "its latest alert's offset in its Kafka partition"),
+        ("window_start", "its last final tumbling window's start, UTC (event time), inclusive"),
+        ("window_end", "its last final tumbling window's end, UTC (event time), exclusive"),
+        ("window_event_count", "how many distinct events its last final tumbling window counts"),
+        ("window_avg_signal", f"the mean signal of its last final tumbling window, {SIGNAL}"),
+        ("session_start", "its latest session's first event time, UTC (event time)"),
+        ("session_last_event_time", "its latest session's last event time so far, UTC (event time); the session closes when the watermark passes this + session_gap"),
+        ("session_event_count", "how many distinct events its latest session holds so far"),
+        ("session_avg_signal", f"the mean signal of its latest session so far, {SIGNAL}"),
+        ("session_closed", "true once its latest session is closed (written to device_sessions); false while it is open"),
+    )
 )
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
@@ -279,6 +327,14 @@ FLEET_SIGNAL_ROLLUPS = TableSpec(
     corrected=True,
     quality=Quality(filled=True, not_null=("window_start", "window_end"),
                     ordered=(Ordered("window_end", "window_start"),)),
+    meanings=(
+        ("window_start", "the fleet window's start, UTC (event time), inclusive (windows of the fleet_window setting)"),
+        ("window_end", "the fleet window's end, UTC (event time), exclusive"),
+        ("device_count", "how many devices have a tumbling window in the fleet window"),
+        ("mean_device_avg_signal", f"the mean over those devices' tumbling-window averages, {SIGNAL}"),
+        ("max_signal", f"the highest signal of any event in the fleet window, {SIGNAL}"),
+        ("device_window_count", "how many per-device tumbling windows the fleet window rolls up"),
+    )
 )
 DEVICE_SESSIONS = TableSpec(
     "device_sessions",
@@ -298,6 +354,10 @@ DEVICE_SESSIONS = TableSpec(
                              Ordered("avg_signal", "min_signal", or_equal=True),
                              Ordered("max_signal", "avg_signal", or_equal=True)),
                     at_least_one=("event_count",), in_signal_range=("avg_signal",)),
+    meanings=(
+        ("session_end", "the session's last event time, UTC (event time); the session closed when the watermark reached this + session_gap (table property sigflow.setting.session_gap)"),
+        ("closed_reason", f"why the session closed, {one_of([CLOSED_BY_GAP])}"),
+    )
 )
 ALERT_SIGNAL_CONTEXT = TableSpec(
     "alert_signal_context",
@@ -312,6 +372,11 @@ ALERT_SIGNAL_CONTEXT = TableSpec(
     written_by=True,
     corrected=True,
     quality=Quality(not_null=("alert_id", "event_id"), ordered=(Ordered("alert_time", "event_time", or_equal=True),)),
+    meanings=(
+        ("event_id", "the id of an event of the alert's device in the range before the alert (the alert_context setting)"),
+        ("event_time", "that event's time, UTC (event time), at most alert_context before alert_time"),
+        ("signal", f"that event's signal, {SIGNAL}"),
+    )
 )
 ALERTS_WITHOUT_TELEMETRY = TableSpec(
     "alerts_without_telemetry",
@@ -341,6 +406,14 @@ LATE_EVENTS = TableSpec(
     key=("job", "topic", "partition", "offset"),
     final="when written: one row per job that dropped the event (an event late for five jobs "
                               "is five rows)",
+    meanings=(
+        ("job", "the job that dropped the record as late"),
+        ("event_id", "the event's id (an alert's id where record_kind is 'alert')"),
+        ("event_time", "the event's time (an alert's time where record_kind is 'alert'), UTC (event time)"),
+        ("signal", f"the event's signal, {SIGNAL}; null for an alert"),
+        ("missed", "what the record missed by being late, in words"),
+        ("watermark", "the watermark that dropped it, UTC (event time)"),
+    )
 )
 LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
@@ -354,6 +427,15 @@ LATE_EVENTS_RECONCILED = TableSpec(
     backfill=RECORD_KIND_BACKFILL,
     key=("job", "topic", "partition", "offset"),
     final="when written: one row per late_events row reconcile decided on",
+    meanings=(
+        ("job", "the job that dropped the record as late"),
+        ("event_id", "the event's id (an alert's id where record_kind is 'alert')"),
+        ("event_time", "the event's time (an alert's time where record_kind is 'alert'), UTC (event time)"),
+        ("signal", f"the event's signal, {SIGNAL}; null for an alert"),
+        ("outcome", f"what reconcile decided, {one_of(RECONCILE_OUTCOMES)}"),
+        ("run_id", "the reconcile run that decided"),
+        ("reconciled_at", "when that run decided, UTC (the clock of the host running reconcile)"),
+    )
 )
 PIPELINE_METRICS = TableSpec(
     "pipeline_metrics",
@@ -366,6 +448,22 @@ PIPELINE_METRICS = TableSpec(
     "checkpoint whose batch_id it is (batch ids restart after a recover).",
     key=("job", "checkpoint_id", "batch_id"),
     final="when written, one row per batch",
+    meanings=(
+        ("job", "the job whose batch this is"),
+        ("batch_id", "the batch's id in its checkpoint"),
+        ("input_rows", "Kafka records the batch read"),
+        ("output_rows", "rows the batch wrote to the job's tables, late_events excepted"),
+        ("rows_dropped_by_watermark", "rows the job's stateful operators dropped as late (Spark's count)"),
+        ("duplicates_dropped", "re-sent events the job's deduplication dropped"),
+        ("late_events", "rows the batch wrote to late_events"),
+        ("state_rows", "rows held in the job's state after the batch"),
+        ("state_memory_bytes", "bytes of memory the job's state used after the batch"),
+        ("watermark", "the watermark after the batch, UTC (event time); null before the first event"),
+        ("duration_ms", "how long the batch took, in milliseconds (the driver's clock)"),
+        ("input_rows_per_second", "records per second arriving, as Spark measured it over the batch"),
+        ("processed_rows_per_second", "records per second the batch processed"),
+        ("progress_json", "Spark's progress report of the batch, as JSON"),
+    )
 )
 
 TABLE_STATUS = TableSpec(
@@ -382,6 +480,13 @@ TABLE_STATUS = TableSpec(
     key=("table_name", "checkpoint_id", "batch_id"),
     final="when written, one row per batch; maintenance deletes rows older than "
                                "table_status_retention, each table's newest kept",
+    meanings=(
+        ("job", "the job that wrote the batch"),
+        ("batch_time", "every record Kafka had before this time, UTC (the driver's clock), has reached the table through that job; null while a batch cut short by max_offsets_per_trigger has not caught up"),
+        ("final_through", "rows whose time is at or before this, UTC (event time: the batch's watermark), will not be added to by the stream; null for tables final when written"),
+        ("rows_written", "rows the batch wrote to the table"),
+        ("recorded_at", "when this row was written, UTC (the driver's clock)"),
+    )
 )
 DQ_RESULTS = TableSpec(
     "dq_results",
@@ -393,6 +498,18 @@ DQ_RESULTS = TableSpec(
     key=("run_id", "table_name", "expectation", "column_name"),
     final="when written",
     nullable_in_key=("column_name",),
+    meanings=(
+        ("run_id", "the sigflow quality run"),
+        ("run_time", "when the run began, UTC (the clock of the host running it)"),
+        ("rows_checked", "rows of the table the expectation read"),
+        ("expectation", "the Great Expectations expectation checked"),
+        ("column_name", "the column checked; null for an expectation on the whole table"),
+        ("severity", "critical (a failure fails the run) or warning"),
+        ("success", "whether the expectation held"),
+        ("unexpected_count", "rows that broke it"),
+        ("unexpected_sample", "a few of the values that broke it, as JSON"),
+        ("table_version", "the Delta version of the table checked"),
+    )
 )
 
 RESTART_AUDIT = TableSpec(
@@ -406,6 +523,18 @@ RESTART_AUDIT = TableSpec(
     "same restart finishes it.",
     key=("applied_at", "job", "action"),
     final="when written",
+    meanings=(
+        ("applied_at", "when the restart was applied or refused, UTC (the clock of the host applying it)"),
+        ("job", "the job restarted"),
+        ("action", "resume, rewind or recover"),
+        ("requested_by", "who asked for it (the Airflow user who triggered the run, or the CLI's user)"),
+        ("approved_by", "who approved it (\"CLI --yes\" for the CLI)"),
+        ("plan_digest", "the digest of the plan approved"),
+        ("steps", "the plan's steps, as a JSON list"),
+        ("outcome", f"{one_of(RESTART_OUTCOMES)}"),
+        ("detail", "what happened, in words"),
+        ("command", "the command that applies the same restart by hand"),
+    )
 )
 
 # every table above, in the order declared: what deploy creates and docs/tables.md lists

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
+from spark_jobs.contracts.dictionary import CLOSED_BY_GAP
 from spark_jobs.contracts.tables import (
     ALERT_SIGNAL_CONTEXT,
     ALERTS_WITHOUT_TELEMETRY,
@@ -27,7 +28,6 @@ from spark_jobs.jobs.event_time import (
     tumbling,
 )
 from spark_jobs.jobs.fleet_rollup import rollup
-from spark_jobs.jobs.sessions import CLOSED_BY_GAP
 
 ALERT_KEY = ["alert_id"]
 

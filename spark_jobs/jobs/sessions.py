@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from spark_jobs.config import StreamingSettings
+from spark_jobs.contracts.dictionary import CLOSED_BY_GAP
 from spark_jobs.contracts.tables import DEVICE_SESSIONS, DEVICE_STATUS
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
@@ -55,7 +56,6 @@ SESSION_BUCKETS = 64
 STATE_SCHEMA = "open_sessions STRING"
 OPEN = ("device_id", "start_ms", "last_ms", "event_count", "signal_sum", "signal_min", "signal_max")
 OUTPUT_SCHEMA = DEVICE_SESSIONS.job_ddl
-CLOSED_BY_GAP = "no event for the session gap"
 # 1: a single session's fields; 2: a device's open sessions as one JSON list; 3: events
 # deduplicated by device and id; 4: the open sessions of a bucket of devices
 STATE_FORMAT = 4

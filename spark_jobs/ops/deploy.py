@@ -9,10 +9,8 @@ from __future__ import annotations
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import BrokerUnavailable
-from spark_jobs.runtime.delta.schema import (
-    create_table,
-    follower_properties,
-)
+from spark_jobs.runtime.delta.properties import table_properties
+from spark_jobs.runtime.delta.schema import create_table
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
 
@@ -60,6 +58,6 @@ def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = 
 
 
 def ensure_tables(settings: Settings) -> list[str]:
-    retention = follower_properties(settings)
-    return [f"table {name}: {create_table(settings.table_uri(name), spec, retention)}" for name, spec in ALL_TABLES.items()]
+    return [f"table {name}: {create_table(settings.table_uri(name), spec, table_properties(settings, spec))}"
+            for name, spec in ALL_TABLES.items()]
 

@@ -3,6 +3,7 @@ declarations (spark_jobs/contracts/tables.py): ``python -m spark_jobs.ops.table_
 
 from __future__ import annotations
 
+from spark_jobs.config import load_settings
 from spark_jobs.contracts.tables import (
     ALL_TABLES,
     KEY_CONSTRAINT,
@@ -33,15 +34,29 @@ def markdown() -> str:
         " and by deploy or a job's start once they change: how far behind a change-feed follower may fall.",
         "The tables a job writes end with `checkpoint_id` and `batch_id`: the checkpoint and the batch of it"
         " that wrote the row (docs/semantics.md, section 7).",
+        "Each column's meaning below is also its comment in the table (Spark's `DESCRIBE`, delta-rs' schema"
+        " metadata), and each table's description its Delta description. Every time is UTC; a time's meaning"
+        " says which clock it comes from: a device's (event time), Kafka's, or a host's. What a table's rows"
+        " were computed with is in its own properties: `sigflow.signal_unit` (the `signal_unit` setting) and"
+        " `sigflow.setting.NAME` for each setting its writers compute with, set like the retention above;"
+        " the values shown are the defaults.",
         "",
     ]
+    from spark_jobs.runtime.delta.properties import computed_with
+
+    defaults = load_settings(env={})
     for spec in ALL_TABLES.values():
         lines += [f"## `{spec.name}`", "", spec.description, "",
                   f"Key: {', '.join(f'`{column}`' for column in spec.key)}{_never_null(spec)}."
                   f" Final: {spec.final}."
-                  + (f" {REWOUND}" if "batch_id" in spec.columns else ""), "",
-                  "| column | type |", "| --- | --- |"]
-        lines += [f"| `{f.name}` | {f.dataType.simpleString()} |" for f in spec.schema.fields]
+                  + (f" {REWOUND}" if "batch_id" in spec.columns else ""), ""]
+        computed = computed_with(defaults, spec)
+        if computed:
+            lines += ["Computed with: " + ", ".join(f"`{key}` = `{value}`" for key, value in computed.items()) + ".",
+                      ""]
+        meanings = spec.column_meanings
+        lines += ["| column | type | meaning |", "| --- | --- | --- |"]
+        lines += [f"| `{f.name}` | {f.dataType.simpleString()} | {meanings[f.name]} |" for f in spec.schema.fields]
         lines.append("")
     return "\n".join(lines)
 

@@ -175,7 +175,7 @@ FLAT_SAMPLES = {
     "spark_ui": ("true", True), "spark_ui_port": ("4050", 4050), "spark_log_level": ("WARN", "WARN"),
     "lease_ttl": ("5 minutes", 300), "restart_approvers": ("alice,bob", "alice,bob"),
     "restart_self_approval": ("true", True), "kafka_accept_producer_time": ("true", True), "signal_min": ("-5", -5.0),
-    "signal_max": ("5", 5.0), "quality_freshness": ("1 hour", 3600), "quality_chunk_rows": ("5000", 5000),
+    "signal_max": ("5", 5.0), "signal_unit": ("dBm", "dBm"), "quality_freshness": ("1 hour", 3600), "quality_chunk_rows": ("5000", 5000),
     "vacuum_retention": ("2 days", 172_800),
     "log_retention": ("60 days", 5_184_000),
     "vacuum_retention_floor": ("2 hours", 7200), "quarantine_retention": ("10 days", 864_000),

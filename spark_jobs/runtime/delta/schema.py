@@ -12,7 +12,6 @@ from collections.abc import Callable
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import (
     KEY_CONSTRAINT,
     TABLE_PROPERTIES,
@@ -30,6 +29,20 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
     return to_arrow_schema(spec.schema, timezone="UTC")
 
 
+def commented_arrow_schema(spec: TableSpec) -> pa.Schema:
+    """The table's schema with each column's meaning as its comment (what a table is created with)."""
+    meanings = spec.column_meanings
+    return pa.schema([field.with_metadata({"comment": meanings[field.name]}) for field in arrow_schema(spec)])
+
+
+def _commented_struct(spec: TableSpec):
+    from pyspark.sql.types import StructField, StructType
+
+    meanings = spec.column_meanings
+    return StructType([StructField(field.name, field.dataType, field.nullable, {"comment": meanings[field.name]})
+                       for field in spec.schema.fields])
+
+
 def ensure_with_spark(spark: SparkSession, uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
     """Create with delta-spark when missing, else migrate: what was done. ``properties``
     (the settings' retention) join the creating commit, or are set where a table differs."""
@@ -42,7 +55,8 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec, propertie
     version's checksum as every commit does, so the first batch finds the table warm."""
     from delta.tables import DeltaTable
 
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(spec.schema)
+    builder = (DeltaTable.createIfNotExists(spark).location(uri).addColumns(_commented_struct(spec))
+               .comment(spec.description))
     # delta-spark takes the key constraint as a property of the creating commit
     constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec)} if spec.key else {}
     for key, value in {**TABLE_PROPERTIES, **properties, **constraint}.items():
@@ -59,7 +73,12 @@ def create_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = 
 
 
 def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
-    table_access.create(uri, arrow_schema(spec), list(spec.partition_by) or None, {**TABLE_PROPERTIES, **properties})
+    # delta-rs refuses a property of its own (sigflow.*) in the creating commit: version 1 sets them
+    delta = {key: value for key, value in {**TABLE_PROPERTIES, **properties}.items() if key.startswith("delta.")}
+    table_access.create(uri, commented_arrow_schema(spec), list(spec.partition_by) or None, delta,
+                        spec.description)
+    if len(delta) < len(TABLE_PROPERTIES) + len(properties):
+        table_access.set_properties(uri, {key: value for key, value in properties.items() if key not in delta})
 
 
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: dict[str, str]) -> str:
@@ -101,8 +120,9 @@ def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None =
                 raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
     done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
-    # the constraint after the columns: it may name a key column this migration adds
-    return done + _add_columns(uri, spec, table) + _add_key_constraint(uri, spec)
+    # the constraint after the columns: it may name a key column this migration adds; the
+    # comments last, for the columns added too
+    return done + _add_columns(uri, spec, table) + _add_key_constraint(uri, spec) + _describe(uri, spec)
 
 
 def _add_columns(uri: str, spec: TableSpec, table) -> str:
@@ -128,6 +148,39 @@ def _add_columns(uri: str, spec: TableSpec, table) -> str:
         filled = f", {metrics.get('num_updated_rows', 0):,} rows filled"
     log.info("%s: added column(s) %s%s", spec.name, ", ".join(added), filled)
     return f", added column(s) {', '.join(added)}{filled}"
+
+
+def _describe(uri: str, spec: TableSpec) -> str:
+    """The table's description and each column's comment set where the table holds other
+    words (a table made before them, or a meaning reworded): what was done. Each is a
+    metadata commit of its own; jobs starting at once may set the same words, so a commit
+    that fails is tried again on the table as it then is."""
+    import tenacity
+
+    said: list[str] = []  # the columns described
+    described: list[str] = []  # "the table", once its description is set
+
+    def differing(table) -> tuple[bool, dict[str, str]]:
+        present = {field.name: (field.metadata or {}).get("comment") for field in table.schema().fields}
+        columns = {column: words for column, words in spec.column_meanings.items()
+                   if column in present and present[column] != words}
+        return table.metadata().description != spec.description, columns
+
+    for attempt in tenacity.Retrying(wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(5),
+                                     reraise=True):
+        with attempt:
+            table = table_access.open_table(uri)
+            description, columns = differing(table)
+            if description:
+                table.alter.set_table_description(spec.description)
+                described.append("the table")
+            for column, words in columns.items():
+                table_access.open_table(uri).alter.set_column_metadata(column, {"comment": words})
+                said.append(column)
+    if not said and not described:
+        return ""
+    log.info("%s: described %s", spec.name, ", ".join(said + described))
+    return f", described {len(said)} column(s)" + "".join(f" and {what}" for what in described)
 
 
 def _unset_properties(table, properties: dict[str, str]) -> dict[str, str]:
@@ -170,13 +223,3 @@ def _any_null(columns: tuple[str, ...]):
     for column in columns[1:]:
         condition = condition | ds.field(column).is_null()
     return condition
-
-
-def follower_properties(settings: Settings) -> dict[str, str]:
-    """The tables' own retention, from the settings: how long vacuum leaves a removed file (a
-    change-feed follower reads the files of the versions it has not applied yet) and how long
-    the log keeps a commit. A follower further behind than the shorter breaks
-    (docs/consumers.md)."""
-    operations = settings.operations
-    return {"delta.deletedFileRetentionDuration": f"interval {int(operations.vacuum_retention.seconds)} seconds",
-            "delta.logRetentionDuration": f"interval {int(operations.log_retention.seconds)} seconds"}

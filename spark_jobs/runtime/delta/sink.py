@@ -22,6 +22,7 @@ from spark_jobs.contracts.tables import TableSpec
 from spark_jobs.runtime.delta import fence, schema, table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.newest import newest_per_key
+from spark_jobs.runtime.delta.properties import table_properties
 from spark_jobs.runtime.delta.table_access import commit_metadata
 
 log = logging.getLogger("sigflow.delta")
@@ -40,7 +41,7 @@ class DeltaSink:
     def ensure_table(self, spec: TableSpec) -> str:
         """Create the table when missing, or add the columns it lacks, and keep its retention
         as the settings say: what was done."""
-        return schema.ensure_with_spark(self.spark, self.uri(spec), spec, schema.follower_properties(self.settings))
+        return schema.ensure_with_spark(self.spark, self.uri(spec), spec, table_properties(self.settings, spec))
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest version the table's application transaction of ``app_id`` holds."""

@@ -44,11 +44,13 @@ def open_table(uri: str, version: int | None = None):
     return DeltaTable(uri, version=version)
 
 
-def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str]) -> None:
+def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str],
+           description: str | None = None) -> None:
     """Create the table when missing (a table already there is left as it is)."""
     from deltalake import DeltaTable
 
-    DeltaTable.create(uri, schema=schema, partition_by=partition_by, mode="ignore", configuration=configuration)
+    DeltaTable.create(uri, schema=schema, partition_by=partition_by, mode="ignore", configuration=configuration,
+                      description=description)
 
 
 def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:

@@ -68,7 +68,11 @@ def cmd_airflow(args: argparse.Namespace) -> int:
         airflow = start(settings, args.port)
         airflow.wait_ready()
         print(f"Airflow is up at {airflow.url} with the sigflow DAGs (paused until you switch them on)")
-        print(f"  users: {', '.join(airflow_local.USERS)} (restarts: {airflow_local.OPERATOR} triggers, "
+        users = airflow_local.PEOPLE if args.production else tuple(airflow_local.USERS)
+        signing_in = ("the FAB auth manager, sigflow's roles (docs/security.md)" if args.production else
+                      "Airflow's simple auth manager, for development only: production runs --production")
+        print(f"  sign-in: {signing_in}")
+        print(f"  users: {', '.join(users)} (restarts: {airflow_local.OPERATOR} triggers, "
               f"{airflow_local.REVIEWER} approves); passwords in {airflow.password_file}")
         print(f"  logs: {airflow.settings.airflow_home}/<component>.log; Ctrl-C stops every component")
         airflow.process.wait()

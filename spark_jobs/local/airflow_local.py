@@ -42,7 +42,14 @@ ADMIN = "admin"
 # Four eyes that can be used: an operator who triggers restarts and a reviewer who approves
 # them (neither may change Airflow's settings), beside the admin; each with a generated password.
 OPERATOR, REVIEWER = "operator", "reviewer"
-USERS = {ADMIN: "admin", OPERATOR: "user", REVIEWER: "user"}
+USERS = {ADMIN: "admin", OPERATOR: "user", REVIEWER: "user"}  # the laptop's simple auth manager: user -> role
+# The production shape's first users, in the FAB auth manager with sigflow's roles
+# (spark_jobs/airflow/people.py): a viewer besides
+VIEWER = "viewer"
+PEOPLE = (ADMIN, OPERATOR, REVIEWER, VIEWER)
+# where each shape's generated passwords are kept, in the private Airflow home
+SIMPLE_FILE = "simple_auth_manager_passwords.json.generated"
+PEOPLE_FILE = "passwords.json"
 COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
 # the api-server last: by the time it answers, the others have started
 COMPONENT_COMMANDS = (("scheduler", "--skip-serve-logs"), ("dag-processor",), ("triggerer", "--skip-serve-logs"),
@@ -109,14 +116,14 @@ class LocalAirflow:
     log_file: Path
     others: tuple[subprocess.Popen, ...] = ()  # the other components
     on_postgres: bool = False  # the production shape: PostgreSQL is stopped with the rest
+    password_file: Path | None = None  # each user's password (private), None: the laptop's
+
+    def __post_init__(self):
+        self.password_file = self.password_file or self.settings.airflow_home / SIMPLE_FILE
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def password_file(self) -> Path:
-        return self.settings.airflow_home / "simple_auth_manager_passwords.json.generated"
 
     def password(self, user: str = ADMIN) -> str:
         return json.loads(self.password_file.read_text())[user]
@@ -165,7 +172,8 @@ class LocalAirflow:
         data = json.dumps(body).encode() if body is not None else None
         call = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         with urllib.request.urlopen(call, timeout=30) as response:
-            return json.load(response)
+            answer = response.read()
+        return json.loads(answer) if answer else {}  # a DELETE's 204 has no body
 
     def trigger(self, dag_id: str, conf: dict, timeout: float = 120.0, user: str = ADMIN) -> str:
         """Unpause a DAG once the dag-processor has parsed it and start a run as ``user``; returns its id."""
@@ -267,17 +275,18 @@ def _check_port_free(port: int) -> None:
                                "stop what listens there, or set SIGFLOW_AIRFLOW_PORT to a free port")
 
 
-def _passwords(home: Path) -> None:
+def _passwords(passwords: Path, users) -> Path:
     """Each user's password, generated here into a private file: Airflow's simple auth
-    manager would otherwise make them itself and print them in the api-server's log."""
+    manager would otherwise make them itself and print them in the api-server's log, and the
+    production set-up reads its first users' from a secret."""
     import secrets
 
-    passwords = home / "simple_auth_manager_passwords.json.generated"
     known = json.loads(passwords.read_text() or "{}") if passwords.exists() else {}
-    missing = {user: secrets.token_urlsafe(16) for user in USERS if user not in known}
+    missing = {user: secrets.token_urlsafe(16) for user in users if user not in known}
     if missing:
         write_private(passwords, json.dumps({**known, **missing}) + "\n")
     passwords.chmod(0o600)
+    return passwords
 
 
 def _launch(env: dict[str, str], log_file: Path, *command: str) -> subprocess.Popen:
@@ -328,13 +337,27 @@ def start_production(settings: Settings, port: int | None = None,
 
 
 def _start_components(settings: Settings, port: int, env: dict[str, str], on_postgres: bool) -> LocalAirflow:
-    """``airflow db migrate``, then each component in a process group of its own."""
+    """``airflow db migrate`` (the production shape: then sigflow's roles and first users),
+    then each component in a process group of its own."""
     home = settings.airflow_home
-    _passwords(home)
-    migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-                              env=env, capture_output=True, text=True, timeout=600)
-    if migrated.returncode != 0:
-        raise SigflowError("`airflow db migrate` failed: " + (migrated.stderr or migrated.stdout).strip()[-300:],
-                           f"see the metadata database settings for {home}")
+    passwords = (_passwords(home / PEOPLE_FILE, PEOPLE) if on_postgres else
+                 _passwords(home / SIMPLE_FILE, USERS))
+    _set_up(env, home, "`airflow db migrate`", "airflow", "db", "migrate")
+    if on_postgres:
+        _set_up({**env, "SIGFLOW_AIRFLOW_PASSWORDS_FILE": str(passwords)}, home,
+                "the roles and first users (python -m spark_jobs.airflow.people)", sys.executable, "-m",
+                "spark_jobs.airflow.people")
     processes = [_launch(env, home / f"{command[0]}.log", *command) for command in COMPONENT_COMMANDS]
-    return LocalAirflow(settings, port, processes[-1], home / "api-server.log", tuple(processes[:-1]), on_postgres)
+    return LocalAirflow(settings, port, processes[-1], home / "api-server.log", tuple(processes[:-1]), on_postgres,
+                        passwords)
+
+
+def _set_up(env: dict[str, str], home: Path, what: str, program: str, *args: str) -> None:
+    """One step of Airflow's set-up, its output kept in <airflow_home>/setup.log."""
+    command = [str(Path(sys.executable).parent / program) if program == "airflow" else program, *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    with open(home / "setup.log", "a") as log:
+        log.write(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}")
+    if done.returncode != 0:
+        raise SigflowError(f"{what} failed: " + (done.stderr or done.stdout).strip()[-300:],
+                           f"see {home / 'setup.log'} and the metadata database settings")

@@ -125,9 +125,9 @@ def test_compose_airflow_reads_the_settings_file_the_loopback_topology_reads(tmp
     resolved = yaml.safe_load(result.stdout)["services"]
     shared = airflow_local.production_settings()
     assert shared["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
-    # the same users as the local stack: an operator to trigger restarts, a reviewer to approve them
-    assert shared["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",") == [
-        f"{user}:{role}" for user, role in airflow_local.USERS.items()]
+    # production signs people in through FAB, with sigflow's roles (not the development auth manager)
+    assert shared["AIRFLOW__CORE__AUTH_MANAGER"] == "spark_jobs.airflow.auth_manager.SigflowFabAuthManager"
+    assert not [key for key in shared if "SIMPLE_AUTH_MANAGER" in key]
     assert len(AIRFLOW_SERVICES) == 5
     for name in AIRFLOW_SERVICES:
         environment = {k: str(v) for k, v in resolved[name]["environment"].items()}
@@ -289,6 +289,7 @@ def _run_one_shot(service: str, tmp_path, env: dict[str, str], fakes: dict[str, 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, body in fakes.items():
+        (bin_dir / name).unlink(missing_ok=True)  # never write through the link to the real python
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     if not (bin_dir / "python").exists():
@@ -303,6 +304,7 @@ def test_the_one_shot_services_pass_passwords_by_environment_or_stdin_never_as_a
     users' passwords from its environment into a file only its owner reads: no password is
     in any program's arguments (what `ps` shows)."""
     import json
+    import sys
 
     log = tmp_path / "calls.log"
     record = f'echo "ARGS $*" >> {log}; if [ ! -t 0 ]; then echo "STDIN $(cat)" >> {log}; fi'
@@ -312,14 +314,28 @@ def test_the_one_shot_services_pass_passwords_by_environment_or_stdin_never_as_a
     assert "ARGS admin user add local jobs" in calls and "STDIN s3-pw-1" in calls
     assert not [line for line in calls if line.startswith("ARGS") and ("s3-pw-1" in line or "root-pw" in line)]
 
+    # airflow-init: the first users' passwords from its environment into a file only its owner
+    # reads, which the people step reads (here: a stand-in noting what it found) and which is
+    # gone afterwards
+    from spark_jobs.airflow.people import USERS
+    from spark_jobs.local import airflow_local
+
+    assert tuple(USERS) == airflow_local.PEOPLE  # the local production stack's first users too
     passwords = tmp_path / "auth" / "passwords.json"
     passwords.parent.mkdir()
-    users = {"AIRFLOW_ADMIN_PASSWORD": "a-pw", "AIRFLOW_OPERATOR_PASSWORD": "o-pw", "AIRFLOW_REVIEWER_PASSWORD": "r-pw"}
-    _run_one_shot("airflow-init", tmp_path, {**users, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)},
-                  {"airflow": record})
-    assert json.loads(passwords.read_text()) == {"admin": "a-pw", "operator": "o-pw", "reviewer": "r-pw"}
-    assert passwords.stat().st_mode & 0o077 == 0
-    assert not [line for line in log.read_text().splitlines() if line.startswith("ARGS") and "-pw" in line]
+    users = {f"AIRFLOW_{user.upper()}_PASSWORD": f"{user[0]}-pw" for user in USERS}
+    fake_python = (f'if [ "$1" = "-m" ]; then echo "ARGS python $*" >> {log}; '
+                   f'echo "READ $(stat -c %a "$SIGFLOW_AIRFLOW_PASSWORDS_FILE") $(cat "$SIGFLOW_AIRFLOW_PASSWORDS_FILE")" '
+                   f'>> {log}; else exec {sys.executable} "$@"; fi')
+    _run_one_shot("airflow-init", tmp_path, {**users, "SIGFLOW_AIRFLOW_PASSWORDS_FILE": str(passwords)},
+                  {"airflow": record, "python": fake_python})
+    calls = log.read_text().splitlines()
+    assert "ARGS python -m spark_jobs.airflow.people" in calls
+    (read,) = [line for line in calls if line.startswith("READ ")]
+    mode, text = read[5:].split(" ", 1)
+    assert mode == "600" and json.loads(text) == {user: f"{user[0]}-pw" for user in USERS}
+    assert not passwords.exists()  # hashed in the database, nowhere else
+    assert not [line for line in calls if line.startswith("ARGS") and "-pw" in line]
 
 
 @pytest.mark.parametrize("dockerfile", ["infra/spark/Dockerfile", "infra/airflow/Dockerfile"])

@@ -1,12 +1,14 @@
 """Airflow as production runs it (`sigflow airflow --production`): PostgreSQL for the
-metadata, the LocalExecutor, each component its own process; `sigflow_deploy` submits the
-jobs to the Spark standalone cluster through the Spark provider, `sigflow_restart` rewinds
-one once its plan is approved, all over the REST API."""
+metadata, the LocalExecutor, each component its own process, people signed in by the FAB
+auth manager with sigflow's roles; `sigflow_deploy` submits the jobs to the Spark standalone
+cluster through the Spark provider, `sigflow_restart` rewinds one once its plan is approved,
+all over the REST API, each role doing exactly its part."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import urllib.error
 from pathlib import Path
 from urllib.parse import quote
 
@@ -35,16 +37,29 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
     records = generate_events(900, seed=31, malformed_ratio=0.02)
     produce(s, records)
     env = {**settings_env(s), "SIGFLOW_SPARK_MASTER": master, "SIGFLOW_SPARK_DRIVER_MEMORY": "1g",
-           "SIGFLOW_SPARK_AUTH_SECRET_FILE": str(cluster.auth_secret_file(spark_cluster))}
+           "SIGFLOW_SPARK_AUTH_SECRET_FILE": str(cluster.auth_secret_file(spark_cluster)),
+           # named by user name; FAB knows a user by a database id (spark_jobs/airflow/auth_manager.py)
+           "SIGFLOW_RESTART_APPROVERS": airflow_local.REVIEWER}
     apps_before = len(cluster.master_state(cluster.recorded(spark_cluster).ui_url)["completedapps"])
 
     airflow = airflow_local.start_production(s, port=free_port(), extra_env=env)
     try:
         airflow.wait_ready(progress=lambda line: None)
-        secrets = [s.airflow_home / "simple_auth_manager_passwords.json.generated", s.airflow_home / "jwt_secret",
-                   data / "postgres" / "password"]
+        secrets = [airflow.password_file, s.airflow_home / "jwt_secret", data / "postgres" / "password"]
         assert_private(secrets, data)
         assert not (data / "postgres" / "initdb.pw").exists()
+        # the production auth manager: users in PostgreSQL, passwords hashed there
+        assert airflow.request("GET", "/auth/fab/v1/users/viewer")["roles"] == [{"name": "Viewer"}]
+        stored = postgres.query(s, "SELECT password FROM ab_user WHERE username = 'reviewer'")
+        assert stored.startswith(("pbkdf2:", "scrypt:")) and airflow.password(airflow_local.REVIEWER) not in stored
+        viewer = airflow.token(airflow_local.VIEWER)
+        assert airflow.request("GET", "/api/v2/dags?dag_id_pattern=sigflow_deploy", token=viewer)  # a viewer reads
+        refused = _status(lambda: airflow.request("POST", "/api/v2/dags/sigflow_deploy/dagRuns",
+                                                  {"logical_date": None, "conf": {}}, token=viewer))
+        assert refused == 403  # and may not trigger
+        sign_in = ARTIFACTS / "airflow-sign-in.png"
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert "Sign In" in screenshot(f"{airflow.url}/auth/login/", None, sign_in, wait_for_text="Sign In")
 
         deploy = airflow.trigger("sigflow_deploy", {"mode": "available-now", "jobs": ["ingest"]})
         state, tasks = airflow.wait_for_run("sigflow_deploy", deploy, timeout=900)
@@ -60,10 +75,11 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
         action = airflow.wait_for_required_action("sigflow_restart", rewind)
         assert action["subject"] == "rewind ingest: apply this plan?"
         assert "device_events rows of batches after" in action["body"], action["body"]
-        ARTIFACTS.mkdir(exist_ok=True)
+        # the operator who asked may not answer (the role has no such permission)
+        assert _status(lambda: airflow.answer(action, "Approve", user=airflow_local.OPERATOR)) == 403
         picture = ARTIFACTS / "airflow-restart-approval.png"
         page = f"{airflow.url}/dags/sigflow_restart/runs/{quote(rewind)}/tasks/approve_and_apply/required_actions"
-        text = screenshot(page, airflow.token(), picture, wait_for_text="apply this plan?")
+        text = screenshot(page, airflow.token(airflow_local.REVIEWER), picture, wait_for_text="apply this plan?")
         assert "device_events rows of batches after" in text and picture.read_bytes().startswith(b"\x89PNG")
         airflow.answer(action, "Approve", user=airflow_local.REVIEWER)
         state, tasks = airflow.wait_for_run("sigflow_restart", rewind, timeout=900)
@@ -79,7 +95,20 @@ def test_deploy_to_the_cluster_then_a_rewind_over_rest_on_postgres_backed_airflo
 
         runs = postgres.query(s, "SELECT dag_id || ' ' || state FROM dag_run ORDER BY id").split()
         assert runs == ["sigflow_deploy", "success", "sigflow_restart", "success"]  # the metadata is in PostgreSQL
+
+        # a person removed: the token they hold stops working
+        airflow.request("DELETE", "/auth/fab/v1/users/viewer")
+        assert _status(lambda: airflow.request("GET", "/api/v2/dags", token=viewer)) in (401, 403)
     finally:
         airflow.stop()
         shutil.rmtree(data, ignore_errors=True)
     assert postgres.status(s) is None
+
+
+def _status(call) -> int | None:
+    """The HTTP status a REST call was refused with (None: it was not)."""
+    try:
+        call()
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    return None

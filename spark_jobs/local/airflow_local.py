@@ -3,9 +3,11 @@
 ``docker-compose.yml`` runs them:
 
 * **Laptop** (``make airflow`` / ``sigflow airflow``): the metadata in SQLite, where
-  ``airflow standalone`` keeps it.
+  ``airflow standalone`` keeps it, and Airflow's simple auth manager (for development only).
 * **Production** (``sigflow airflow --production``): the metadata in PostgreSQL
-  (``spark_jobs/local/postgres.py``), every component signing with one generated JWT secret.
+  (``spark_jobs/local/postgres.py``), every component signing with one generated JWT secret,
+  people signed in by the FAB auth manager with sigflow's roles (``python -m
+  spark_jobs.airflow.people`` creates them and the first users before Airflow starts).
 
 Everything listens on 127.0.0.1 only. Airflow's log servers bind every interface (the host
 is hard-coded in ``airflow.utils.serve_logs``); they serve task logs to an api-server on

@@ -83,11 +83,12 @@ def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessi
     from bench import sessions as bench_sessions
 
     assert bench_sessions.main(["--events", "600", "--devices", "20", "--tries", "1",
-                                "--only", bench_sessions.JOB, "transformWithState"]) == 0
+                                "--only", bench_sessions.JOB, bench_sessions.PER_DEVICE]) == 0
     out = capsys.readouterr().out
     rates = dict(re.findall(r"^(.+?): [\d,]+ events/s; median [\d,]+ \((\d\.\d\d) of plain ingest\)", out, re.M))
-    assert set(rates) == {bench_sessions.JOB, "transformWithState", "plain ingest"} and rates["plain ingest"] == "1.00"
-    assert re.search(r"^transformWithState: .*; the job's sessions$", out, re.M), out
+    assert set(rates) == {bench_sessions.JOB, bench_sessions.PER_DEVICE, "plain ingest"}
+    assert rates["plain ingest"] == "1.00"
+    assert re.search(rf"^{bench_sessions.PER_DEVICE}: .*; the job's sessions$", out, re.M), out
 
 
 def test_the_contract_section_times_each_parse_beside_from_json(spark, settings, capsys):

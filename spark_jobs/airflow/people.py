@@ -31,7 +31,7 @@ from pathlib import Path
 OPERATOR_ROLE, REVIEWER_ROLE = "sigflow-operator", "sigflow-reviewer"
 # the first users and their roles; restart_approvers names reviewers by these user names
 USERS = {"admin": "Admin", "operator": OPERATOR_ROLE, "reviewer": REVIEWER_ROLE, "viewer": "Viewer"}
-PASSWORDS_ENV = "SIGFLOW_AIRFLOW_PASSWORDS_FILE"
+FIRST_USERS_VARIABLE = "SIGFLOW_AIRFLOW_PASSWORDS_FILE"
 
 
 def role_permissions(sm) -> dict[str, set[tuple[str, str]]]:
@@ -77,9 +77,9 @@ def set_up(passwords: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
-    source = os.environ.get(PASSWORDS_ENV)
+    source = os.environ.get(FIRST_USERS_VARIABLE)
     if not source or not Path(source).is_file():
-        print(f"people: set {PASSWORDS_ENV} to a JSON file of the first users' passwords", file=sys.stderr)
+        print(f"people: set {FIRST_USERS_VARIABLE} to a JSON file of the first users' passwords", file=sys.stderr)
         return 2
     passwords = json.loads(Path(source).read_text())
     unknown = sorted(set(passwords) - set(USERS))

@@ -32,14 +32,16 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
 def commented_arrow_schema(spec: TableSpec) -> pa.Schema:
     """The table's schema with each column's meaning as its comment (what a table is created with)."""
     meanings = spec.column_meanings
-    return pa.schema([field.with_metadata({"comment": meanings[field.name]}) for field in arrow_schema(spec)])
+    return pa.schema([field.with_metadata({"comment": meanings[field.name]}) if meanings[field.name] else field
+                      for field in arrow_schema(spec)])
 
 
 def _commented_struct(spec: TableSpec):
     from pyspark.sql.types import StructField, StructType
 
     meanings = spec.column_meanings
-    return StructType([StructField(field.name, field.dataType, field.nullable, {"comment": meanings[field.name]})
+    return StructType([StructField(field.name, field.dataType, field.nullable,
+                                   {"comment": meanings[field.name]} if meanings[field.name] else {})
                        for field in spec.schema.fields])
 
 
@@ -163,7 +165,7 @@ def _describe(uri: str, spec: TableSpec) -> str:
     def differing(table) -> tuple[bool, dict[str, str]]:
         present = {field.name: (field.metadata or {}).get("comment") for field in table.schema().fields}
         columns = {column: words for column, words in spec.column_meanings.items()
-                   if column in present and present[column] != words}
+                   if words and column in present and present[column] != words}
         return table.metadata().description != spec.description, columns
 
     for attempt in tenacity.Retrying(wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(5),

@@ -285,19 +285,21 @@ def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spa
 
 
 def test_a_sessions_checkpoint_with_the_old_state_layout_is_refused_with_the_runbook(spark, settings):
-    """Sessions keep every open session of a device since state format 2; a checkpoint
-    built before (no state_format recorded) is refused by sigflow, not failed in the JVM."""
+    """Sessions keep every open session of a bucket of devices since state format 4; a
+    checkpoint built before state formats were recorded is refused by sigflow, not failed
+    in the JVM."""
     from spark_jobs.jobs.registry import get_job
+    from spark_jobs.jobs.sessions import STATE_FORMAT
     from spark_jobs.runtime.runner import JobRun
 
     send(settings, [Event("a", "d1", at(9, 0), 1.0)])
     run_job(spark, settings, "sessions")
     checkpoint = Checkpoint(settings.checkpoint_uri("sessions"))
     identity = checkpoint.identity()
-    assert identity["settings"]["state_format"] == "3"
+    assert identity["settings"]["state_format"] == str(STATE_FORMAT) == "4"
     del identity["settings"]["state_format"]  # as a sigflow before state formats recorded it
     checkpoint.save_identity(identity)
-    with pytest.raises(SigflowError, match="state_format was '1', now '3'") as err:
+    with pytest.raises(SigflowError, match="state_format was '1', now '4'") as err:
         JobRun(get_job("sessions"), settings, spark)
     assert "incompatible-change.md" in err.value.hint
 

@@ -62,7 +62,7 @@ STATE_FORMAT = 4
 
 
 class Session(NamedTuple):
-    """One open session, as `sigflow checkpoint state` shows it."""
+    """One open session, as `sigflow checkpoint inspect --state` shows it."""
 
     device_id: str
     start_ms: int

@@ -40,9 +40,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from bench.freshness import batch_durations, freshness
+from bench.long_run import rss_mb
 from bench.targets import Target
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
@@ -96,14 +95,7 @@ class Deployment:
 
     def memory_mb(self) -> float:
         """Resident memory of every process of the pipeline: each CLI's Python and its JVM."""
-        total = 0
-        for process in self.processes.values():
-            try:
-                parent = psutil.Process(process.pid)
-                total += sum(p.memory_info().rss for p in [parent, *parent.children(recursive=True)])
-            except psutil.NoSuchProcess:
-                pass
-        return total / 2**20
+        return sum(rss_mb(process) for process in self.processes.values())
 
     def lag(self) -> dict[str, int]:
         from spark_jobs.ops.status import job_status

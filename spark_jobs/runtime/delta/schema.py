@@ -159,8 +159,6 @@ def _describe(uri: str, spec: TableSpec) -> str:
     that fails is tried again on the table as it then is."""
     import tenacity
 
-    said: list[str] = []  # the columns described
-    described: list[str] = []  # "the table", once its description is set
 
     def differing(table) -> tuple[bool, dict[str, str]]:
         present = {field.name: (field.metadata or {}).get("comment") for field in table.schema().fields}
@@ -171,6 +169,8 @@ def _describe(uri: str, spec: TableSpec) -> str:
     for attempt in tenacity.Retrying(wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(5),
                                      reraise=True):
         with attempt:
+            said: list[str] = []  # the columns described (a retry counts afresh)
+            described: list[str] = []  # "the table", once its description is set
             table = table_access.open_table(uri)
             description, columns = differing(table)
             if description:

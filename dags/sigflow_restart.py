@@ -19,7 +19,8 @@ everything as it was. `run_job` then runs the job once from its checkpoint.
 * `recover`: a lost or corrupt checkpoint is rebuilt from the Kafka offsets in the Delta
   commit metadata (`recover_from=delta`), or the job's tables are rebuilt from the
   earliest Kafka offsets (`recover_from=earliest`; required for stateful jobs unless
-  `accept_state_loss`).
+  `accept_state_loss`), or from device_events_raw, every record ingest kept, then Kafka
+  from where raw ends (`recover_from=raw`: beyond Kafka's retention).
 
 By hand: `sigflow stop JOB`, `sigflow checkpoint resume|rewind|recover JOB ... [--yes]`,
 then `sigflow run JOB`. Runbooks: docs/runbooks/.
@@ -72,8 +73,9 @@ with DAG(
         "to_batch": Param(None, type=["null", "integer"], description="rewind: re-run the batches after this one"),
         "to_time": Param(None, type=["null", "string"],
                          description="rewind: or re-run batches started after this UTC time (ISO 8601)"),
-        "recover_from": Param("delta", enum=["delta", "earliest"],
-                              description="recover: Delta commit metadata, or rebuild from earliest"),
+        "recover_from": Param("delta", enum=["delta", "earliest", "raw"],
+                              description="recover: Delta commit metadata, or rebuild from Kafka's earliest, "
+                                          "or from device_events_raw (beyond Kafka's retention)"),
         "accept_state_loss": Param(False, type="boolean",
                                    description="recover from delta of a stateful job: accept the gap"),
         "force": Param(False, type="boolean", description="recover: replace a checkpoint that looks sound"),

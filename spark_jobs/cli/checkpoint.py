@@ -55,9 +55,10 @@ def register(sub) -> None:
     target = rewind.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-batch", type=int, help="re-run every batch after this one")
     target.add_argument("--to-time", help="re-run the batches started after this UTC time (ISO 8601)")
-    recover = actions.add_parser("recover", help="rebuild a lost or corrupt checkpoint")
-    recover.add_argument("--from", dest="recover_from", choices=["delta", "earliest"], default="delta",
-                         help="offsets from the Delta commit metadata, or rebuild from earliest")
+    recover = actions.add_parser("recover", help="rebuild a lost or corrupt checkpoint, or a job's tables")
+    recover.add_argument("--from", dest="recover_from", choices=["delta", "earliest", "raw"], default="delta",
+                         help="offsets from the Delta commit metadata; or rebuild from Kafka's earliest; or "
+                              "from device_events_raw (beyond Kafka's retention), then Kafka")
     recover.add_argument("--force", action="store_true", help="replace a checkpoint that looks sound")
     recover.add_argument("--accept-state-loss", action="store_true",
                          help="--from delta of a stateful job: accept the listed gap")

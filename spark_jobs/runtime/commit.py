@@ -17,8 +17,9 @@
    second copy; a new batch skips that lookup, which rebuilds the table's state on every
    append (``sink.DeltaSink.append``). A table without rows gets no commit.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
-   own count): the batch's Kafka range read again and the job's lateness rule applied, the
-   rows appended to late_events as in step 4.
+   own count): the batch's range read again from where the query reads (Kafka, or
+   device_events_raw in a replay) and the job's lateness rule applied, the rows appended to
+   late_events as in step 4.
 6. **Metrics row.** The batch's pipeline_metrics row (``MetricsRecorder``), appended under
    its own application transaction: its presence says every table of the batch was written.
 7. **Spark's commit.** Returning lets Spark write ``commits/N``. A crash anywhere before it
@@ -47,11 +48,12 @@ from spark_jobs.runtime.delta import concurrent_writes
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
-from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.kafka.source import KafkaRecords
 from spark_jobs.runtime.metrics import progress as metrics
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
+from spark_jobs.runtime.replay.source import RawRecords
 from spark_jobs.runtime.rows import has_rows
 
 log = logging.getLogger("sigflow.runner")
@@ -60,8 +62,8 @@ log = logging.getLogger("sigflow.runner")
 @dataclass(frozen=True)
 class CommitContext:
     """What a run hands its commit: the job, where it reads and writes, the lease it writes
-    under and the ids its commits carry, and where each batch is counted. Built once where
-    the run is prepared (``JobRun._wire``)."""
+    under and the ids its commits carry, and where each batch is counted. Built where the
+    run is prepared (``JobRun._wire``), ``records`` changed for a replay from raw."""
 
     job: StreamingJob
     settings: Settings
@@ -70,6 +72,7 @@ class CommitContext:
     checkpoint: Checkpoint
     lease: Lease
     kafka: KafkaConnection
+    records: KafkaRecords | RawRecords  # where the query reads: a batch's range is read again there
     tables: tuple[TableSpec, ...]
     app_id: str
     checkpoint_id: str
@@ -84,6 +87,7 @@ class BatchCommit:
         self.job, self.settings, self.spark, self.sink = context.job, context.settings, context.spark, context.sink
         self.checkpoint, self.lease, self.kafka, self.tables = (context.checkpoint, context.lease, context.kafka,
                                                                 context.tables)
+        self.records = context.records
         self.app_id, self.checkpoint_id = context.app_id, context.checkpoint_id
         self.summary, self.recorder = context.summary, context.recorder
         self.before_batch = before_batch  # the recorder catching up on the batches before
@@ -234,7 +238,8 @@ class BatchCommit:
         """The valid events of this batch that the job's stateful operators dropped as late.
 
         The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
-        the same records are read again and the job's lateness rule applied: only for a batch
+        the same records are read again (from Kafka, or from raw in a replay) and the job's
+        lateness rule applied: only for a batch
         whose operators dropped rows as late (``_dropped_late``), since the rule selects
         exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py). Measured on
         Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
@@ -244,10 +249,7 @@ class BatchCommit:
         late_watermark_ms = previous.watermark_ms if previous else 0
         if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
             return self.spark.createDataFrame([], LATE_EVENTS.schema)
-        records = kafka_source.read_range(
-            self.spark, self.settings, self.kafka,
-            self.job.topics(self.settings.streaming), previous.sources[0], batch.kafka_end_offsets,
-        )
+        records = self.records.range(previous.sources[0], batch.kafka_end_offsets)
         late = self.job.late_rule(self.settings.streaming, records, late_watermark_ms)
         return late.select(
             F.lit(self.job.name).alias("job"), "record_kind", "event_id", "device_id", "event_time", "signal",

@@ -9,6 +9,10 @@ Two ways to run:
   no-data batch ran, then stop it.
 * ``continuous``: a processing-time trigger until SIGTERM/SIGINT, which stops the query
   after the batch in flight.
+
+Either first finishes a replay from device_events_raw that a restart recorded in the
+checkpoint (``Checkpoint.replay_from_raw``): the same plan and commit over raw's rows up to
+where raw ends, then Kafka from there, on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import (
+    DEVICE_EVENTS_RAW,
     LATE_EVENTS,
     PIPELINE_METRICS,
     TABLE_STATUS,
@@ -52,6 +58,7 @@ from spark_jobs.runtime.metrics.progress import (
 )
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
+from spark_jobs.runtime.replay.source import RawRecords
 from spark_jobs.runtime.spark import configure_session, get_spark
 from spark_jobs.runtime.supervision import Supervisor
 from spark_jobs.runtime.waiting import wait_until
@@ -139,14 +146,15 @@ class JobRun:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
                                         tables=tuple(spec.name for spec in job.tables))
-        self.commit_batch = BatchCommit(CommitContext(
-            job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka, self.tables, self.app_id,
-            self.checkpoint_id, self.summary, self.recorder), before_batch=self._catch_up)
+        self.commit_context = CommitContext(
+            job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka,
+            kafka_source.KafkaRecords(self.spark, settings, self.kafka, job.topics(settings.streaming)),
+            self.tables, self.app_id, self.checkpoint_id, self.summary, self.recorder)
+        self.commit_batch = BatchCommit(self.commit_context, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
 
     def plan(self) -> DataFrame:
-        records = kafka_source.read_stream(self.spark, self.settings, self.kafka, self.job.topics(self.settings.streaming))
-        plan = self.job.build(self.settings.streaming, records)
+        plan = self.job.build(self.settings.streaming, self.commit_batch.records.stream())
         counting = Counting(scans=source_scans(plan), branches=self.job.branches(self.settings.streaming))
         self.recorder.counting = counting
         self.progress_log.follow(self.job.name, counting, self.settings.progress_file(self.job.name))
@@ -171,6 +179,33 @@ class JobRun:
         )
         return self.query
 
+    def _replay_from_raw(self) -> None:
+        """The replay from device_events_raw the checkpoint has yet to finish, if any, run to
+        its end: a query of the same plan and commit whose source is raw, stopped once its
+        batches have read up to where raw ends. A failure is raised; the next run goes on from
+        the replay's last committed batch, as a Kafka run goes on from its own."""
+        pending = self.checkpoint.replay_from_raw()
+        if pending is None:
+            return
+        first, until = pending
+        log.info("%s: replaying device_events_raw up to %s, then reading Kafka from there", self.job.name,
+                 ", ".join(f"{t}[{p}]@{o}" for t, parts in sorted(until.items()) for p, o in sorted(parts.items())))
+        kafka_commit = self.commit_batch
+        raw = RawRecords(self.spark, self.settings.table_uri(DEVICE_EVENTS_RAW.name), first, until,
+                         self.settings.kafka.max_offsets_per_trigger)
+        self.commit_batch = BatchCommit(replace(self.commit_context, records=raw), before_batch=self._catch_up)
+        try:
+            query = self.start("0 seconds")
+            try:
+                query.processAllAvailable()  # returns once the batches have read up to ``until``
+            finally:
+                query.stop()
+                self.record_metrics(query)
+            if query.exception():
+                raise query.exception()
+        finally:
+            self.commit_batch, self.query = kafka_commit, None
+
     def _await_progress_lines(self, query) -> None:
         """The listener gets progress asynchronously: without this wait a process that exits
         right after its run lost the last batch's line and progress-file entry."""
@@ -182,6 +217,7 @@ class JobRun:
         """The run between its lineage events: START, then COMPLETE or FAIL."""
         self.lineage.start()
         try:
+            self._replay_from_raw()
             summary = self.supervisor.run(trigger_interval, drive, stop)
         except BaseException as exc:
             self.lineage.fail(str(exc) or type(exc).__name__)

@@ -31,23 +31,23 @@ def plan(
     request = RestartRequest(job, action, to_batch=to_batch, to_time=to_time, recover_from=recover_from,
                              force=force, accept_state_loss=accept_state_loss)
 
-    def planned(lease: Lease | None = None) -> Plan:
+    def planned(lease: Lease | None = None, raw_version: int | None = None) -> Plan:
         if request.action == "resume":
             made = plan_resume(settings, request.job, lease=lease)
         elif request.action == "rewind":
             made = plan_rewind(settings, request.job, request.to_batch, request.rewind_time(), lease=lease)
         else:
             made = plan_recover(settings, request.job, request.recover_from, request.force, request.accept_state_loss,
-                                lease=lease)
+                                lease=lease, raw_version=raw_version)
         made.command = request.command()
-        rebuilds = request.action == "recover" and request.recover_from == "earliest"
+        rebuilds = request.action == "recover" and request.recover_from in ("earliest", "raw")
         refuse_if_unfinished_restart(made, supersedes=rebuilds)
         if request.action != "resume":  # resume deletes no row
             refuse_if_reconciling(made)
         return made
 
     first = planned()
-    first.replan = lambda: planned(first.lease)
+    first.replan = lambda: planned(first.lease, first.raw_version)
     return first
 
 

@@ -48,6 +48,8 @@ class Plan:
     audit_uri: str = ""  # restart_audit, where each apply is recorded
     # what it was planned from (None for a plan made by hand)
     snapshot: JobSnapshot | None = field(default=None, repr=False)
+    # the device_events_raw version a replay from raw was planned on: planned again alike
+    raw_version: int | None = None
 
     @classmethod
     def of(cls, snapshot: JobSnapshot, action: str, runbook: str = RUNBOOK) -> Plan:
@@ -223,15 +225,33 @@ def refuse_if_unfinished_restart(plan: Plan, supersedes: bool = False) -> None:
 
 def refuse_if_kafka_dropped(settings: Settings, start: dict, plan: Plan) -> None:
     """Refuse when Kafka retention already deleted records the re-run would need."""
+    for topic, gone in kafka_dropped(settings, start).items():
+        for p, (needed, earliest) in sorted(gone.items()):
+            plan.refuse(f"Kafka retention removed {topic}[{p}] offsets {needed}..{earliest - 1}, "
+                        "which the re-run would need")
+
+
+def kafka_dropped(settings: Settings, start: dict) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic and partition, (the offset a re-run from ``start`` needs, Kafka's earliest)
+    where retention already deleted records it needs; ``start`` {topic: None} means offset 0."""
     bootstrap = kafka_address.connection(settings)
     kafka_admin.check_reachable(bootstrap)
+    gone: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, parts in start.items():
         partitions = [int(p) for p in parts] if parts else kafka_admin.topic_partitions(bootstrap, topic)
         for p, (earliest, _) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
             needed = int(parts[str(p)]) if parts else 0
             if earliest > needed:
-                plan.refuse(f"Kafka retention removed {topic}[{p}] offsets {needed}..{earliest - 1}, "
-                            "which the re-run would need")
+                gone.setdefault(topic, {})[p] = (needed, earliest)
+    return gone
+
+
+def kafka_bounds(settings: Settings, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic, each partition's (earliest offset, end offset) in Kafka now."""
+    bootstrap = kafka_address.connection(settings)
+    kafka_admin.check_reachable(bootstrap)
+    return {topic: kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+            for topic in topics}
 
 
 def refuse_pending_rewind(snapshot: JobSnapshot, plan: Plan) -> None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import PIPELINE_METRICS
+from spark_jobs.contracts.tables import DEVICE_EVENTS_RAW, PIPELINE_METRICS
 from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.base import StreamingJob
+from spark_jobs.jobs.ingest import INGEST
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
+    kafka_bounds,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
@@ -31,6 +34,7 @@ from spark_jobs.runtime.delta.table_access import (
     table_version,
 )
 from spark_jobs.runtime.metrics.progress import end_offsets
+from spark_jobs.runtime.replay.extent import RawExtent, hand_off_gaps
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {
@@ -50,13 +54,18 @@ STATE_LOSS = {
 def plan_recover(
     settings: Settings, job_name: str, recover_from: str = "delta",
     force: bool = False, accept_state_loss: bool = False, lease: Lease | None = None,
+    raw_version: int | None = None,
 ) -> Plan:
-    """A fresh checkpoint for a job whose checkpoint is lost or corrupt.
+    """A fresh checkpoint for a job whose checkpoint is lost or corrupt, or whose tables must be
+    computed again (a fix).
 
     ``recover_from="delta"`` starts after the last batch its tables committed (offsets from the
     Delta commit metadata): exact for stateless jobs. ``recover_from="earliest"`` empties the job's
     tables and re-runs it over everything Kafka still holds: nothing lost or counted twice,
     but batches cut differently make other events late (docs/runbooks/checkpoint-lost-or-corrupt.md).
+    ``recover_from="raw"`` empties them too and re-runs it over device_events_raw (every record
+    ingest kept, at ``raw_version``: the current one, or the one an earlier plan of it read), then
+    goes on from Kafka where raw ends (docs/runbooks/recompute-beyond-retention.md).
     """
     snapshot = JobSnapshot.take(settings, job_name, "recover", lease)
     job, checkpoint = snapshot.job, snapshot.checkpoint
@@ -81,9 +90,12 @@ def plan_recover(
                         "--from earliest, or accept this with --accept-state-loss")
         elif job.stateful:
             plan.afterwards.append(f"known gap (accepted): {STATE_LOSS.get(job.name)}")
-    elif recover_from == "earliest":
-        start = "earliest"
-        refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
+    elif recover_from in ("earliest", "raw"):
+        if recover_from == "earliest":
+            start = "earliest"
+            refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
+        else:
+            start = _plan_replay(settings, job, plan, raw_version)
         for spec in job.tables:
             if spec.merge_key:  # kept current by merge, with other jobs' parts: the re-run finds nothing newer
                 continue
@@ -96,17 +108,59 @@ def plan_recover(
                       lambda uri=uri: delete_rows(uri, job.name))
         plan.afterwards.append("readers see these tables empty until the re-run has caught up")
     else:
-        raise SigflowError(f"a recover reads from delta or earliest, not {recover_from!r}", "use delta or earliest")
+        raise SigflowError(f"a recover reads from delta, earliest or raw, not {recover_from!r}",
+                           "use delta, earliest or raw")
     if plan.refusals:
         plan.steps.clear()
         return plan
-    plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
-              f"{offsets_text(start) if isinstance(start, dict) else start}",
-              lambda: checkpoint.start_fresh(
-                  job.name, start if isinstance(start, str) else json.dumps(start),
-                  {"recover_from": recover_from, "at": applied_at()}))
+    if isinstance(start, Replay):
+        plan.raw_version = start.extent.version
+        plan.step(f"start a new checkpoint at {checkpoint.uri} whose batches read device_events_raw at version "
+                  f"{start.extent.version}: {start.extent.rows:,} records ({start.extent.ranges_text()}; "
+                  f"{start.extent.sent_text()}), then Kafka from {offsets_text(start.until)}",
+                  lambda: start.begin(checkpoint, job.name, {"recover_from": recover_from, "at": applied_at()}))
+    else:
+        plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
+                  f"{offsets_text(start) if isinstance(start, dict) else start}",
+                  lambda: checkpoint.start_fresh(
+                      job.name, start if isinstance(start, str) else json.dumps(start),
+                      {"recover_from": recover_from, "at": applied_at()}))
     plan.afterwards.append(f"run {job.name}")
     return plan
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A new checkpoint's batches over device_events_raw's records, ``extent``, then Kafka
+    from ``until`` (where raw ends, per partition Kafka has)."""
+
+    extent: RawExtent
+    until: dict[str, dict[str, int]]
+
+    def begin(self, checkpoint, job: str, recovered_from: dict) -> None:
+        checkpoint.start_fresh(job, json.dumps(self.until), recovered_from)
+        first = {topic: {part: 0 for part in parts} for topic, parts in self.until.items()}
+        checkpoint.record_replay(first, self.until)
+
+
+def _plan_replay(settings: Settings, job: StreamingJob, plan: Plan, raw_version: int | None) -> Replay | None:
+    """What a rebuild from raw reads, or None with the plan's refusals: raw must hold each
+    partition from its offset 0, and Kafka every record from where raw ends."""
+    if job.name == INGEST.name:
+        plan.refuse("ingest writes device_events_raw itself: recover it --from delta or --from earliest")
+        return None
+    topics = job.topics(settings.streaming)
+    bounds = kafka_bounds(settings, topics)
+    extent = RawExtent.of(settings.table_uri(DEVICE_EVENTS_RAW.name), topics, version=raw_version)
+    if not extent.rows:
+        plan.refuse(f"device_events_raw holds no record of {', '.join(topics)}: nothing to rebuild from; "
+                    "use --from earliest")
+        return None
+    for gap in hand_off_gaps(extent, {}, bounds):
+        plan.refuse(gap)
+    until = {topic: {str(p): extent.end.get(topic, {}).get(str(p), 0) for p in sorted(parts)}
+             for topic, parts in bounds.items()}
+    return Replay(extent, until)
 
 
 def _has_identity(checkpoint) -> bool:

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from spark_jobs.errors import ConfigError
 
 ACTIONS = ("resume", "rewind", "recover")
-RECOVER_FROM = ("delta", "earliest")  # where a recover's first batch reads from
+RECOVER_FROM = ("delta", "earliest", "raw")  # where a recover's first batch reads from
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,9 @@ class RestartRequest:
         if self.action not in ACTIONS:
             raise ConfigError(f"unknown restart action {self.action!r}", f"one of {', '.join(ACTIONS)}")
         if self.recover_from not in RECOVER_FROM:
-            raise ConfigError(f"a recover reads from {' or '.join(RECOVER_FROM)}, not {self.recover_from!r}",
-                              "--from delta: after the batch the tables hold; --from earliest: rebuild")
+            raise ConfigError(f"a recover reads from {', '.join(RECOVER_FROM)}, not {self.recover_from!r}",
+                              "--from delta: after the batch the tables hold; --from earliest: rebuild from "
+                              "Kafka; --from raw: rebuild from device_events_raw")
         self.rewind_time()  # refused here, where it enters
 
     def rewind_time(self) -> datetime | None:

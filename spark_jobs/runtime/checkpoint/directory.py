@@ -165,6 +165,28 @@ class Checkpoint:
         })
         return app_id
 
+    def record_replay(self, first: dict, until: dict) -> None:
+        """Say that this checkpoint's next batches read device_events_raw from ``first`` (a new
+        checkpoint's start; a checkpoint's own offsets otherwise) to ``until``, then Kafka."""
+        identity = self.identity()
+        identity[REPLAY_KEY] = {"first": first, "until": until}
+        self.save_identity(identity)
+
+    def replay_from_raw(self) -> tuple[dict, dict] | None:
+        """(first, until) of the replay from device_events_raw this checkpoint has yet to
+        finish; None when there is none or its batches have read up to ``until``."""
+        replay = self.identity().get(REPLAY_KEY)
+        if replay is None:
+            return None
+        try:
+            first, until = _offsets_map(replay["first"]), _offsets_map(replay["until"])
+        except (KeyError, TypeError, ValueError, AttributeError, SigflowError):
+            raise _damaged(self.uri, "sigflow.json", "is damaged (its replay_from_raw is not two offset maps)",
+                           "sigflow.json's replay_from_raw is not two offset maps") from None
+        if self.committed_through({topic: {int(p): o for p, o in parts.items()} for topic, parts in until.items()}):
+            return None
+        return first, until
+
     def starting_offsets(self) -> str | None:
         """Offsets a recovered checkpoint's first batch must start from (None: the setting's)."""
         return self.identity().get("starting_offsets") if not self.offset_batches() else None
@@ -319,12 +341,21 @@ def _parsed_offsets(batch_id: int, text: str) -> BatchOffsets:
     )
 
 
+def _offsets_map(value: object) -> dict[str, dict[str, int]]:
+    """{topic: {partition: offset}} as sigflow.json holds it; TypeError or ValueError otherwise."""
+    if not isinstance(value, dict):
+        raise TypeError("not an object")
+    return {checked(topic, "topic", "sigflow.json"): {str(int(part)): _whole(offset) for part, offset in parts.items()}
+            for topic, parts in value.items()}
+
+
 def _whole(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{value!r} is not a whole number")
     return value
 
 
+REPLAY_KEY = "replay_from_raw"
 RECOVER_HINT = ("rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
                 "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
 

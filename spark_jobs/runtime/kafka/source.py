@@ -8,6 +8,7 @@ them fails here, naming the fix, rather than in the middle of a query plan.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -75,6 +76,23 @@ def read_range(
     options.pop("maxOffsetsPerTrigger", None)
     options.update(startingOffsets=json.dumps(aligned_start(start, end)), endingOffsets=json.dumps(end))
     return spark.read.format("kafka").options(**options).load()
+
+
+@dataclass(frozen=True)
+class KafkaRecords:
+    """A job's records from Kafka: its stream, and one batch's range read again (the late-events
+    rule's read). The other source of such records is device_events_raw (runtime/replay/)."""
+
+    spark: SparkSession
+    settings: Settings
+    kafka: KafkaConnection | str
+    topics: list[str]
+
+    def stream(self) -> DataFrame:
+        return read_stream(self.spark, self.settings, self.kafka, self.topics)
+
+    def range(self, start: dict, end: dict) -> DataFrame:
+        return read_range(self.spark, self.settings, self.kafka, self.topics, start, end)
 
 
 EARLIEST = -2  # Spark's Kafka source's JSON offset for "the partition's earliest offset"

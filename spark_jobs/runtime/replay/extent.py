@@ -1,0 +1,97 @@
+"""What device_events_raw holds of a job's topics, and whether a replay from it hands off to
+Kafka with no record missing: raw must begin where Kafka's history began (offset 0; a
+partition begun later lost records to raw's retention or was ingested from a later start),
+and Kafka must still hold every record from where raw ends (ingest not behind retention)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+Offsets = dict[str, dict[str, int]]
+
+
+@dataclass
+class RawExtent:
+    """Per (topic, partition): the first offset raw holds, the offset after its last, and
+    its rows; the span of their Kafka timestamps."""
+
+    first: Offsets = field(default_factory=dict)
+    end: Offsets = field(default_factory=dict)
+    rows: int = 0
+    sent_from: datetime | None = None
+    sent_until: datetime | None = None
+
+    version: int | None = None  # of device_events_raw, read again alike by a plan made again
+
+    @classmethod
+    def of(cls, raw_uri: str, topics: list[str], after: Offsets | None = None, version: int | None = None) -> RawExtent:
+        """Raw's rows of ``topics`` at ``version`` (the current one by default; those at or
+        after ``after``'s offsets, when given), read a batch of columns at a time so memory
+        stays flat whatever raw's size."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from spark_jobs.runtime.delta.table_access import dataset, exists, table_version
+
+        extent = cls()
+        if not exists(raw_uri):
+            return extent
+        extent.version = table_version(raw_uri) if version is None else version
+        where = ds.field("topic").isin(topics)
+        for topic, parts in (after or {}).items():
+            for part, offset in parts.items():
+                where &= ~((ds.field("topic") == topic) & (ds.field("partition") == int(part))
+                           & (ds.field("offset") < int(offset)))
+        scan = dataset(raw_uri, extent.version).to_batches(columns=["topic", "partition", "offset", "kafka_timestamp"],
+                                           filter=where, use_threads=False)
+        for batch in scan:
+            if batch.num_rows == 0:
+                continue
+            grouped = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate(
+                [("offset", "min"), ("offset", "max"), ("offset", "count")])
+            for topic, part, low, high, count in zip(*(grouped.column(name).to_pylist() for name in (
+                    "topic", "partition", "offset_min", "offset_max", "offset_count"))):
+                key = str(part)
+                extent.first.setdefault(topic, {})[key] = min(low, extent.first.get(topic, {}).get(key, low))
+                extent.end.setdefault(topic, {})[key] = max(high + 1, extent.end.get(topic, {}).get(key, 0))
+                extent.rows += count
+            sent = pc.min_max(batch.column("kafka_timestamp")).as_py()
+            if sent["min"] is not None:
+                extent.sent_from = min(filter(None, (extent.sent_from, sent["min"])))
+                extent.sent_until = max(filter(None, (extent.sent_until, sent["max"])))
+        return extent
+
+    def ranges_text(self) -> str:
+        """Each partition's offsets, e.g. ``device-events[0] 0..9,999``."""
+        return ", ".join(f"{topic}[{part}] {self.first[topic][part]:,}..{end - 1:,}"
+                         for topic, parts in sorted(self.end.items())
+                         for part, end in sorted(parts.items(), key=lambda item: int(item[0])))
+
+    def sent_text(self) -> str:
+        if self.sent_from is None:
+            return "no records"
+        return f"sent {self.sent_from:%Y-%m-%d %H:%M:%S} to {self.sent_until:%Y-%m-%d %H:%M:%S} UTC (Kafka time)"
+
+
+def hand_off_gaps(extent: RawExtent, start: Offsets, kafka_bounds: dict[str, dict[int, tuple[int, int]]]) -> list[str]:
+    """Why a replay from ``start`` through raw, then Kafka from raw's end, would miss records
+    ([] when it would not), per partition Kafka has: records before raw's first that the
+    replay needs, or records after raw's end that Kafka no longer holds."""
+    gaps = []
+    for topic, parts in sorted(kafka_bounds.items()):
+        for part, (earliest, _) in sorted(parts.items()):
+            key = str(part)
+            needed_from = int(start.get(topic, {}).get(key, 0))
+            first = extent.first.get(topic, {}).get(key)
+            end = extent.end.get(topic, {}).get(key, needed_from)
+            if first is not None and first > needed_from:
+                where = "Kafka still holds them: recover --from earliest" if earliest <= needed_from else \
+                    "neither raw nor Kafka holds them"
+                gaps.append(f"raw holds {topic}[{part}] from offset {first:,}, the replay needs it from "
+                            f"{needed_from:,} ({where})")
+            if earliest > end:
+                gaps.append(f"Kafka retention removed {topic}[{part}] offsets {end:,}..{earliest - 1:,} and raw "
+                            "does not have them (ingest fell behind retention)")
+    return gaps

@@ -1,0 +1,95 @@
+"""A job rebuilt from device_events_raw once Kafka's retention has removed its records: the
+tables equal what the rules give for every record, each row once, and the job goes on from
+Kafka exactly where raw ends (docs/runbooks/recompute-beyond-retention.md)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from spark_jobs.ops import reconcile, restart
+from spark_jobs.ops.restart.plan import PlanRefused
+from spark_jobs.runtime.kafka import admin as kafka_admin
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
+from tests.helpers import run_job, send, table
+from tests.spark_jobs.ops.test_reconcile import (
+    ADVANCE,
+    FINAL_MS,
+    HORIZON,
+    LATE,
+    ON_TIME,
+    expected_sessions,
+    expected_windows,
+    session_table,
+    window_table,
+)
+
+REBUILT = ("dedup", "windowed-averages", "sessions")
+# every late reading within the horizon of the watermark it meets, however the batches fall
+LATE_WITHIN = [event for event in LATE if event.event_id != "old"]
+
+
+def every_record_counted():
+    first = {}
+    for event in ON_TIME + LATE_WITHIN + ADVANCE:
+        first.setdefault((event.device_id, event.event_id), event)
+    return list(first.values())
+
+
+def delete_from_kafka(s, topic: str) -> None:
+    """What retention does: every record so far gone, by offset."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = s.kafka.bootstrap_servers
+    ends = kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, p, end) for p, (_, end) in ends.items()]).values():
+        future.result(30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and_goes_on_from_kafka(spark, settings):
+    # batches of 40 records: the replay runs several, and events late in it are reconciled
+    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=40)
+    for events in (ON_TIME, LATE_WITHIN):
+        send(s, events)
+        for job in ("ingest", *REBUILT):
+            run_job(spark, s, job)
+    delete_from_kafka(s, s.streaming.events_topic)
+
+    refused = restart.plan(s, "windowed-averages", "recover", recover_from="earliest", force=True)
+    assert any("Kafka retention removed" in reason for reason in refused.refusals)
+    with pytest.raises(PlanRefused):
+        refused.apply()
+
+    send(s, ADVANCE)  # waiting in Kafka, after where raw ends
+    raw_rows = len(table(s, "device_events_raw").query(f"topic == '{s.streaming.events_topic}'"))
+    for job in REBUILT:
+        plan = restart.plan(s, job, "recover", recover_from="raw", force=True)
+        assert not plan.refusals, plan.describe()
+        assert f"{raw_rows:,} records" in plan.describe()
+        plan.apply()
+        run_job(spark, s, job)
+    run_job(spark, s, "ingest")
+    reconcile.run(spark, s, ["windowed-averages", "sessions"])
+
+    counted = every_record_counted()
+    assert window_table(s) == expected_windows(counted, FINAL_MS)
+    assert session_table(s) == expected_sessions(counted, FINAL_MS)
+    windows = table(s, "device_signal_averages")
+    assert not windows.duplicated(["device_id", "window_kind", "window_start"]).any()
+    # dedup: each reading once, in its table or, dropped as late, in late_events
+    kept = table(s, "device_events_deduplicated")
+    assert not kept.duplicated(["device_id", "event_id"]).any()
+    late = table(s, "late_events").query("job == 'dedup'")
+    assert set(zip(kept.device_id, kept.event_id)) | set(zip(late.device_id, late.event_id)) == {
+        (e.device_id, e.event_id) for e in counted}
+    sent_twice = {key for key, n in Counter((e.device_id, e.event_id) for e in ON_TIME + LATE_WITHIN).items() if n > 1}
+    assert set(zip(kept.device_id, kept.event_id)) & set(zip(late.device_id, late.event_id)) <= sent_twice
+    # the replay read raw in batches of its own (40 records at most), then Kafka
+    metrics = table(s, "pipeline_metrics").query("job == 'dedup'")
+    rebuilt = metrics[metrics.checkpoint_id == kept.checkpoint_id.iloc[0]]
+    assert rebuilt.input_rows.sum() == raw_rows + len(ADVANCE) and rebuilt.input_rows.max() <= 40

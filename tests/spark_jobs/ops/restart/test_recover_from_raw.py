@@ -12,7 +12,8 @@ from spark_jobs.ops import reconcile, restart
 from spark_jobs.ops.restart.plan import PlanRefused
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
-from tests.helpers import run_job, send, table
+from spark_jobs.errors import SigflowError
+from tests.helpers import run_job, send, sigflow, table
 from tests.spark_jobs.ops.test_reconcile import (
     ADVANCE,
     FINAL_MS,
@@ -93,3 +94,37 @@ def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and
     metrics = table(s, "pipeline_metrics").query("job == 'dedup'")
     rebuilt = metrics[metrics.checkpoint_id == kept.checkpoint_id.iloc[0]]
     assert rebuilt.input_rows.sum() == raw_rows + len(ADVANCE) and rebuilt.input_rows.max() <= 40
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_recover_from_raw_killed_in_its_apply_and_in_its_replay_gives_every_window_once(spark, settings):
+    """SIGKILL after the apply deleted the job's rows, then again in the replay's second batch
+    between its table commits: the run refuses until the recover is applied again; the
+    next run goes on from the replay's last committed batch; reconciled, every window is what
+    the rules give for every record, once."""
+    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=40)
+    job, horizon = "windowed-averages", {"SIGFLOW_LATE_HORIZON": HORIZON}
+    send(s, ON_TIME + LATE_WITHIN)
+    for name in ("ingest", job):
+        run_job(spark, s, name)
+    delete_from_kafka(s, s.streaming.events_topic)
+    send(s, ADVANCE)
+    command = f"sigflow checkpoint recover {job} --from raw --force --yes"
+
+    killed = sigflow(s, *command.split()[1:], extra_env={"SIGFLOW_FAILPOINTS": f"{job}/after_restart_step:2", **horizon})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    with pytest.raises(SigflowError, match="a recover of its checkpoint did not finish"):
+        run_job(spark, s, job)
+    finished = sigflow(s, *command.split()[1:], extra_env=horizon)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "device_events_raw at version" in finished.stdout
+
+    killed = sigflow(s, "run", job, extra_env={"SIGFLOW_FAILPOINTS": f"{job}/between_tables:1", **horizon})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    run_job(spark, s, job)
+    run_job(spark, s, "ingest")  # reconcile waits for ingest to have read as far as the job
+    reconcile.run(spark, s, [job])
+    counted = every_record_counted()
+    assert window_table(s) == expected_windows(counted, FINAL_MS)
+    assert not table(s, "device_signal_averages").duplicated(["device_id", "window_kind", "window_start"]).any()

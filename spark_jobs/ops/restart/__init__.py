@@ -35,7 +35,8 @@ def plan(
         if request.action == "resume":
             made = plan_resume(settings, request.job, lease=lease)
         elif request.action == "rewind":
-            made = plan_rewind(settings, request.job, request.to_batch, request.rewind_time(), lease=lease)
+            made = plan_rewind(settings, request.job, request.to_batch, request.rewind_time(), lease=lease,
+                               raw_version=raw_version)
         else:
             made = plan_recover(settings, request.job, request.recover_from, request.force, request.accept_state_loss,
                                 lease=lease, raw_version=raw_version)

@@ -5,23 +5,21 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import DEVICE_EVENTS_RAW, PIPELINE_METRICS
+from spark_jobs.contracts.tables import PIPELINE_METRICS
 from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.jobs.ingest import INGEST
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
-    kafka_bounds,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
 )
+from spark_jobs.ops.restart.replay import Replay, plan_replay, reads_raw
 from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import (
@@ -34,7 +32,6 @@ from spark_jobs.runtime.delta.table_access import (
     table_version,
 )
 from spark_jobs.runtime.metrics.progress import end_offsets
-from spark_jobs.runtime.replay.extent import RawExtent, hand_off_gaps
 
 # What a checkpoint rebuilt from Delta metadata gets wrong, per stateful job.
 STATE_LOSS = {
@@ -95,7 +92,9 @@ def plan_recover(
             start = "earliest"
             refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
         else:
-            start = _plan_replay(settings, job, plan, raw_version)
+            start = plan_replay(settings, job, {}, plan, raw_version) if reads_raw(job) else None
+            if not reads_raw(job):
+                plan.refuse("ingest writes device_events_raw itself: recover it --from delta or --from earliest")
         for spec in job.tables:
             if spec.merge_key:  # kept current by merge, with other jobs' parts: the re-run finds nothing newer
                 continue
@@ -118,7 +117,7 @@ def plan_recover(
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose batches read device_events_raw at version "
                   f"{start.extent.version}: {start.extent.rows:,} records ({start.extent.ranges_text()}; "
                   f"{start.extent.sent_text()}), then Kafka from {offsets_text(start.until)}",
-                  lambda: start.begin(checkpoint, job.name, {"recover_from": recover_from, "at": applied_at()}))
+                  lambda: _start_replay(checkpoint, job.name, start, {"recover_from": recover_from, "at": applied_at()}))
     else:
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
                   f"{offsets_text(start) if isinstance(start, dict) else start}",
@@ -129,38 +128,11 @@ def plan_recover(
     return plan
 
 
-@dataclass(frozen=True)
-class Replay:
-    """A new checkpoint's batches over device_events_raw's records, ``extent``, then Kafka
-    from ``until`` (where raw ends, per partition Kafka has)."""
-
-    extent: RawExtent
-    until: dict[str, dict[str, int]]
-
-    def begin(self, checkpoint, job: str, recovered_from: dict) -> None:
-        checkpoint.start_fresh(job, json.dumps(self.until), recovered_from)
-        first = {topic: {part: 0 for part in parts} for topic, parts in self.until.items()}
-        checkpoint.record_replay(first, self.until)
-
-
-def _plan_replay(settings: Settings, job: StreamingJob, plan: Plan, raw_version: int | None) -> Replay | None:
-    """What a rebuild from raw reads, or None with the plan's refusals: raw must hold each
-    partition from its offset 0, and Kafka every record from where raw ends."""
-    if job.name == INGEST.name:
-        plan.refuse("ingest writes device_events_raw itself: recover it --from delta or --from earliest")
-        return None
-    topics = job.topics(settings.streaming)
-    bounds = kafka_bounds(settings, topics)
-    extent = RawExtent.of(settings.table_uri(DEVICE_EVENTS_RAW.name), topics, version=raw_version)
-    if not extent.rows:
-        plan.refuse(f"device_events_raw holds no record of {', '.join(topics)}: nothing to rebuild from; "
-                    "use --from earliest")
-        return None
-    for gap in hand_off_gaps(extent, {}, bounds):
-        plan.refuse(gap)
-    until = {topic: {str(p): extent.end.get(topic, {}).get(str(p), 0) for p in sorted(parts)}
-             for topic, parts in bounds.items()}
-    return Replay(extent, until)
+def _start_replay(checkpoint, job: str, replay: Replay, recovered_from: dict) -> None:
+    """A new checkpoint whose batches read raw from each partition's offset 0 to ``until``."""
+    checkpoint.start_fresh(job, json.dumps(replay.until), recovered_from)
+    checkpoint.record_replay({topic: {part: 0 for part in parts} for topic, parts in replay.until.items()},
+                             replay.until)
 
 
 def _has_identity(checkpoint) -> bool:

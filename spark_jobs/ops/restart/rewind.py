@@ -14,10 +14,12 @@ from spark_jobs.config import Settings
 from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
+    kafka_dropped,
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
 )
+from spark_jobs.ops.restart.replay import plan_replay, reads_raw
 from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
@@ -34,9 +36,12 @@ from spark_jobs.runtime.delta.table_access import (
 
 def plan_rewind(
     settings: Settings, job_name: str, to_batch: int | None = None, to_time: datetime | None = None,
-    lease: Lease | None = None,
+    lease: Lease | None = None, raw_version: int | None = None,
 ) -> Plan:
-    """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``)."""
+    """Re-run every batch after ``to_batch`` (or the last batch that started before ``to_time``).
+    Where Kafka's retention removed records the re-run needs, it reads them from
+    device_events_raw (at ``raw_version``: the current one, or the one an earlier plan of it
+    read), then Kafka from where raw ends."""
     snapshot = JobSnapshot.take(settings, job_name, "rewind", lease)
     job, checkpoint, committed = snapshot.job, snapshot.checkpoint, snapshot.committed
     # a rewind left half done: by an older sigflow, marked in sigflow.json; else by its intent
@@ -70,7 +75,13 @@ def plan_rewind(
                     f"{job.name} --from earliest` instead")
         return plan
     resume_from = checkpoint.offsets(to_batch).sources[0] or {}
-    refuse_if_kafka_dropped(settings, resume_from, plan)
+    replay = None
+    if not reads_raw(job):
+        refuse_if_kafka_dropped(settings, resume_from, plan)
+    elif kafka_dropped(settings, resume_from):
+        replay = plan_replay(settings, job, resume_from, plan, raw_version)
+    if plan.refusals:
+        return plan
 
     checkpoint_id = checkpoint.checkpoint_id(job.name)
     # a table whose every row says which batch wrote it loses the later batches' rows by a
@@ -112,7 +123,15 @@ def plan_rewind(
               "state versions they wrote", lambda: checkpoint.truncate_after(to_batch))
     plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
               lambda: checkpoint.rotate_app_id(job.name, to_batch))
-    plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
+    if replay is None:
+        plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
+    else:
+        plan.raw_version = replay.extent.version
+        plan.step(f"re-run from device_events_raw at version {replay.extent.version}, as Kafka's retention removed "
+                  f"records the re-run needs: {replay.extent.rows:,} records ({replay.extent.ranges_text()}; "
+                  f"{replay.extent.sent_text()}), then Kafka from {offsets_text(replay.until)}",
+                  lambda: checkpoint.record_replay(resume_from, replay.until))
+        plan.afterwards.append(f"run {job.name}: it reads device_events_raw, then Kafka")
     if any(spec.corrected for spec in job.tables):
         plan.afterwards.append(f"then `sigflow reconcile {job.name}`: the late events of the re-run batches "
                                "are counted again")

@@ -202,6 +202,7 @@ class Checkpoint:
         history = identity.get("rewinds", []) + [{"to_batch": rewound_to, "previous_app_id": identity.get("app_id")}]
         identity.update({"app_id": _new_app_id(job), "checkpoint_id": checkpoint_id, "job": job, "rewinds": history})
         identity.pop("pending_rewind", None)  # an older sigflow's mark of the rewind this finishes
+        identity.pop(REPLAY_KEY, None)  # a re-run reads where its plan says (``record_replay``)
         self.save_identity(identity)
         return identity["app_id"]
 

@@ -25,6 +25,7 @@ from spark_jobs.config.values import (
     JvmMemory,
     LineageUrl,
     RestartApprovers,
+    RetentionSetting,
     StartingOffsets,
     Unit,
     Words,
@@ -241,6 +242,11 @@ class OperationsSettings(_Group):
     # with vacuum_retention, how far behind a change-feed follower may fall (docs/consumers.md)
     log_retention: DurationSetting = "30 days"
     quarantine_retention: DurationSetting = "30 days"
+    # device_events_raw is the system of record: every record ingest read, what a job is
+    # recomputed from once Kafka's retention has passed (sigflow checkpoint recover --from raw).
+    # Maintenance deletes raw rows sent longer ago than this; a recompute that would need them
+    # is then refused. forever: never.
+    raw_retention: RetentionSetting = "forever"
     # table_status gets a row per table per batch; maintenance deletes those older than this,
     # each table's newest kept
     table_status_retention: DurationSetting = "30 days"

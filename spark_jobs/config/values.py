@@ -73,6 +73,19 @@ def _as_duration(value: Any) -> Duration:
     return Duration(str(value))
 
 
+FOREVER = "forever"
+
+
+def _as_retention(value: Any) -> Duration | str:
+    """A retention: a duration, or ``forever`` (nothing is ever deleted)."""
+    if str(value).strip().lower() == FOREVER:
+        return FOREVER
+    try:
+        return _as_duration(value)
+    except ValueError:
+        raise ValueError(f"not a retention; write {FOREVER}, or a duration: {_DURATION_FORM}") from None
+
+
 def _jvm_memory(value: str) -> str:
     if not _JVM_MEMORY.match(value):
         raise ValueError("not a JVM memory size; write it as Java does: 2g, 512m")
@@ -133,6 +146,7 @@ def _unit(value: str) -> str:
 
 
 DurationSetting = Annotated[Duration, PlainValidator(_as_duration)]
+RetentionSetting = Annotated[Duration | str, PlainValidator(_as_retention)]
 RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}", "Airflow user ids",
                                                                   "alice,bob"))]
 LineageUrl = Annotated[str, AfterValidator(_http_url)]

@@ -1,11 +1,15 @@
 """Daily upkeep of the Delta tables and checkpoints; never changes what a table holds,
-except quarantined records and table_status rows past their retention.
+except quarantined records and table_status rows past their retention, and device_events_raw
+rows past ``raw_retention`` when it is not ``forever`` (its default: raw is what a job is
+recomputed from once Kafka's retention has passed).
 
 * compact: small files (one per table per micro-batch) merged by delta-rs ``optimize.compact``;
 * vacuum: files no table version younger than ``vacuum_retention`` needs are deleted;
   a retention under ``vacuum_retention_floor`` is refused, and one that is not whole hours
   (what delta-rs takes) is rounded up, never down to 0;
 * quarantine: records older than ``quarantine_retention`` are deleted;
+* raw: records sent longer ago than ``raw_retention`` are deleted (never, by default);
+  compaction keeps the rows, so a replay reads the same records;
 * table_status: rows older than ``table_status_retention`` are deleted, each table's and job's newest
   kept (it says how complete the table is however long ago its job last ran);
 * checkpoints: offset and commit entries beyond the last ``checkpoint_batches_retained``.
@@ -22,7 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import ALL_TABLES, QUARANTINED_EVENTS, TABLE_STATUS
+from spark_jobs.config.values import FOREVER
+from spark_jobs.contracts.tables import (
+    ALL_TABLES,
+    DEVICE_EVENTS_RAW,
+    QUARANTINED_EVENTS,
+    TABLE_STATUS,
+)
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.registry import JOBS
 from spark_jobs.ops import status
@@ -59,7 +69,9 @@ def run(settings: Settings, dry_run: bool = False) -> list[str]:
         before = len(table.file_uris())
         pruned = 0
         if name == QUARANTINED_EVENTS.name:
-            pruned = _prune_quarantine(settings, table, dry_run)
+            pruned = _prune_older(table, "ingest_time", settings.operations.quarantine_retention.seconds, dry_run)
+        if name == DEVICE_EVENTS_RAW.name and settings.operations.raw_retention != FOREVER:
+            pruned = _prune_older(table, "kafka_timestamp", settings.operations.raw_retention.seconds, dry_run)
         if name == TABLE_STATUS.name:
             pruned = _prune_table_status(settings, table, dry_run)
         if not dry_run:
@@ -89,14 +101,14 @@ def vacuum_retention_hours(settings: Settings) -> int:
     return math.ceil(retention.seconds / 3600)
 
 
-def _prune_quarantine(settings: Settings, table, dry_run: bool) -> int:
+def _prune_older(table, column: str, seconds: float, dry_run: bool) -> int:
+    """Delete the rows whose ``column`` is more than ``seconds`` ago; how many there were."""
     import pyarrow.dataset as ds
 
-    seconds = settings.operations.quarantine_retention.seconds
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=seconds)
-    old = count_matching(table.table_uri, ds.field("ingest_time") < cutoff)
+    old = count_matching(table.table_uri, ds.field(column) < cutoff)
     if old and not dry_run:
-        table.delete(f"ingest_time < '{cutoff.strftime('%Y-%m-%d %H:%M:%S')}'")
+        table.delete(f"{column} < '{cutoff.strftime('%Y-%m-%d %H:%M:%S')}'")
     return old
 
 

@@ -179,6 +179,7 @@ FLAT_SAMPLES = {
     "vacuum_retention": ("2 days", 172_800),
     "log_retention": ("60 days", 5_184_000),
     "vacuum_retention_floor": ("2 hours", 7200), "quarantine_retention": ("10 days", 864_000),
+    "raw_retention": ("400 days", 34_560_000),
     "table_status_retention": ("3 days", 259_200),
     "checkpoint_batches_retained": ("50", 50), "metrics_host": ("0.0.0.0", "0.0.0.0"), "metrics_port": ("9500", 9500),
     "broker_port": ("29092", 29092), "broker_heap": ("1g", "1g"), "broker_log_level": ("WARN", "WARN"),

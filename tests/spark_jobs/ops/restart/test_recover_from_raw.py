@@ -4,16 +4,18 @@ Kafka exactly where raw ends (docs/runbooks/recompute-beyond-retention.md)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
 
-from spark_jobs.ops import reconcile, restart
+from spark_jobs.errors import SigflowError
+from spark_jobs.local.simulate import generate_events
+from spark_jobs.ops import maintenance, reconcile, restart
 from spark_jobs.ops.restart.plan import PlanRefused
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
-from spark_jobs.errors import SigflowError
-from tests.helpers import run_job, send, sigflow, table
+from tests.helpers import produce, run_job, send, sigflow, table
 from tests.spark_jobs.ops.test_reconcile import (
     ADVANCE,
     FINAL_MS,
@@ -142,3 +144,34 @@ def test_a_recover_from_raw_killed_in_its_apply_and_in_its_replay_gives_every_wi
     counted = every_record_counted()
     assert window_table(s) == expected_windows(counted, FINAL_MS)
     assert not table(s, "device_signal_averages").duplicated(["device_id", "window_kind", "window_start"]).any()
+
+
+@pytest.mark.slow
+def test_raw_outlives_maintenance_and_a_recompute_past_raw_retention_is_refused(spark, settings):
+    """Maintenance keeps every raw row by default and its compaction keeps raw replayable; with
+    raw_retention set, it deletes the old rows, and a recompute that needs them is refused."""
+    s = settings.replace(vacuum_retention="0 seconds", vacuum_retention_floor="0 seconds")
+    records = generate_events(200, seed=7, late_ratio=0, malformed_ratio=0)
+    produce(s, records[:100])
+    run_job(spark, s, "ingest")
+    time.sleep(3)
+    middle = time.time()
+    time.sleep(3)
+    produce(s, records[100:])
+    for job in ("ingest", "dedup"):
+        run_job(spark, s, job)
+    streamed = set(zip(*(table(s, "device_events_deduplicated")[c] for c in ("device_id", "event_id"))))
+
+    lines = maintenance.run(s)
+    assert any(line.startswith("device_events_raw: ") and " -> 1 data files" in line for line in lines), lines
+    assert len(table(s, "device_events_raw")) == 200
+    delete_from_kafka(s, s.streaming.events_topic)
+    restart.plan(s, "dedup", "recover", recover_from="raw", force=True).apply()
+    run_job(spark, s, "dedup")
+    assert set(zip(*(table(s, "device_events_deduplicated")[c] for c in ("device_id", "event_id")))) == streamed
+
+    kept_for = s.replace(raw_retention=f"{int(time.time() - middle)} seconds")
+    assert any(line.startswith("device_events_raw:") and "100 rows past retention deleted" in line
+               for line in maintenance.run(kept_for))
+    refused = restart.plan(kept_for, "dedup", "recover", recover_from="raw", force=True)
+    assert any("neither raw nor Kafka holds them" in reason for reason in refused.refusals), refused.describe()

@@ -5,6 +5,8 @@ and Kafka must still hold every record from where raw ends (ingest not behind re
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,10 +42,13 @@ class RawExtent:
             return extent
         extent.version = table_version(raw_uri) if version is None else version
         where = ds.field("topic").isin(topics)
-        for topic, parts in (after or {}).items():
-            for part, offset in parts.items():
-                where &= ~((ds.field("topic") == topic) & (ds.field("partition") == int(part))
-                           & (ds.field("offset") < int(offset)))
+        if after:  # as ORs of offset ranges, which the files' statistics prune (raw's age costs no read)
+            known = [(topic, int(part)) for topic, parts in after.items() for part in parts]
+            later = [(ds.field("topic") == topic) & (ds.field("partition") == int(part)) & (ds.field("offset") >= int(o))
+                     for topic, parts in after.items() for part, o in parts.items()]
+            others = ~functools.reduce(operator.or_, [(ds.field("topic") == t) & (ds.field("partition") == p)
+                                                      for t, p in known])
+            where &= functools.reduce(operator.or_, later) | others
         scan = dataset(raw_uri, extent.version).to_batches(columns=["topic", "partition", "offset", "kafka_timestamp"],
                                            filter=where, use_threads=False)
         for batch in scan:

@@ -12,6 +12,7 @@ and the job's last --last batches re-run by a rewind, which must read them from 
 plan's and the run's seconds, which should follow the rows replayed, not raw's size.
 
     python -m bench.recompute [--rows 1000000 10000000] [--job windowed-averages] [--tries 2]
+                              [--last 1] [--batch-records N]
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def rewind_from_raw(spark, settings, job: str, last: int) -> tuple[float, float,
     from spark_jobs.runtime.runner import JobRun
 
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
-    committed = checkpoint.committed_batches()
-    target = committed[-1 - last]
-    start, end = checkpoint.offsets(target).sources[0], checkpoint.committed_offsets()
+    end = checkpoint.committed_offsets()
+    # the batch before the last ``last`` that read records (a no-data batch re-runs nothing)
+    read_some = [b for b in checkpoint.committed_batches() if checkpoint.offsets(b).sources[0] != end]
+    target = read_some[-last]
+    start = checkpoint.offsets(target).sources[0]
     replayed = sum(o - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())
     began = time.perf_counter()
     plan = restart.plan(settings, job, "rewind", to_batch=target)
@@ -103,6 +106,7 @@ def main(argv=None) -> int:
     parser.add_argument("--job", default="windowed-averages")
     parser.add_argument("--tries", type=int, default=2)
     parser.add_argument("--last", type=int, default=1, help="batches re-run by the rewind past retention")
+    parser.add_argument("--batch-records", type=int, help="max_offsets_per_trigger (default: the setting's)")
     args = parser.parse_args(argv)
 
     from spark_jobs.runtime.launch import run
@@ -115,6 +119,8 @@ def main(argv=None) -> int:
         info = broker.start(base)
         try:
             s = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
+            if args.batch_records:
+                s = s.replace(max_offsets_per_trigger=args.batch_records)
             kafka_admin.create_topics(info.bootstrap_servers, [s.streaming.events_topic, s.streaming.alerts_topic],
                                       s.kafka.topic_partitions, s.kafka.topic_retention_ms)
             began = time.perf_counter()

@@ -81,6 +81,8 @@ bench: install
 	$(BIN)/python -m bench.contract
 	$(BIN)/python -m bench.reconcile
 	$(BIN)/python -m bench.sessions
+	@# a job recomputed from device_events_raw beside the same job reading Kafka (docs/benchmarks.md)
+	$(BIN)/python -m bench.recompute
 	$(BIN)/python -m bench.long_run
 	@# the whole pipeline, both deployment shapes, fed by a fleet at rising rates; then
 	@# whether a batch's cost grows with the fleet's size (docs/benchmarks.md, capacity)

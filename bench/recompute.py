@@ -107,6 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tries", type=int, default=2)
     parser.add_argument("--last", type=int, default=1, help="batches re-run by the rewind past retention")
     parser.add_argument("--batch-records", type=int, help="max_offsets_per_trigger (default: the setting's)")
+    parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run of each (a smoke run)")
     args = parser.parse_args(argv)
 
     from spark_jobs.runtime.launch import run
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
             run("ingest", s)
             print(f"  ingest wrote them to device_events_raw in {time.perf_counter() - began:.0f} s", flush=True)
             spark = get_spark(s, "sigflow-bench-recompute")
-            for name, source in SOURCES.items():  # warm-up, and the job's first checkpoint
+            for name, source in SOURCES.items() if not args.no_warm_up else ():
                 print(f"  warm-up from {name}: {rows / rebuild(spark, s, args.job, source):,.0f} records/s", flush=True)
             rates: dict[str, list[float]] = {name: [] for name in SOURCES}
             for attempt in range(args.tries):
@@ -146,7 +147,6 @@ def main(argv=None) -> int:
             planned, ran, replayed = rewinds[rows]
             print(f"  past Kafka's retention, the last {args.last} batch(es) re-run from raw: {replayed:,} records, "
                   f"planned in {planned:.1f} s, applied and run in {ran:.1f} s", flush=True)
-            spark.stop()
         finally:
             broker.stop(base)
             shutil.rmtree(data, ignore_errors=True)

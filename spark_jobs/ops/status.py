@@ -245,6 +245,10 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
             "checkpoint_root, or see docs/runbooks/checkpoint-lost-or-corrupt.md")
     committed = set(checkpoint.committed_batches())
     lines = [f"{job}: checkpoint {checkpoint.uri}, app id {checkpoint.app_id(job)}"]
+    replay = checkpoint.replay_from_raw()
+    if replay is not None:
+        lines.append(f"  replaying device_events_raw (a restart's re-run): Kafka from {json.dumps(replay[1])} once "
+                     "the batches have read that far")
     for batch_id in checkpoint.offset_batches():
         batch = checkpoint.offsets(batch_id)
         flag = "committed" if batch_id in committed else "NOT committed (re-runs on restart)"

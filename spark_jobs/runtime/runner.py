@@ -179,32 +179,41 @@ class JobRun:
         )
         return self.query
 
-    def _replay_from_raw(self) -> None:
-        """The replay from device_events_raw the checkpoint has yet to finish, if any, run to
-        its end: a query of the same plan and commit whose source is raw, stopped once its
-        batches have read up to where raw ends. A failure is raised; the next run goes on from
-        the replay's last committed batch, as a Kafka run goes on from its own."""
+    def _replay_from_raw(self, stop: threading.Event | None) -> bool:
+        """The replay from device_events_raw the checkpoint has yet to finish, if any: a query
+        of the same plan and commit whose source is raw, until its batches have read up to
+        where raw ends. False when ``stop`` came first; a failure is raised. Either way the
+        next run goes on from the replay's last committed batch, as a Kafka run goes on from
+        its own; a no-data batch the replay's watermark calls for runs as the Kafka query's
+        first."""
         pending = self.checkpoint.replay_from_raw()
         if pending is None:
-            return
+            return True
         first, until = pending
         log.info("%s: replaying device_events_raw up to %s, then reading Kafka from there", self.job.name,
                  ", ".join(f"{t}[{p}]@{o}" for t, parts in sorted(until.items()) for p, o in sorted(parts.items())))
+        ends = {topic: {int(p): o for p, o in parts.items()} for topic, parts in until.items()}
+        stop, asked = stop or threading.Event(), _StopRequests(self.lease)
+
+        def drive(query) -> None:
+            while (query.isActive and not stop.is_set() and not asked.now()
+                   and not self.checkpoint.committed_through(ends)):
+                query.awaitTermination(0.5)
+                self.record_metrics(query)
+            if query.exception():
+                raise query.exception()
+            if stop.is_set() or asked.now():
+                self._let_batch_finish(query)
+
         kafka_commit = self.commit_batch
         raw = RawRecords(self.spark, self.settings.table_uri(DEVICE_EVENTS_RAW.name), first, until,
                          self.settings.kafka.max_offsets_per_trigger)
         self.commit_batch = BatchCommit(replace(self.commit_context, records=raw), before_batch=self._catch_up)
         try:
-            query = self.start("0 seconds")
-            try:
-                query.processAllAvailable()  # returns once the batches have read up to ``until``
-            finally:
-                query.stop()
-                self.record_metrics(query)
-            if query.exception():
-                raise query.exception()
+            self.supervisor.run_once("0 seconds", drive)
         finally:
             self.commit_batch, self.query = kafka_commit, None
+        return not (stop.is_set() or asked.now())
 
     def _await_progress_lines(self, query) -> None:
         """The listener gets progress asynchronously: without this wait a process that exits
@@ -217,13 +226,21 @@ class JobRun:
         """The run between its lineage events: START, then COMPLETE or FAIL."""
         self.lineage.start()
         try:
-            self._replay_from_raw()
-            summary = self.supervisor.run(trigger_interval, drive, stop)
+            try:
+                replayed = self._replay_from_raw(stop)
+            except BaseException:
+                self.lease.release()  # ``supervisor.run`` releases it otherwise
+                raise
+            summary = self.supervisor.run(trigger_interval, drive, stop) if replayed else self._stopped()
         except BaseException as exc:
             self.lineage.fail(str(exc) or type(exc).__name__)
             raise
         self.lineage.complete()
         return summary
+
+    def _stopped(self) -> RunSummary:
+        self.lease.release()
+        return self.summary
 
     def run_available_now(self) -> RunSummary:
         return self._run("0 seconds", lambda query: query.processAllAvailable())
@@ -239,14 +256,17 @@ class JobRun:
                 self.record_metrics(query)
             if query.exception():
                 raise query.exception()
-            # Graceful: let the batch in flight finish before stopping. A batch stuck past the
-            # grace is stopped mid-way; the next run redoes it exactly once.
-            if not wait_until(lambda: not (query.isActive and query.status.get("isTriggerActive")),
-                              timeout_s=STOP_GRACE_S, every_s=0.1):
-                log.warning("%s: the batch in flight did not finish within %d s of the stop; stopping it",
-                            self.job.name, STOP_GRACE_S)
+            self._let_batch_finish(query)
 
         return self._run(self.settings.streaming.trigger_interval.spark, drive, stop)
+
+    def _let_batch_finish(self, query) -> None:
+        """Graceful: let the batch in flight finish before stopping. A batch stuck past the
+        grace is stopped mid-way; the next run redoes it exactly once."""
+        if not wait_until(lambda: not (query.isActive and query.status.get("isTriggerActive")),
+                          timeout_s=STOP_GRACE_S, every_s=0.1):
+            log.warning("%s: the batch in flight did not finish within %d s of the stop; stopping it",
+                        self.job.name, STOP_GRACE_S)
 
 
 class _StopRequests:

@@ -68,6 +68,13 @@ class Supervisor:
         finally:
             self.lease.release()
 
+    def run_once(self, trigger_interval: str, drive: Callable[[object], None]) -> None:
+        """Start the query and ``drive`` it, its failure explained as ``run`` explains it, but
+        neither waiting out a Kafka outage nor releasing the lease: a phase of the run before
+        ``run`` (a replay from device_events_raw, which reads no Kafka)."""
+        with self._running(trigger_interval) as query:
+            drive(query)
+
     @contextmanager
     def _running(self, trigger_interval: str):
         """The query for the duration of one drive: errors explained, stopped and metered after."""

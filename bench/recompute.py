@@ -8,11 +8,11 @@ raw, then Kafka from where raw ends). A rate is the records over the seconds fro
 to the run's end.
 
 Then what a recompute costs as raw ages: Kafka's records are deleted (as retention would),
-and the job's last --last batches re-run by a rewind, which must read them from raw: the
+and the job's last batches (about --replay-records) re-run by a rewind, which must read them from raw: the
 plan's and the run's seconds, which should follow the rows replayed, not raw's size.
 
     python -m bench.recompute [--rows 1000000 10000000] [--job windowed-averages] [--tries 2]
-                              [--last 1] [--batch-records N]
+                              [--replay-records 250000] [--batch-records N]
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def delete_kafka_records(settings) -> None:
         future.result(60)
 
 
-def rewind_from_raw(spark, settings, job: str, last: int) -> tuple[float, float, int]:
-    """(plan seconds, apply-and-run seconds, records replayed) of a rewind of ``job``'s last
-    ``last`` batches, whose records only raw holds."""
+def rewind_from_raw(spark, settings, job: str, records: int) -> tuple[float, float, int]:
+    """(plan seconds, apply-and-run seconds, records replayed) of a rewind of ``job`` to its
+    last batch at least ``records`` before its end, whose records only raw holds."""
     from spark_jobs.jobs.registry import get_job
     from spark_jobs.ops import restart
     from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -84,11 +84,15 @@ def rewind_from_raw(spark, settings, job: str, last: int) -> tuple[float, float,
 
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     end = checkpoint.committed_offsets()
-    # the batch before the last ``last`` that read records (a no-data batch re-runs nothing)
-    read_some = [b for b in checkpoint.committed_batches() if checkpoint.offsets(b).sources[0] != end]
-    target = read_some[-last]
-    start = checkpoint.offsets(target).sources[0]
-    replayed = sum(o - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())
+
+    def behind(batch: int) -> int:
+        start = checkpoint.offsets(batch).sources[0]
+        return sum(o - int(start.get(t, {}).get(p, 0)) for t, parts in end.items() for p, o in parts.items())
+
+    target = max((b for b in checkpoint.committed_batches() if behind(b) >= records), default=None)
+    if target is None:
+        raise SystemExit(f"no batch of {job} is {records:,} records before its end: lower --replay-records")
+    replayed = behind(target)
     began = time.perf_counter()
     plan = restart.plan(settings, job, "rewind", to_batch=target)
     planned = time.perf_counter() - began
@@ -105,7 +109,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--job", default="windowed-averages")
     parser.add_argument("--tries", type=int, default=2)
-    parser.add_argument("--last", type=int, default=1, help="batches re-run by the rewind past retention")
+    parser.add_argument("--replay-records", type=int, default=250_000,
+                        help="about how many records the rewind past retention re-runs")
     parser.add_argument("--batch-records", type=int, help="max_offsets_per_trigger (default: the setting's)")
     parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run of each (a smoke run)")
     args = parser.parse_args(argv)
@@ -143,9 +148,9 @@ def main(argv=None) -> int:
             print(f"recompute {args.job} rows={rows} from_kafka={kafka:,.0f}/s from_raw={raw:,.0f}/s "
                   f"ratio={raw / kafka:.2f}", flush=True)
             delete_kafka_records(s)
-            rewinds[rows] = rewind_from_raw(spark, s, args.job, args.last)
+            rewinds[rows] = rewind_from_raw(spark, s, args.job, args.replay_records)
             planned, ran, replayed = rewinds[rows]
-            print(f"  past Kafka's retention, the last {args.last} batch(es) re-run from raw: {replayed:,} records, "
+            print(f"  past Kafka's retention, a rewind re-runs its last batches from raw: {replayed:,} records, "
                   f"planned in {planned:.1f} s, applied and run in {ran:.1f} s", flush=True)
         finally:
             broker.stop(base)

@@ -239,8 +239,8 @@ class BatchCommit:
 
         The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
         the same records are read again (from Kafka, or from raw in a replay) and the job's
-        lateness rule applied: only for a batch
-        whose operators dropped rows as late (``_dropped_late``), since the rule selects
+        lateness rule applied: only for a batch whose operators dropped rows as late
+        (``_dropped_late``), since the rule selects
         exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py). Measured on
         Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
         (``previous``, the batch before's offsets) and evict state with entry N's

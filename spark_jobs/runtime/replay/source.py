@@ -28,18 +28,18 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from spark_jobs.contracts.events import KAFKA_RECORD_SCHEMA
+from spark_jobs.runtime.replay.extent import Offsets
 
 NAME = "sigflow_raw_replay"
 # offsets per read task: a partition's range is read by several tasks when it is long, so
 # both cores read, and no task holds more than this many rows at once
 OFFSETS_PER_TASK = 200_000
-CREATE_TIME = 0  # timestampType as Kafka's source gives it for a topic stamped at append: raw keeps no such column
+# timestampType as Kafka's source gives it for a topic the broker stamps (LogAppendTime, which
+# a job checks its topics for when it starts): raw keeps no such column
+LOG_APPEND_TIME = 1
 ARROW_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                           ("partition", pa.int32()), ("offset", pa.int64()),
                           ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
-
-
-Offsets = dict[str, dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def read_records(uri: str, topic: str, partition: int, low: int, high: int):
         "key": rows.column("key"), "value": rows.column("value"), "topic": rows.column("topic"),
         "partition": rows.column("partition"), "offset": rows.column("offset"),
         "timestamp": rows.column("kafka_timestamp"),
-        "timestampType": pa.array([CREATE_TIME] * rows.num_rows, pa.int32()),
+        "timestampType": pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), rows.num_rows),
     }).cast(ARROW_SCHEMA)
 
 

@@ -178,11 +178,12 @@ def settings(tmp_path, embedded_broker) -> Settings:
 # "The test suite"). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
 LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
+    "tests/test_bench.py",  # about 280 alone: the benches' smoke runs
     "tests/spark_jobs/jobs/test_alert_join.py",  # 253
     "tests/spark_jobs/ops/test_reconcile.py",  # about 240 alone: four reconciles, the lease guards
-    "tests/test_bench.py",  # about 220 alone: three benches' smoke runs
     "tests/spark_jobs/runtime/test_runner.py",  # 188
     "tests/spark_jobs/ops/restart/test_restart.py",  # 179
+    "tests/spark_jobs/ops/restart/test_recover_from_raw.py",  # about 175 alone: two rebuilds from raw
     "tests/spark_jobs/local/test_airflow_local.py",  # 147
     "tests/spark_jobs/ops/test_reconcile_alerts.py",  # about 130 alone: two alert-join scenarios
     "tests/spark_jobs/runtime/test_metrics.py",  # 122

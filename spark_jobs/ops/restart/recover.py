@@ -116,7 +116,7 @@ def plan_recover(
         plan.raw_version = start.extent.version
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose batches read device_events_raw at version "
                   f"{start.extent.version}: {start.extent.rows:,} records ({start.extent.ranges_text()}; "
-                  f"{start.extent.sent_text()}), then Kafka from {offsets_text(start.until)}",
+                  f"{start.extent.span_text()}), then Kafka from {offsets_text(start.until)}",
                   lambda: _start_replay(checkpoint, job.name, start, {"recover_from": recover_from, "at": applied_at()}))
     else:
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "

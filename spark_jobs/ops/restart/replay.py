@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spark_jobs.config import Settings
-from spark_jobs.contracts.tables import DEVICE_EVENTS_RAW
+from spark_jobs.contracts.tables import DEVICE_EVENTS, DEVICE_EVENTS_RAW
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.ingest import INGEST
 from spark_jobs.ops.restart.plan import Plan, kafka_bounds
@@ -35,6 +35,7 @@ def plan_replay(settings: Settings, job: StreamingJob, start: Offsets, plan: Pla
     topics = job.topics(settings.streaming)
     bounds = kafka_bounds(settings, topics)
     extent = RawExtent.of(settings.table_uri(DEVICE_EVENTS_RAW.name), topics, after=start, version=raw_version)
+    extent.read_event_times(settings.table_uri(DEVICE_EVENTS.name))
     if not extent.rows:
         plan.refuse(f"device_events_raw holds no record of {', '.join(topics)} to re-run from: use --from earliest")
         return None

@@ -129,7 +129,7 @@ def plan_rewind(
         plan.raw_version = replay.extent.version
         plan.step(f"re-run from device_events_raw at version {replay.extent.version}, as Kafka's retention removed "
                   f"records the re-run needs: {replay.extent.rows:,} records ({replay.extent.ranges_text()}; "
-                  f"{replay.extent.sent_text()}), then Kafka from {offsets_text(replay.until)}",
+                  f"{replay.extent.span_text()}), then Kafka from {offsets_text(replay.until)}",
                   lambda: checkpoint.record_replay(resume_from, replay.until))
         plan.afterwards.append(f"run {job.name}: it reads device_events_raw, then Kafka")
     if any(spec.corrected for spec in job.tables):

@@ -23,8 +23,10 @@ class RawExtent:
     rows: int = 0
     sent_from: datetime | None = None
     sent_until: datetime | None = None
-
     version: int | None = None  # of device_events_raw, read again alike by a plan made again
+    # the event times of the valid events among them (device_events, where ingest typed them)
+    events_from: datetime | None = None
+    events_until: datetime | None = None
 
     @classmethod
     def of(cls, raw_uri: str, topics: list[str], after: Offsets | None = None, version: int | None = None) -> RawExtent:
@@ -74,10 +76,35 @@ class RawExtent:
                          for topic, parts in sorted(self.end.items())
                          for part, end in sorted(parts.items(), key=lambda item: int(item[0])))
 
-    def sent_text(self) -> str:
+    def read_event_times(self, events_uri: str) -> RawExtent:
+        """The span of event times of the valid events in these offset ranges, from the
+        table ingest typed them into (device_events), scanning only its files that hold them."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from spark_jobs.runtime.delta.table_access import dataset, exists
+
+        ranges = [(ds.field("topic") == topic) & (ds.field("partition") == int(part))
+                  & (ds.field("offset") >= self.first[topic][part]) & (ds.field("offset") < end)
+                  for topic, parts in self.end.items() for part, end in parts.items()]
+        if not ranges or not exists(events_uri):
+            return self
+        for batch in dataset(events_uri).to_batches(columns=["event_time"], filter=functools.reduce(operator.or_, ranges),
+                                                     use_threads=False):
+            times = pc.min_max(batch.column("event_time")).as_py()
+            if times["min"] is not None:
+                self.events_from = min(filter(None, (self.events_from, times["min"])))
+                self.events_until = max(filter(None, (self.events_until, times["max"])))
+        return self
+
+    def span_text(self) -> str:
+        """When its records were sent, and the event times of its valid events."""
         if self.sent_from is None:
             return "no records"
-        return f"sent {self.sent_from:%Y-%m-%d %H:%M:%S} to {self.sent_until:%Y-%m-%d %H:%M:%S} UTC (Kafka time)"
+        sent = f"sent {self.sent_from:%Y-%m-%d %H:%M:%S} to {self.sent_until:%Y-%m-%d %H:%M:%S} UTC (Kafka time)"
+        if self.events_from is None:
+            return sent
+        return f"{sent}, events timed {self.events_from:%Y-%m-%d %H:%M:%S} to {self.events_until:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def hand_off_gaps(extent: RawExtent, start: Offsets, kafka_bounds: dict[str, dict[int, tuple[int, int]]]) -> list[str]:

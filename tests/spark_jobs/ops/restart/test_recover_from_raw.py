@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import datetime, timezone
 
 import pytest
 
@@ -30,6 +31,10 @@ from tests.spark_jobs.ops.test_reconcile import (
 REBUILT = ("dedup", "windowed-averages", "sessions")
 # every late reading within the horizon of the watermark it meets, however the batches fall
 LATE_WITHIN = [event for event in LATE if event.event_id != "old"]
+
+
+def utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def every_record_counted():
@@ -80,7 +85,10 @@ def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and
     for job in REBUILT:
         plan = restart.plan(s, job, "recover", recover_from="raw", force=True)
         assert not plan.refusals, plan.describe()
+        # what it reads: the records, their offsets, when they were sent and the events' times
         assert f"{raw_rows:,} records" in plan.describe()
+        first, last = (min(e.t_ms for e in ON_TIME + LATE_WITHIN), max(e.t_ms for e in ON_TIME + LATE_WITHIN))
+        assert f"events timed {utc(first)} to {utc(last)} UTC" in plan.describe(), plan.describe()
         plan.apply()
         run_job(spark, s, job)
     run_job(spark, s, "ingest")

@@ -32,12 +32,11 @@ class RawExtent:
     def of(cls, raw_uri: str, topics: list[str], after: Offsets | None = None, version: int | None = None) -> RawExtent:
         """Raw's rows of ``topics`` at ``version`` (the current one by default; those at or
         after ``after``'s offsets, when given), read a batch of columns at a time so memory
-        stays flat whatever raw's size."""
-        import pyarrow as pa
+        stays flat whatever raw's size (a file at a time)."""
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        from spark_jobs.runtime.delta.table_access import dataset, exists, table_version
+        from spark_jobs.runtime.delta.table_access import exists, scan, table_version
 
         extent = cls()
         if not exists(raw_uri):
@@ -51,12 +50,8 @@ class RawExtent:
             others = ~functools.reduce(operator.or_, [(ds.field("topic") == t) & (ds.field("partition") == p)
                                                       for t, p in known])
             where &= functools.reduce(operator.or_, later) | others
-        scan = dataset(raw_uri, extent.version).to_batches(columns=["topic", "partition", "offset", "kafka_timestamp"],
-                                           filter=where, use_threads=False)
-        for batch in scan:
-            if batch.num_rows == 0:
-                continue
-            grouped = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate(
+        for batch in scan(raw_uri, ["topic", "partition", "offset", "kafka_timestamp"], where, extent.version):
+            grouped = batch.group_by(["topic", "partition"]).aggregate(
                 [("offset", "min"), ("offset", "max"), ("offset", "count")])
             for topic, part, low, high, count in zip(*(grouped.column(name).to_pylist() for name in (
                     "topic", "partition", "offset_min", "offset_max", "offset_count"))):
@@ -82,15 +77,14 @@ class RawExtent:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        from spark_jobs.runtime.delta.table_access import dataset, exists
+        from spark_jobs.runtime.delta.table_access import exists, scan
 
         ranges = [(ds.field("topic") == topic) & (ds.field("partition") == int(part))
                   & (ds.field("offset") >= self.first[topic][part]) & (ds.field("offset") < end)
                   for topic, parts in self.end.items() for part, end in parts.items()]
         if not ranges or not exists(events_uri):
             return self
-        for batch in dataset(events_uri).to_batches(columns=["event_time"], filter=functools.reduce(operator.or_, ranges),
-                                                     use_threads=False):
+        for batch in scan(events_uri, ["event_time"], functools.reduce(operator.or_, ranges)):
             times = pc.min_max(batch.column("event_time")).as_py()
             if times["min"] is not None:
                 self.events_from = min(filter(None, (self.events_from, times["min"])))

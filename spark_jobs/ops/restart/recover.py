@@ -91,10 +91,11 @@ def plan_recover(
         if recover_from == "earliest":
             start = "earliest"
             refuse_if_kafka_dropped(settings, {t: None for t in job.topics(settings.streaming)}, plan)
+        elif reads_raw(job):
+            start = plan_replay(settings, job, {}, plan, raw_version)
         else:
-            start = plan_replay(settings, job, {}, plan, raw_version) if reads_raw(job) else None
-            if not reads_raw(job):
-                plan.refuse("ingest writes device_events_raw itself: recover it --from delta or --from earliest")
+            start = None
+            plan.refuse("ingest writes device_events_raw itself: recover it --from delta or --from earliest")
         for spec in job.tables:
             if spec.merge_key:  # kept current by merge, with other jobs' parts: the re-run finds nothing newer
                 continue

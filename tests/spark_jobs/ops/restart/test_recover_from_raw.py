@@ -76,6 +76,8 @@ def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and
     assert any("Kafka retention removed" in reason for reason in refused.refusals)
     with pytest.raises(PlanRefused):
         refused.apply()
+    ingest = restart.plan(s, "ingest", "recover", recover_from="raw", force=True)
+    assert any("ingest writes device_events_raw itself" in reason for reason in ingest.refusals)
 
     time.sleep(1)
     before_advance = time.time()

@@ -33,7 +33,6 @@ class RawExtent:
         """Raw's rows of ``topics`` at ``version`` (the current one by default; those at or
         after ``after``'s offsets, when given), read a batch of columns at a time so memory
         stays flat whatever raw's size (a file at a time)."""
-        import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
         from spark_jobs.runtime.delta.table_access import exists, scan, table_version
@@ -59,10 +58,8 @@ class RawExtent:
                 extent.first.setdefault(topic, {})[key] = min(low, extent.first.get(topic, {}).get(key, low))
                 extent.end.setdefault(topic, {})[key] = max(high + 1, extent.end.get(topic, {}).get(key, 0))
                 extent.rows += count
-            sent = pc.min_max(batch.column("kafka_timestamp")).as_py()
-            if sent["min"] is not None:
-                extent.sent_from = min(filter(None, (extent.sent_from, sent["min"])))
-                extent.sent_until = max(filter(None, (extent.sent_until, sent["max"])))
+            extent.sent_from, extent.sent_until = _widened(extent.sent_from, extent.sent_until,
+                                                           batch.column("kafka_timestamp"))
         return extent
 
     def ranges_text(self) -> str:
@@ -74,7 +71,6 @@ class RawExtent:
     def read_event_times(self, events_uri: str) -> RawExtent:
         """The span of event times of the valid events in these offset ranges, from the
         table ingest typed them into (device_events), scanning only its files that hold them."""
-        import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
         from spark_jobs.runtime.delta.table_access import exists, scan
@@ -85,10 +81,8 @@ class RawExtent:
         if not ranges or not exists(events_uri):
             return self
         for batch in scan(events_uri, ["event_time"], functools.reduce(operator.or_, ranges)):
-            times = pc.min_max(batch.column("event_time")).as_py()
-            if times["min"] is not None:
-                self.events_from = min(filter(None, (self.events_from, times["min"])))
-                self.events_until = max(filter(None, (self.events_until, times["max"])))
+            self.events_from, self.events_until = _widened(self.events_from, self.events_until,
+                                                           batch.column("event_time"))
         return self
 
     def span_text(self) -> str:
@@ -99,6 +93,16 @@ class RawExtent:
         if self.events_from is None:
             return sent
         return f"{sent}, events timed {self.events_from:%Y-%m-%d %H:%M:%S} to {self.events_until:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _widened(low: datetime | None, high: datetime | None, times) -> tuple[datetime | None, datetime | None]:
+    """(low, high) widened to hold ``times`` (an Arrow column; its nulls ignored)."""
+    import pyarrow.compute as pc
+
+    span = pc.min_max(times).as_py()
+    if span["min"] is None:
+        return low, high
+    return min(filter(None, (low, span["min"]))), max(filter(None, (high, span["max"])))
 
 
 def hand_off_gaps(extent: RawExtent, start: Offsets, kafka_bounds: dict[str, dict[int, tuple[int, int]]]) -> list[str]:

@@ -317,3 +317,36 @@ def test_on_call_commands_on_s3_and_a_recover_cut_short_there_end_as_on_local_di
     again.apply()
     run_ingest()
     assert {name: contents(on_s3, name) for name in written} == first
+
+
+def test_raw_on_s3_is_read_for_a_replay_as_on_local_disk(s3, monkeypatch):
+    """What a replay from device_events_raw reads, raw on S3: each partition's offsets, and a
+    range's records in the Kafka source's columns and order (runtime/replay/)."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from spark_jobs.runtime.replay.extent import RawExtent
+    from spark_jobs.runtime.replay.source import ARROW_SCHEMA, read_records
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    uri = f"s3a://{BUCKET}/replay/device_events_raw"
+    sent = datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
+    for first in range(0, 60, 20):  # three batches of 20 offsets over partitions 0 and 1
+        rows = [(p, o) for p in (0, 1) for o in reversed(range(first, first + 20))]  # a file out of order
+        write_deltalake(uri, pa.table({
+            "key": pa.array([b"k"] * 40), "value": pa.array([f"v{p}-{o}".encode() for p, o in rows]),
+            "topic": ["ev"] * 40, "partition": pa.array([p for p, _ in rows], pa.int32()),
+            "offset": pa.array([o for _, o in rows], pa.int64()),
+            "kafka_timestamp": pa.array([sent] * 40, pa.timestamp("us", tz="UTC"))}), mode="append",
+            storage_options={"AWS_S3_ALLOW_UNSAFE_RENAME": "true"})
+
+    whole = RawExtent.of(uri, ["ev"])
+    assert (whole.first, whole.end, whole.rows) == ({"ev": {"0": 0, "1": 0}}, {"ev": {"0": 60, "1": 60}}, 120)
+    assert RawExtent.of(uri, ["ev"], after={"ev": {"0": 45, "1": 50}}).rows == 15 + 10
+    records = read_records(uri, "ev", 1, 15, 25)
+    assert records.schema == ARROW_SCHEMA
+    assert records.column("offset").to_pylist() == list(range(15, 25))  # in offset order, across two files
+    assert records.column("value").to_pylist() == [f"v1-{o}".encode() for o in range(15, 25)]

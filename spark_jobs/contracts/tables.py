@@ -185,9 +185,10 @@ REWOUND = "A rewind or recover deletes the rows of the batches it re-runs, and t
 DEVICE_EVENTS_RAW = TableSpec(
     "device_events_raw",
     f"key BINARY, value BINARY, {KAFKA_COORDINATES}, ingest_time TIMESTAMP, batch_id BIGINT, checkpoint_id STRING",
-    "Every Kafka record of device-events and device-alerts exactly as received, valid or not.",
+    "Every Kafka record of device-events and device-alerts exactly as received, valid or not: the "
+    "system of record a job is recomputed from once Kafka's retention has passed.",
     key=("topic", "partition", "offset"),
-    final=INGEST_FINAL,
+    final=INGEST_FINAL + "; maintenance deletes rows only past raw_retention (forever by default)",
 )
 DEVICE_EVENTS = TableSpec(
     "device_events",

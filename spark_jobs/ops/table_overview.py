@@ -50,6 +50,8 @@ class TableOverview:
         elif self.writers:
             parts.append("written by " + "; ".join(
                 f"{writing.job} ({writing.describe(self.name)})" for writing in self.writers))
+        else:  # no job's batches complete it (late_events, pipeline_metrics, table_status, ...)
+            parts.append(f"no completeness to report, rows final {ALL_TABLES[self.name].final}")
         return f"{self.name}: " + ", ".join(parts)
 
 

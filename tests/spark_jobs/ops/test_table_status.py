@@ -62,6 +62,9 @@ def test_sigflow_tables_lists_every_table_with_its_change_feed_and_completeness(
     # a table whose parts three jobs merge says how far each has written it
     assert "written by ingest (no batch yet); windowed-averages (has Kafka's records up to" in lines["device_status"]
     assert lines["device_status"].endswith("; sessions (no batch yet)")
+    # a table no job's batches complete says when its rows are final instead
+    for name in ("late_events", "pipeline_metrics", "table_status"):
+        assert "no completeness to report, rows final when written" in lines[name], lines[name]
 
 
 def test_a_batch_capped_by_max_offsets_per_trigger_claims_no_completeness_it_lacks(spark, settings):

@@ -184,8 +184,8 @@ class JobRun:
         of the same plan and commit whose source is raw, until its batches have read up to
         where raw ends. False when ``stop`` came first; a failure is raised. Either way the
         next run goes on from the replay's last committed batch, as a Kafka run goes on from
-        its own; a no-data batch the replay's watermark calls for runs as the Kafka query's
-        first."""
+        its own; a no-data batch the replay's watermark calls for, if not begun by then, runs
+        as the Kafka query's first."""
         pending = self.checkpoint.replay_from_raw()
         if pending is None:
             return True
@@ -202,8 +202,7 @@ class JobRun:
                 self.record_metrics(query)
             if query.exception():
                 raise query.exception()
-            if stop.is_set() or asked.now():
-                self._let_batch_finish(query)
+            self._let_batch_finish(query)  # a no-data batch begun after the last one, too
 
         kafka_commit = self.commit_batch
         raw = RawRecords(self.spark, self.settings.table_uri(DEVICE_EVENTS_RAW.name), first, until,

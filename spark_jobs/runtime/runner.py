@@ -189,7 +189,7 @@ class JobRun:
         pending = self.checkpoint.replay_from_raw()
         if pending is None:
             return True
-        first, until = pending
+        first, until, version = pending
         log.info("%s: replaying device_events_raw up to %s, then reading Kafka from there", self.job.name,
                  ", ".join(f"{t}[{p}]@{o}" for t, parts in sorted(until.items()) for p, o in sorted(parts.items())))
         ends = {topic: {int(p): o for p, o in parts.items()} for topic, parts in until.items()}
@@ -206,7 +206,7 @@ class JobRun:
 
         kafka_commit = self.commit_batch
         raw = RawRecords(self.spark, self.settings.table_uri(DEVICE_EVENTS_RAW.name), first, until,
-                         self.settings.kafka.max_offsets_per_trigger)
+                         self.settings.kafka.max_offsets_per_trigger, version)
         self.commit_batch = BatchCommit(replace(self.commit_context, records=raw), before_batch=self._catch_up)
         try:
             self.supervisor.run_once("0 seconds", drive)

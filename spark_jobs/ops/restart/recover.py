@@ -116,8 +116,7 @@ def plan_recover(
     if isinstance(start, Replay):
         plan.raw_version = start.extent.version
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose batches read device_events_raw at version "
-                  f"{start.extent.version}: {start.extent.rows:,} records ({start.extent.ranges_text()}; "
-                  f"{start.extent.span_text()}), then Kafka from {offsets_text(start.until)}",
+                  f"{start.extent.version}: {start.extent.describe()}, then Kafka from {offsets_text(start.until)}",
                   lambda: _start_replay(checkpoint, job.name, start, {"recover_from": recover_from, "at": applied_at()}))
     else:
         plan.step(f"start a new checkpoint at {checkpoint.uri} whose first batch reads from "
@@ -133,7 +132,7 @@ def _start_replay(checkpoint, job: str, replay: Replay, recovered_from: dict) ->
     """A new checkpoint whose batches read raw from each partition's offset 0 to ``until``."""
     checkpoint.start_fresh(job, json.dumps(replay.until), recovered_from)
     checkpoint.record_replay({topic: {part: 0 for part in parts} for topic, parts in replay.until.items()},
-                             replay.until)
+                             replay.until, replay.extent.version)
 
 
 def _has_identity(checkpoint) -> bool:

@@ -128,9 +128,8 @@ def plan_rewind(
     else:
         plan.raw_version = replay.extent.version
         plan.step(f"re-run from device_events_raw at version {replay.extent.version}, as Kafka's retention removed "
-                  f"records the re-run needs: {replay.extent.rows:,} records ({replay.extent.ranges_text()}; "
-                  f"{replay.extent.span_text()}), then Kafka from {offsets_text(replay.until)}",
-                  lambda: checkpoint.record_replay(resume_from, replay.until))
+                  f"records the re-run needs: {replay.extent.describe()}, then Kafka from {offsets_text(replay.until)}",
+                  lambda: checkpoint.record_replay(resume_from, replay.until, replay.extent.version))
         plan.afterwards.append(f"run {job.name}: it reads device_events_raw, then Kafka")
     if any(spec.corrected for spec in job.tables):
         plan.afterwards.append(f"then `sigflow reconcile {job.name}`: the late events of the re-run batches "

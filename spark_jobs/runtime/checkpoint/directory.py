@@ -165,27 +165,30 @@ class Checkpoint:
         })
         return app_id
 
-    def record_replay(self, first: dict, until: dict) -> None:
-        """Say that this checkpoint's next batches read device_events_raw from ``first`` (a new
-        checkpoint's start; a checkpoint's own offsets otherwise) to ``until``, then Kafka."""
+    def record_replay(self, first: dict, until: dict, version: int | None) -> None:
+        """Say that this checkpoint's next batches read device_events_raw (at ``version``) from
+        ``first`` (a new checkpoint's start; a checkpoint's own offsets otherwise) to ``until``,
+        then Kafka."""
         identity = self.identity()
-        identity[REPLAY_KEY] = {"first": first, "until": until}
+        identity[REPLAY_KEY] = {"first": first, "until": until, "version": version}
         self.save_identity(identity)
 
-    def replay_from_raw(self) -> tuple[dict, dict] | None:
-        """(first, until) of the replay from device_events_raw this checkpoint has yet to
-        finish; None when there is none or its batches have read up to ``until``."""
+    def replay_from_raw(self) -> tuple[dict, dict, int | None] | None:
+        """(first, until, raw's version) of the replay from device_events_raw this checkpoint
+        has yet to finish; None when there is none or its batches have read up to ``until``."""
         replay = self.identity().get(REPLAY_KEY)
         if replay is None:
             return None
         try:
             first, until = _offsets_map(replay["first"]), _offsets_map(replay["until"])
+            version = None if replay.get("version") is None else _whole(replay["version"])
         except (KeyError, TypeError, ValueError, AttributeError, SigflowError):
-            raise _damaged(self.uri, "sigflow.json", "is damaged (its replay_from_raw is not two offset maps)",
-                           "sigflow.json's replay_from_raw is not two offset maps") from None
+            raise _damaged(self.uri, "sigflow.json",
+                           "is damaged (its replay_from_raw is not two offset maps and a version)",
+                           "sigflow.json's replay_from_raw is not two offset maps and a version") from None
         if self.committed_through({topic: {int(p): o for p, o in parts.items()} for topic, parts in until.items()}):
             return None
-        return first, until
+        return first, until, version
 
     def starting_offsets(self) -> str | None:
         """Offsets a recovered checkpoint's first batch must start from (None: the setting's)."""

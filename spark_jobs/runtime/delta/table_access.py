@@ -115,8 +115,10 @@ def merge_newer(uri: str, source: pa.Table, key: tuple[str, ...], parts: tuple[M
     return again(merge)
 
 
-def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
-    """A table (or its columns and rows matching ``where``) as Arrow; empty if there is none.
+def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression | None = None,
+               version: int | None = None) -> pa.Table:
+    """A table (at ``version``, else the current one; or its columns and rows matching
+    ``where``) as Arrow; empty if there is none.
 
     The scan is single-threaded on purpose. With pyarrow 26.0.1 and deltalake 1.6.6 the
     threaded Arrow scanner (``to_pyarrow_table()``, ``to_pandas()``, ``to_table()``) aborted
@@ -128,7 +130,7 @@ def read_arrow(uri: str, columns: list[str] | None = None, where: ds.Expression 
 
     if not exists(uri):
         return pa.table({})
-    data = dataset(uri)
+    data = dataset(uri, version)
     if where is None:
         return data.to_table(columns=columns, use_threads=False)
     parts = list(_matching_parts(data, columns, where))

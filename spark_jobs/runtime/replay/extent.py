@@ -20,6 +20,7 @@ class RawExtent:
 
     first: Offsets = field(default_factory=dict)
     end: Offsets = field(default_factory=dict)
+    counts: Offsets = field(default_factory=dict)  # rows per partition
     rows: int = 0
     sent_from: datetime | None = None
     sent_until: datetime | None = None
@@ -31,8 +32,8 @@ class RawExtent:
     @classmethod
     def of(cls, raw_uri: str, topics: list[str], after: Offsets | None = None, version: int | None = None) -> RawExtent:
         """Raw's rows of ``topics`` at ``version`` (the current one by default; those at or
-        after ``after``'s offsets, when given), read a batch of columns at a time so memory
-        stays flat whatever raw's size (a file at a time)."""
+        after ``after``'s offsets, when given), read a file at a time so memory stays flat
+        whatever raw's size."""
         import pyarrow.dataset as ds
 
         from spark_jobs.runtime.delta.table_access import exists, scan, table_version
@@ -57,6 +58,7 @@ class RawExtent:
                 key = str(part)
                 extent.first.setdefault(topic, {})[key] = min(low, extent.first.get(topic, {}).get(key, low))
                 extent.end.setdefault(topic, {})[key] = max(high + 1, extent.end.get(topic, {}).get(key, 0))
+                extent.counts.setdefault(topic, {})[key] = extent.counts.get(topic, {}).get(key, 0) + count
                 extent.rows += count
             extent.sent_from, extent.sent_until = _widened(extent.sent_from, extent.sent_until,
                                                            batch.column("kafka_timestamp"))
@@ -67,6 +69,14 @@ class RawExtent:
         return ", ".join(f"{topic}[{part}] {self.first[topic][part]:,}..{end - 1:,}"
                          for topic, parts in sorted(self.end.items())
                          for part, end in sorted(parts.items(), key=lambda item: int(item[0])))
+
+    def missing(self) -> dict[str, int]:
+        """Per partition (``topic[p]``), how many offsets between its first and last raw does
+        not hold: a transactional producer's commit markers take offsets, and so do rows
+        deleted from raw by hand. A replay reads what is there, so its plan says so."""
+        return {f"{topic}[{part}]": gap for topic, parts in sorted(self.end.items())
+                for part, end in sorted(parts.items(), key=lambda item: int(item[0]))
+                if (gap := end - self.first[topic][part] - self.counts[topic][part]) > 0}
 
     def read_event_times(self, events_uri: str) -> RawExtent:
         """The span of event times of the valid events in these offset ranges, from the
@@ -84,6 +94,13 @@ class RawExtent:
             self.events_from, self.events_until = _widened(self.events_from, self.events_until,
                                                            batch.column("event_time"))
         return self
+
+    def describe(self) -> str:
+        """What a replay of it reads, for a plan: the records, their offsets, when they were
+        sent, their events' times, and the offsets raw lacks between them."""
+        lacking = "".join(f"; raw lacks {n:,} of {where}'s offsets (a transactional producer's markers, or rows "
+                          "deleted from raw)" for where, n in self.missing().items())
+        return f"{self.rows:,} records ({self.ranges_text()}; {self.span_text()}{lacking})"
 
     def span_text(self) -> str:
         """When its records were sent, and the event times of its valid events."""

@@ -52,17 +52,19 @@ class RawRecords:
     first: Offsets
     until: Offsets
     max_offsets: int
+    version: int | None = None  # of raw, the one the restart's plan read (None: the current one)
 
     def stream(self) -> DataFrame:
-        return read_stream(self.spark, self.raw_uri, self.first, self.until, self.max_offsets)
+        return read_stream(self.spark, self.raw_uri, self.first, self.until, self.max_offsets, self.version)
 
     def range(self, start: Offsets, end: Offsets) -> DataFrame:
-        return read_range(self.spark, self.raw_uri, start, end)
+        return read_range(self.spark, self.raw_uri, start, end, self.version)
 
 
 class RawReplaySource(DataSource):
-    """Options: ``uri`` (device_events_raw), ``from`` and ``until`` (offsets as JSON: where
-    a new checkpoint's first batch starts, and where the replay ends), ``max_offsets``."""
+    """Options: ``uri`` (device_events_raw) and ``version`` (the one to read; empty: the
+    current one), ``from`` and ``until`` (offsets as JSON: where a new checkpoint's first
+    batch starts, and where the replay ends), ``max_offsets``."""
 
     @classmethod
     def name(cls) -> str:
@@ -83,9 +85,10 @@ class RawRangeReader(DataSourceReader):
 
     def __init__(self, options):
         self.uri, self.first, self.until = options["uri"], json.loads(options["from"]), json.loads(options["until"])
+        self.version = _version(options)
 
     def partitions(self) -> list[InputPartition]:
-        return read_tasks(self.uri, self.first, self.until)
+        return read_tasks(self.uri, self.first, self.until, self.version)
 
     def read(self, partition: InputPartition) -> Iterator:
         yield from read_task(partition)
@@ -97,6 +100,7 @@ class RawReplayReader(DataSourceStreamReader):
         self.first: Offsets = json.loads(options["from"])
         self.until: Offsets = json.loads(options["until"])
         self.max_offsets = int(options.get("max_offsets") or 0)
+        self.version = _version(options)
 
     def initialOffset(self) -> dict:
         return self.first
@@ -124,7 +128,7 @@ class RawReplayReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return read_tasks(self.uri, {topic: {part: self._start(start, topic, part) for part in parts}
-                                     for topic, parts in end.items()}, end)
+                                     for topic, parts in end.items()}, end, self.version)
 
     def read(self, partition: InputPartition) -> Iterator:
         yield from read_task(partition)
@@ -133,18 +137,23 @@ class RawReplayReader(DataSourceStreamReader):
         pass  # raw keeps every record: nothing to acknowledge
 
 
+def _version(options) -> int | None:
+    return int(options["version"]) if options.get("version") else None
+
+
 def _offset(offsets: dict, topic: str, part: str, default: int) -> int:
     return int(offsets.get(topic, {}).get(part, default))
 
 
-def read_tasks(uri: str, start: Offsets, end: Offsets) -> list[InputPartition]:
+def read_tasks(uri: str, start: Offsets, end: Offsets, version: int | None) -> list[InputPartition]:
     """The read tasks of [start, end) per partition (a partition missing from ``start``
     from its offset 0), each at most ``OFFSETS_PER_TASK`` long."""
     tasks = []
     for topic, parts in end.items():
         for part, stop in parts.items():
             for low in range(_offset(start, topic, part, 0), int(stop), OFFSETS_PER_TASK):
-                tasks.append(InputPartition((uri, topic, int(part), low, min(int(stop), low + OFFSETS_PER_TASK))))
+                tasks.append(InputPartition((uri, topic, int(part), low, min(int(stop), low + OFFSETS_PER_TASK),
+                                             version)))
     return tasks
 
 
@@ -152,9 +161,12 @@ def read_task(partition: InputPartition) -> Iterator:
     yield from read_records(*partition.value).to_batches()
 
 
-def read_records(uri: str, topic: str, partition: int, low: int, high: int):
-    """The records of ``topic``[``partition``] at offsets [low, high) in raw, as Arrow in the
-    Kafka source's columns, in offset order, each offset once."""
+def read_records(uri: str, topic: str, partition: int, low: int, high: int, version: int | None = None):
+    """The records of ``topic``[``partition``] at offsets [low, high) in raw (at ``version``,
+    else the current one), as Arrow in the Kafka source's columns, in offset order, each
+    offset once. At the version a plan read, a replay reads what was approved: rows deleted
+    from raw since (``raw_retention``, or by hand) are still read while vacuum keeps that
+    version's files (tests/spark_jobs/ops/restart/test_recover_from_raw.py)."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
@@ -162,7 +174,7 @@ def read_records(uri: str, topic: str, partition: int, low: int, high: int):
 
     where = ((ds.field("topic") == topic) & (ds.field("partition") == partition)
              & (ds.field("offset") >= low) & (ds.field("offset") < high))
-    rows = read_arrow(uri, ["key", "value", "topic", "partition", "offset", "kafka_timestamp"], where)
+    rows = read_arrow(uri, ["key", "value", "topic", "partition", "offset", "kafka_timestamp"], where, version)
     if rows.num_rows == 0:
         return ARROW_SCHEMA.empty_table()
     rows = rows.sort_by("offset")
@@ -178,16 +190,19 @@ def read_records(uri: str, topic: str, partition: int, low: int, high: int):
     }).cast(ARROW_SCHEMA)
 
 
-def read_stream(spark: SparkSession, raw_uri: str, first: Offsets, until: Offsets, max_offsets: int) -> DataFrame:
+def read_stream(spark: SparkSession, raw_uri: str, first: Offsets, until: Offsets, max_offsets: int,
+                version: int | None = None) -> DataFrame:
     """The records of raw from ``first`` (a new checkpoint's start; a checkpoint's own offsets
     otherwise) to ``until``, as a stream of the Kafka source's shape."""
     spark.dataSource.register(RawReplaySource)
     return (spark.readStream.format(NAME).option("uri", raw_uri).option("from", json.dumps(first))
-            .option("until", json.dumps(until)).option("max_offsets", str(max_offsets)).load())
+            .option("until", json.dumps(until)).option("max_offsets", str(max_offsets))
+            .option("version", "" if version is None else str(version)).load())
 
 
-def read_range(spark: SparkSession, raw_uri: str, start: Offsets, end: Offsets) -> DataFrame:
+def read_range(spark: SparkSession, raw_uri: str, start: Offsets, end: Offsets,
+               version: int | None = None) -> DataFrame:
     """The records of raw at [start, end) per partition (one batch's), as a batch read."""
     spark.dataSource.register(RawReplaySource)
     return (spark.read.format(NAME).option("uri", raw_uri).option("from", json.dumps(start))
-            .option("until", json.dumps(end)).load())
+            .option("until", json.dumps(end)).option("version", "" if version is None else str(version)).load())

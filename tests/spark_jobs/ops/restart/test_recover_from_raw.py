@@ -111,14 +111,14 @@ def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and
     rewind = restart.plan(s, "dedup", "rewind", to_batch=1)
     assert not rewind.refusals and "re-run from device_events_raw" in rewind.describe(), rewind.describe()
     rewind.apply()
-    run_job(spark, s, "dedup")
-    assert_each_reading_once(s, counted)
-
-    # raw_retention set: maintenance deletes the rows sent before ADVANCE, which a rebuild needs
-    kept_for = s.replace(raw_retention=f"{int(time.time() - before_advance)} seconds")
+    # raw_retention set: maintenance deletes the rows sent before ADVANCE, which the re-run and
+    # a rebuild need; the re-run applied already reads raw at the version its plan read
+    kept_for = s.replace(raw_retention=f"{int(time.time() - before_advance)} seconds", vacuum_retention="1 hour")
     pruned = len(table(s, "device_events_raw")) - len(ADVANCE)
     assert any(line.startswith("device_events_raw:") and f"{pruned} rows past retention deleted" in line
                for line in maintenance.run(kept_for))
+    run_job(spark, s, "dedup")
+    assert_each_reading_once(s, counted)
     refused = restart.plan(kept_for, "dedup", "recover", recover_from="raw", force=True)
     assert any("neither raw nor Kafka holds them" in reason for reason in refused.refusals), refused.describe()
 
@@ -170,3 +170,24 @@ def test_a_recover_from_raw_killed_in_its_apply_and_in_its_replay_gives_every_wi
     assert window_table(s) == expected_windows(counted, FINAL_MS)
     assert not table(s, "device_signal_averages").duplicated(["device_id", "window_kind", "window_start"]).any()
 
+
+
+def test_a_plan_says_which_offsets_raw_lacks(tmp_path):
+    """Rows deleted from raw by someone who can write it (or a transactional producer's
+    markers) leave offsets a replay cannot read: the plan counts them per partition."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_jobs.runtime.replay.extent import RawExtent
+
+    uri = str(tmp_path / "device_events_raw")
+    sent = datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
+    write_deltalake(uri, pa.table({
+        "key": pa.array([b"k"] * 20), "value": pa.array([b"v"] * 20), "topic": ["ev"] * 20,
+        "partition": pa.array([0] * 10 + [1] * 10, pa.int32()), "offset": pa.array(list(range(10)) * 2, pa.int64()),
+        "kafka_timestamp": pa.array([sent] * 20, pa.timestamp("us", tz="UTC"))}))
+    assert RawExtent.of(uri, ["ev"]).missing() == {}
+    DeltaTable(uri).delete("`partition` = 1 AND `offset` IN (3, 4, 5)")
+    extent = RawExtent.of(uri, ["ev"])
+    assert (extent.rows, extent.missing()) == (17, {"ev[1]": 3})
+    assert "raw lacks 3 of ev[1]'s offsets" in extent.describe()

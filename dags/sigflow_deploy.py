@@ -7,6 +7,8 @@ deploying twice changes nothing.
 2. `ensure_topics`: create missing topics (events, alerts, critical alerts) with the
    configured partitions and retention.
 3. `ensure_tables`: create missing Delta tables with their schemas.
+   `register_tables`: register each by name in the catalog (`catalog_uri`, a Hive metastore),
+   where one is configured; without one, tables are read by path.
 4. `start_<job>` (shape `one application per job`): spark-submit of `sigflow run <job>` through the Apache Spark provider
    (`spark_default`: a local master in the embedded mode, the cluster in production),
    either `long-running` (a processing-time trigger; the task lives as long as the job)
@@ -62,6 +64,13 @@ def ensure_tables() -> list[str]:
     return tasks.ensure_tables()
 
 
+@task(show_return_value_in_logs=False)
+def register_tables() -> list[str]:
+    from spark_jobs.airflow import tasks
+
+    return tasks.register_tables()
+
+
 @task.branch
 def choose_jobs(params=None) -> list[str]:
     from spark_jobs.airflow.shapes import start_tasks
@@ -94,7 +103,7 @@ with DAG(
     },
 ) as dag:
     chosen = choose_jobs()
-    validate_config() >> ensure_topics() >> ensure_tables() >> chosen
+    validate_config() >> ensure_topics() >> ensure_tables() >> register_tables() >> chosen
     for name in ALL_JOB_NAMES:
         chosen >> SigflowSubmitOperator(task_id=f"start_{name.replace('-', '_')}", job=name, mode=RUN_MODE)
     chosen >> SigflowPipelineSubmitOperator(task_id="start_pipeline", mode=PIPELINE_MODE)

@@ -38,6 +38,12 @@ def ensure_tables() -> list[str]:
     return _logged(ensure_tables(load_settings()))
 
 
+def register_tables() -> list[str]:
+    from spark_jobs.ops.catalog import register_tables
+
+    return _logged(register_tables(load_settings()))
+
+
 def run_job(job: str) -> str:
     """One available-now run of the job from its checkpoint: its summary line."""
     from spark_jobs.runtime import launch

@@ -8,13 +8,22 @@ import os
 import signal
 import sys
 
-from spark_jobs.cli import checkpoint, feed, install, jobs, observe, services, tables
+from spark_jobs.cli import (
+    catalog,
+    checkpoint,
+    feed,
+    install,
+    jobs,
+    observe,
+    services,
+    tables,
+)
 from spark_jobs.cli.console import configure_logging
 from spark_jobs.errors import DriverDied, Interrupted, SigflowError
 from spark_jobs.ops.terminal_text import TerminalStream, terminal
 
 DESCRIPTION = "sigflow: the command line every DAG task and every runbook step uses."
-GROUPS = (services, install, feed, jobs, checkpoint, tables, observe)  # in `sigflow --help`'s order
+GROUPS = (services, install, feed, jobs, checkpoint, tables, catalog, observe)  # in `sigflow --help`'s order
 
 
 def _interrupt(signum, frame):

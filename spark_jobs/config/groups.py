@@ -24,9 +24,12 @@ from spark_jobs.config.values import (
     JavaOptions,
     JvmMemory,
     LineageUrl,
+    PostgresJdbcUrl,
     RestartApprovers,
     RetentionSetting,
+    SqlName,
     StartingOffsets,
+    ThriftUri,
     Unit,
     Words,
 )
@@ -255,6 +258,21 @@ class OperationsSettings(_Group):
     # records behind in Kafka, late and quarantined counts); loopback unless set otherwise.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9466
+    # The catalog: a Hive metastore (thrift://host:port) where deploy registers every table by
+    # name, in catalog_database; empty: the embedded one `sigflow catalog start` runs, when it
+    # runs (docs/consumers.md, "Query by name").
+    catalog_uri: ThriftUri = ""
+    catalog_database: SqlName = "sigflow"
+    # Where the metastore `sigflow catalog start|serve` runs keeps its own database: empty, Derby
+    # under <data_dir>/catalog; production, PostgreSQL (the user's password read from its file).
+    catalog_db_url: PostgresJdbcUrl = ""
+    catalog_db_user: str = "metastore"
+    catalog_db_password_file: str = ""
+    # `sigflow sql`: Spark Connect on the catalog, loopback unless set otherwise. Every client
+    # presents the token in sql_token_file (default <data_dir>/sql/token, made 0600 at first start).
+    sql_host: str = "127.0.0.1"
+    sql_port: int = 15002
+    sql_token_file: str = ""
     # OpenLineage: run events go to files under lineage_dir, and to this HTTP endpoint too
     # when set (a Marquez or any OpenLineage API: http(s)://host:port).
     lineage_url: LineageUrl = ""
@@ -297,6 +315,9 @@ class LocalSettings(_Group):
     # PostgreSQL for Airflow's metadata, as in production (spark_jobs/local/postgres.py): its
     # port, 0 picks a free one (kept with its data under <data_dir>/postgres).
     postgres_port: int = 0
+    # The embedded catalog's metastore (`sigflow catalog start`): its port, 0 picks a free one
+    # (kept with its database under <data_dir>/catalog).
+    catalog_port: int = 19083
     # Airflow of the embedded mode (`make airflow`).
     airflow_port: int = 8080
 

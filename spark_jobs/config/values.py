@@ -124,6 +124,25 @@ def _http_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def _thrift_uri(value: str) -> str:
+    if value and not re.fullmatch(r"thrift://[A-Za-z0-9.-]+:\d{1,5}", value):
+        raise ValueError("not a Hive metastore's address: thrift://HOST:PORT, such as thrift://metastore:9083")
+    return value
+
+
+def _postgres_jdbc_url(value: str) -> str:
+    if value and not re.fullmatch(r"jdbc:postgresql://[A-Za-z0-9.-]+(:\d{1,5})?/[A-Za-z0-9_]+", value):
+        raise ValueError("not a PostgreSQL JDBC URL: jdbc:postgresql://HOST[:PORT]/DATABASE, such as "
+                         "jdbc:postgresql://postgres:5432/metastore (user and password are settings of their own)")
+    return value
+
+
+def _sql_name(value: str) -> str:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,127}", value):
+        raise ValueError("not a database name: lower-case letters, digits and _, starting with a letter or _")
+    return value
+
+
 def _comma_list(pattern: str, what: str, example: str) -> Callable[[str], str]:
     """A validator of a comma-separated list whose items each match ``pattern``."""
     item = re.compile(pattern)
@@ -150,6 +169,9 @@ RetentionSetting = Annotated[Duration | str, PlainValidator(_as_retention)]
 RestartApprovers = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}", "Airflow user ids",
                                                                   "alice,bob"))]
 LineageUrl = Annotated[str, AfterValidator(_http_url)]
+ThriftUri = Annotated[str, AfterValidator(_thrift_uri)]
+SqlName = Annotated[str, AfterValidator(_sql_name)]
+PostgresJdbcUrl = Annotated[str, AfterValidator(_postgres_jdbc_url)]
 Words = Annotated[str, AfterValidator(_comma_list(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "plain words", "critical,warning"))]
 JvmMemory = Annotated[str, AfterValidator(_jvm_memory)]
 JavaOptions = Annotated[str, AfterValidator(_java_options)]

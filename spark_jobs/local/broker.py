@@ -29,6 +29,7 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import BrokerUnavailable, ConfigError, SigflowError
 from spark_jobs.local import broker_tls
 from spark_jobs.local.private_files import write_private
+from spark_jobs.local.recorded import reap, terminate
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.kafka.address import (
     MAIN_CLASS,
@@ -57,7 +58,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _port_open(host: str, port: int) -> bool:
+def port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
@@ -187,7 +188,7 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
-def _java() -> str:
+def java_binary() -> str:
     from spark_jobs.runtime.spark import ensure_java
 
     ensure_java()
@@ -199,7 +200,7 @@ def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, 
     with the kafka-tools set one of Kafka's own tools (ConsumerPerformance)."""
     jvm_classpath = ":".join(str(p) for p in classpath.verified_paths(jar_sets, settings.jars_path))
     return [
-        _java(), f"-Xmx{settings.local.broker_heap}", f"-Xms{settings.local.broker_heap}", "-XX:+UseG1GC",
+        java_binary(), f"-Xmx{settings.local.broker_heap}", f"-Xms{settings.local.broker_heap}", "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
         *settings.spark.java_options.split(), "-cp", jvm_classpath, main, *args,
@@ -242,7 +243,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
     settings.broker_dir.mkdir(parents=True, exist_ok=True)
     client_port, controller_port = _ports(settings)
     for port in (client_port, controller_port):
-        if _port_open("127.0.0.1", port):
+        if port_open("127.0.0.1", port):
             raise BrokerUnavailable(
                 f"port {port} on 127.0.0.1 is already taken by another process",
                 f"set SIGFLOW_BROKER_PORT to a free port, or 0 to pick one (and remove "
@@ -263,7 +264,7 @@ def start(settings: Settings, timeout_s: float = 60.0) -> BrokerInfo:
             start_new_session=True,  # survives the CLI that started it; stopped by pid
         )
     own = _own_connection(settings, address)
-    if not wait_until(lambda: _port_open("127.0.0.1", client_port) and kafka_admin.is_reachable(own, 2),
+    if not wait_until(lambda: port_open("127.0.0.1", client_port) and kafka_admin.is_reachable(own, 2),
                       timeout_s=timeout_s, every_s=0.2, give_up=lambda: proc.poll() is not None):
         proc.kill()
         raise BrokerUnavailable(
@@ -320,10 +321,7 @@ def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
     if info is None:
         path.unlink(missing_ok=True)
         return False
-    os.kill(info.pid, signal.SIGTERM)
-    if not wait_until(lambda: not info.alive, timeout_s=timeout_s, every_s=0.1):
-        os.kill(info.pid, signal.SIGKILL)
-    _reap(info.pid)
+    terminate(info.pid, lambda: info.alive, timeout_s)
     path.unlink(missing_ok=True)
     return True
 
@@ -336,12 +334,5 @@ def kill(settings: Settings) -> int:
     os.kill(info.pid, signal.SIGKILL)
     if not wait_until(lambda: not info.alive, timeout_s=30, every_s=0.05):
         raise SigflowError(f"the broker (pid {info.pid}) outlived SIGKILL for 30 s", "check the host: a process in D state")
-    _reap(info.pid)
+    reap(info.pid)
     return info.pid
-
-
-def _reap(pid: int) -> None:
-    try:  # reap it if this process is its parent (tests start and stop in one process)
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

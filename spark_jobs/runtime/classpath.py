@@ -14,11 +14,11 @@ from spark_jobs.errors import SigflowError
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "jars"
 LOCK = INFRA / "lock.txt"
-SETS = ("spark", "s3", "openlineage", "kafka-broker", "kafka-tools")
+SETS = ("spark", "s3", "openlineage", "kafka-broker", "kafka-tools", "metastore")
 # Sets whose JARs join pyspark's own classpath: anything pyspark already ships is left out.
 SPARK_CLASSPATH_SETS = ("spark", "s3", "openlineage")
 # What `make install` fetches; the other sets are fetched on demand, by name.
-DEFAULT_SETS = ("spark", "kafka-broker")
+DEFAULT_SETS = ("spark", "kafka-broker", "metastore")
 # The optional Spark-classpath sets a session takes whenever they were fetched (openlineage
 # joins only when its listener is on).
 JOINS_WHEN_FETCHED = ("s3",)
@@ -73,7 +73,10 @@ LOGSTORE_CLASS = "io.sigflow.delta.ConditionalPutS3LogStore"
 # at install) every record takes the contract's checks in Spark: the same rows, slower.
 CONTRACT_PARSER = SourceJar("contract-parser", "sigflow-contract-parser-0.1.0.jar", "spark",
                             "the contracts' flat-record parser")
-SOURCE_JARS = (LOGSTORE, CONTRACT_PARSER)
+# The catalog's metastore server (spark_jobs.local.catalog): Hive's metastore on the address given.
+METASTORE = SourceJar("metastore", "sigflow-metastore-0.1.0.jar", "metastore", "the catalog's metastore server")
+METASTORE_CLASS = "io.sigflow.metastore.MetastoreServer"
+SOURCE_JARS = (LOGSTORE, CONTRACT_PARSER, METASTORE)
 
 
 def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:

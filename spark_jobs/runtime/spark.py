@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -64,13 +65,15 @@ PROMETHEUS_CONF = {
 CODEGEN_CACHE_ENTRIES = 1000
 
 
-def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0) -> SparkSession:
+def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0,
+              conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
     A session already running (a test fixture, spark-submit) is reused; its master and
     cluster settings win, and only the SQL settings the jobs depend on are applied.
     ``local_slots``: a new session on a ``local[N]`` master gets at least this many task
-    threads (a real-time query holds one per Kafka partition while it runs).
+    threads (a real-time query holds one per Kafka partition while it runs). ``conf``: static
+    settings of a new session (the catalog's, the SQL endpoint's).
     """
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -112,6 +115,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         SparkContext._ensure_initialized()  # noqa: SLF001 - the JVM spark-submit started, whose properties hold --jars
         classpath.require_submitted(SparkConf().get("spark.jars", "").split(","), "openlineage")
     builder = builder.config(map=spark_listener_conf(settings, app_name)).config(map=auth_conf(settings))
+    builder = builder.config(map=dict(conf or {}))
     spark = builder.getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
         from spark_jobs.runtime import classpath

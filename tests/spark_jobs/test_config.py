@@ -108,6 +108,18 @@ def test_every_invalid_setting_is_reported_at_once():
     assert sorted(line.split("=")[0] for line in err.value.details) == ["setting broker_heap", "setting shuffle_partitions"]
 
 
+@pytest.mark.parametrize("name, value", [
+    ("catalog_uri", "http://metastore:9083"), ("catalog_uri", "thrift://metastore"),
+    ("catalog_uri", "thrift://m:9083/x' OR 1=1"), ("catalog_database", "Sigflow"),
+    ("catalog_database", "sigflow`; DROP"), ("catalog_database", "1st"),
+    ("catalog_db_url", "jdbc:derby:;databaseName=x"), ("catalog_db_url", "jdbc:postgresql://pg/m?password=x"),
+])
+def test_a_catalog_address_or_database_name_that_is_not_one_is_refused(name, value):
+    """Both reach the metastore and SQL text: only a thrift address and a plain lower-case name pass."""
+    with pytest.raises(ConfigError, match=name):
+        load_settings(env={f"SIGFLOW_{name.upper()}": value})
+
+
 def test_a_file_setting_is_checked_like_an_env_setting(tmp_path):
     path = tmp_path / "sigflow.yaml"
     path.write_text("session_gap: forever\n")
@@ -182,6 +194,11 @@ FLAT_SAMPLES = {
     "raw_retention": ("400 days", 34_560_000),
     "table_status_retention": ("3 days", 259_200),
     "checkpoint_batches_retained": ("50", 50), "metrics_host": ("0.0.0.0", "0.0.0.0"), "metrics_port": ("9500", 9500),
+    "catalog_uri": ("thrift://metastore:9083", "thrift://metastore:9083"), "catalog_database": ("iot", "iot"),
+    "catalog_db_url": ("jdbc:postgresql://postgres:5432/metastore", "jdbc:postgresql://postgres:5432/metastore"),
+    "catalog_db_user": ("hive", "hive"), "catalog_db_password_file": ("/run/secrets/m", "/run/secrets/m"),
+    "sql_host": ("0.0.0.0", "0.0.0.0"), "sql_port": ("15003", 15003), "sql_token_file": ("/run/t", "/run/t"),
+    "catalog_port": ("29083", 29083),
     "broker_port": ("29092", 29092), "broker_heap": ("1g", "1g"), "broker_log_level": ("WARN", "WARN"),
     "cluster_port": ("7078", 7078), "cluster_ui_port": ("8091", 8091), "cluster_workers": ("3", 3),
     "cluster_worker_memory": ("2g", "2g"), "postgres_port": ("5433", 5433), "airflow_port": ("8081", 8081),

@@ -94,7 +94,9 @@ up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)
 	@# the secrets compose passes as files: made once, private from their first byte
 	@(umask 077 && mkdir -p secrets && chmod 700 secrets && \
-	  test -s secrets/spark_auth_secret || $(PYTHON) -c "import secrets; print(secrets.token_hex(32))" > secrets/spark_auth_secret)
+	  for name in spark_auth_secret metastore_db_password sql_token; do \
+	    test -s secrets/$$name || $(PYTHON) -c "import secrets; print(secrets.token_hex(32))" > secrets/$$name || exit 1; \
+	  done)
 	docker compose up -d --build --wait
 
 down:

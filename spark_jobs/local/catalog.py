@@ -35,6 +35,12 @@ from spark_jobs.runtime.processes import start_time
 from spark_jobs.runtime.waiting import wait_until
 
 HEAP = "512m"
+# Hive's persistent classes (package.jdo of hive-metastore 2.3.10)
+MODEL = ("MDatabase MFieldSchema MType MTable MConstraint MSerDeInfo MOrder MColumnDescriptor MStringList "
+         "MStorageDescriptor MPartition MIndex MRole MRoleMap MGlobalPrivilege MDBPrivilege MTablePrivilege "
+         "MPartitionPrivilege MTableColumnPrivilege MPartitionColumnPrivilege MPartitionEvent MMasterKey "
+         "MDelegationToken MTableColumnStatistics MPartitionColumnStatistics MVersionTable MResourceUri MFunction "
+         "MNotificationLog MNotificationNextId").split()
 
 
 def _port(settings: Settings) -> int:
@@ -65,12 +71,17 @@ def _database(settings: Settings, home: Path) -> dict[str, str]:
 
 
 def hive_site(settings: Settings, home: Path) -> str:
-    """The metastore's settings: its database, its schema made by the metastore on first use
-    (DataNucleus), the warehouse under ``home``."""
+    """The metastore's settings: its database, the warehouse under ``home``, and its schema made
+    whole when it starts (DataNucleus, every persistent class of Hive's at once). Made class by
+    class on first use instead, a table's first registration on PostgreSQL waits forever: its
+    request holds TBLS locked while DataNucleus, on a connection of its own, adds a foreign key
+    to TBLS for the privileges table (measured)."""
     home = home.resolve()
     values = {
         **_database(settings, home),
         "datanucleus.schema.autoCreateAll": "true",
+        "datanucleus.autoStartMechanism": "Classes",
+        "datanucleus.autoStartClassNames": ",".join(f"org.apache.hadoop.hive.metastore.model.{name}" for name in MODEL),
         "hive.metastore.schema.verification": "false",
         "hive.metastore.warehouse.dir": (home / "warehouse").as_uri(),
     }

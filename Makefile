@@ -83,6 +83,8 @@ bench: install
 	$(BIN)/python -m bench.sessions
 	@# a job recomputed from device_events_raw beside the same job reading Kafka (docs/benchmarks.md)
 	$(BIN)/python -m bench.recompute
+	@# a consumer's reads of a 10M-row table: as written, compacted, Z-ordered (docs/benchmarks.md)
+	$(BIN)/python -m bench.layout
 	$(BIN)/python -m bench.long_run
 	@# the whole pipeline, both deployment shapes, fed by a fleet at rising rates; then
 	@# whether a batch's cost grows with the fleet's size (docs/benchmarks.md, capacity)

@@ -40,7 +40,7 @@ JOB = "windowed-averages"
 TUMBLING_US, SLIDING_US = 300_000_000, 600_000_000
 
 
-def _events(start: int, rows: int, devices: int) -> pd.DataFrame:
+def device_events(start: int, rows: int, devices: int) -> pd.DataFrame:
     index = np.arange(start, start + rows)
     times = START_US + (index // devices) * EVERY_US
     stamp = pd.to_datetime(times, unit="us", utc=True)
@@ -90,7 +90,7 @@ def build(data_dir: Path, rows: int, late_every: int, devices: int = DEVICES) ->
     watermark_us = last_us - 600_000_000  # 10 minutes behind the newest event
     windows, late_rows = [], 0
     for start in range(0, rows, CHUNK):
-        frame = _events(start, min(CHUNK, rows - start), devices)
+        frame = device_events(start, min(CHUNK, rows - start), devices)
         _write(settings.table_uri(DEVICE_EVENTS.name), DEVICE_EVENTS, frame)
         late = frame[_late(frame, late_every)]
         late_rows += len(late)

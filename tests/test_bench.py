@@ -129,6 +129,21 @@ def test_the_capacity_section_runs_the_pipeline_as_deployed_and_times_each_row_f
                      r"(met|MISSED)$", out, re.M), out
 
 
+def test_the_layout_section_reads_the_same_rows_in_every_layout(capsys):
+    from bench import layout as bench_layout
+
+    assert bench_layout.main(["--rows", "100000", "--devices", "50", "--appends", "12", "--tries", "1"]) == 0
+    out = capsys.readouterr().out
+    # 2,000 events per device every 5 s: the hour from the middle of the span holds 720 of each
+    for query, rows in (("one device, one hour", 720), ("the fleet, one hour", 50 * 720)):
+        block = out.split(f"  {query}:\n")[1]
+        figures = re.findall(r"^    (as written|compacted|z-ordered)\s+([\d.]+) ms\s+(\d+) files\s+([\d,]+) rows$",
+                             block, re.M)[:3]
+        assert [state for state, *_ in figures] == ["as written", "compacted", "z-ordered"], out
+        assert {int(n.replace(",", "")) for *_, n in figures} == {rows}, out  # a layout never changes an answer
+        assert int(figures[1][2]) <= int(figures[0][2])  # compaction leaves fewer files to open
+
+
 @pytest.mark.slow
 def test_the_recompute_section_rebuilds_from_kafka_and_from_raw_and_rewinds_past_retention(capsys):
     from bench import recompute as bench_recompute

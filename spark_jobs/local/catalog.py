@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -20,9 +19,9 @@ import pyspark
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError, SigflowError
+from spark_jobs.local import recorded
 from spark_jobs.local.broker import free_port, java_binary, port_open
 from spark_jobs.local.private_files import private_dir, write_private
-from spark_jobs.local.recorded import terminate
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.catalog import (
     MAIN_CLASS,
@@ -32,7 +31,6 @@ from spark_jobs.runtime.catalog import (
     state_file,
 )
 from spark_jobs.runtime.processes import start_time
-from spark_jobs.runtime.waiting import wait_until
 
 HEAP = "512m"
 # Hive's persistent classes (package.jdo of hive-metastore 2.3.10)
@@ -133,17 +131,9 @@ def start(settings: Settings, timeout_s: float = 120.0) -> CatalogInfo:
                            f"set SIGFLOW_CATALOG_PORT to a free port, or 0 to pick one (and remove {home / 'port'})")
     conf_dir = _write_conf(settings, home)
     log_file = home / "metastore.log"
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
-            command(settings, "127.0.0.1", port, conf_dir), cwd=home,
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # survives the CLI that started it; stopped by pid
-        )
-    if not wait_until(lambda: port_open("127.0.0.1", port), timeout_s=timeout_s, every_s=0.2,
-                      give_up=lambda: proc.poll() is not None):
-        proc.kill()
-        raise SigflowError(f"the catalog's metastore did not start on 127.0.0.1:{port} within {timeout_s:g}s",
-                           f"see {log_file}")
+    proc = recorded.launch(command(settings, "127.0.0.1", port, conf_dir), log_file,
+                           lambda: port_open("127.0.0.1", port), timeout_s,
+                           f"the catalog's metastore on 127.0.0.1:{port}", cwd=home)
     info = CatalogInfo(pid=proc.pid, uri=f"thrift://127.0.0.1:{port}", log_file=str(log_file),
                        process_started=start_time(proc.pid))
     state_file(settings).write_text(json.dumps(info.__dict__))
@@ -152,9 +142,4 @@ def start(settings: Settings, timeout_s: float = 120.0) -> CatalogInfo:
 
 def stop(settings: Settings, timeout_s: float = 30.0) -> bool:
     """Stop the recorded metastore. False when none was running."""
-    info = embedded(settings)
-    state_file(settings).unlink(missing_ok=True)
-    if info is None:
-        return False
-    terminate(info.pid, lambda: info.alive, timeout_s)
-    return True
+    return recorded.stop(embedded(settings), state_file(settings), timeout_s)

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
+from spark_jobs.local import recorded
 from spark_jobs.local.broker import port_open
 from spark_jobs.local.private_files import private_dir, write_private
-from spark_jobs.local.recorded import terminate
 from spark_jobs.runtime.catalog import sql_address
 from spark_jobs.runtime.processes import is_recorded_process, start_time
-from spark_jobs.runtime.waiting import wait_until
 
 COMMAND = ("-m", "spark_jobs.cli", "sql", "serve")
 MARK = "serve"  # an argument of COMMAND: a recorded pid that no longer runs it is not the endpoint
@@ -85,23 +83,12 @@ def start(settings: Settings, timeout_s: float = 180.0) -> EndpointInfo:
     private_dir(sql_dir(settings))
     log_file = sql_dir(settings) / "sql.log"
     config = ["--config", settings.source_file] if settings.source_file else []
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen([sys.executable, *COMMAND[:2], *config, *COMMAND[2:]],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    if not wait_until(lambda: port_open(host, port), timeout_s=timeout_s, every_s=0.5,
-                      give_up=lambda: proc.poll() is not None):
-        proc.kill()
-        raise SigflowError(f"the SQL endpoint did not start on {host}:{port} within {timeout_s:g}s", f"see {log_file}")
+    proc = recorded.launch([sys.executable, *COMMAND[:2], *config, *COMMAND[2:]], log_file,
+                           lambda: port_open(host, port), timeout_s, f"the SQL endpoint on {host}:{port}")
     info = EndpointInfo(proc.pid, sql_address(settings), str(log_file), start_time(proc.pid))
     _state_file(settings).write_text(json.dumps(info.__dict__))
     return info
 
 
 def stop(settings: Settings, timeout_s: float = 60.0) -> bool:
-    info = status(settings)
-    _state_file(settings).unlink(missing_ok=True)
-    if info is None:
-        return False
-    terminate(info.pid, lambda: info.alive, timeout_s)
-    return True
+    return recorded.stop(status(settings), _state_file(settings), timeout_s)

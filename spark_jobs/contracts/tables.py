@@ -9,6 +9,7 @@ before it, which a NOT NULL column cannot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spark_jobs.contracts.contract import SEVERITIES
@@ -79,6 +80,25 @@ class MergePart:
 
 
 @dataclass(frozen=True)
+class Finality:
+    """Which of a table's rows the stream will add no more to: those whose ``column`` is at or
+    before the batch's ``final_through`` (table_status), the watermark less what a row waits
+    past its column (``wait``, a streaming setting: a session its gap). A row written only
+    once the watermark is strictly past its column (Spark's alert without telemetry) is final
+    through one microsecond less, so every table compares "at or before"."""
+
+    column: str
+    wait: str = ""
+    strictly_before: bool = False
+
+    def final_through(self, watermark: datetime | None, streaming) -> datetime | None:
+        if watermark is None:
+            return None
+        wait = getattr(streaming, self.wait).seconds if self.wait else 0
+        return watermark - timedelta(seconds=wait, microseconds=1 if self.strictly_before else 0)
+
+
+@dataclass(frozen=True)
 class TableSpec:
     """A Delta table, declared once: its columns, what a reader relies on (its key, when a row
     is final), how its job writes it and what its rows must hold."""
@@ -114,6 +134,9 @@ class TableSpec:
     # (column, meaning) where a column means something narrower or other here than its name
     # does in every table (spark_jobs/contracts/dictionary.py)
     meanings: tuple[tuple[str, str], ...] = ()
+    # which rows the stream adds no more to, by table_status's final_through (None: its rows
+    # are final when written, or never)
+    finality: Finality | None = None
 
     @property
     def column_meanings(self) -> dict[str, str]:
@@ -314,6 +337,7 @@ DEVICE_SIGNAL_AVERAGES = TableSpec(
     quality=Quality(filled=True, not_null=("device_id", "window_start", "window_end"),
                     ordered=(Ordered("window_end", "window_start"),), at_least_one=("event_count",),
                     in_signal_range=("avg_signal", "min_signal", "max_signal"), fresh="window_end"),
+    finality=Finality("window_end"),
 )
 FLEET_SIGNAL_ROLLUPS = TableSpec(
     "fleet_signal_rollups",
@@ -328,6 +352,7 @@ FLEET_SIGNAL_ROLLUPS = TableSpec(
     corrected=True,
     quality=Quality(filled=True, not_null=("window_start", "window_end"),
                     ordered=(Ordered("window_end", "window_start"),)),
+    finality=Finality("window_end"),
     meanings=(
         ("window_start", "the fleet window's start, UTC (event time), inclusive (windows of the fleet_window setting)"),
         ("window_end", "the fleet window's end, UTC (event time), exclusive"),
@@ -345,7 +370,8 @@ DEVICE_SESSIONS = TableSpec(
     "reconcile from late events.",
     key=("device_id", "session_start"),
     final="when written: a session is written once, when the watermark passes its last event (session_end) "
-        "+ session_gap; open sessions are only in the job's state; " + CORRECTED_READING
+        "+ session_gap, so every session whose session_end is at or before table_status's final_through for "
+        "this table (the watermark less the gap) is there; open sessions are only in the job's state; " + CORRECTED_READING
         + " A late event that bridges sessions replaces them: their rows are deleted and the merged "
         "session inserted in one commit",
     written_by=True,
@@ -355,6 +381,7 @@ DEVICE_SESSIONS = TableSpec(
                              Ordered("avg_signal", "min_signal", or_equal=True),
                              Ordered("max_signal", "avg_signal", or_equal=True)),
                     at_least_one=("event_count",), in_signal_range=("avg_signal",)),
+    finality=Finality("session_end", wait="session_gap"),
     meanings=(
         ("session_end", "the session's last event time, UTC (event time); the session closed when the watermark reached this + session_gap (table property sigflow.setting.session_gap)"),
         ("closed_reason", f"why the session closed, {one_of([CLOSED_BY_GAP])}"),
@@ -367,12 +394,13 @@ ALERT_SIGNAL_CONTEXT = TableSpec(
     "One row per (alert, event of that device in the range before the alert); reconcile adds the "
     "pairs late events and late alerts make.",
     key=("alert_id", "event_id"),
-    final="an alert's rows can arrive over several batches; they are all there once table_status's "
-        "final_through for this table has passed alert_time; sigflow reconcile may later insert the rows late "
+    final="an alert's rows can arrive over several batches; they are all there once alert_time is at or "
+        "before table_status's final_through for this table; sigflow reconcile may later insert the rows late "
         "events or a late alert make (revision 1), an insert in the change feed",
     written_by=True,
     corrected=True,
     quality=Quality(not_null=("alert_id", "event_id"), ordered=(Ordered("alert_time", "event_time", or_equal=True),)),
+    finality=Finality("alert_time", strictly_before=True),
     meanings=(
         ("event_id", "the id of an event of the alert's device in the range before the alert (the alert_context setting)"),
         ("event_time", "that event's time, UTC (event time), at most alert_context before alert_time"),
@@ -391,6 +419,7 @@ ALERTS_WITHOUT_TELEMETRY = TableSpec(
     written_by=True,
     corrected=True,
     quality=Quality(not_null=("alert_id", "device_id"), allowed=(("severity", SEVERITIES),)),
+    finality=Finality("alert_time", strictly_before=True),
 )
 # rows from before record_kind: an alert's is the one without a signal, which every valid
 # event has (docs/event-contract.md)
@@ -467,26 +496,36 @@ PIPELINE_METRICS = TableSpec(
     )
 )
 
+def _final_column_backfill() -> str:
+    """final_column of the rows written before it: the tables whose final_through was the
+    watermark then too; null for the sessions' and device_status' (final_through was the
+    watermark, not comparable with session_end, and device_status' rows are never final)."""
+    same = [spec.name for spec in (DEVICE_SIGNAL_AVERAGES, FLEET_SIGNAL_ROLLUPS)]
+    return f"CASE WHEN table_name IN ({', '.join(repr(name) for name in same)}) THEN 'window_end' END"
+
+
 TABLE_STATUS = TableSpec(
     "table_status",
     "table_name STRING, job STRING, checkpoint_id STRING, batch_id BIGINT, batch_time TIMESTAMP, "
-    "final_through TIMESTAMP, rows_written BIGINT, recorded_at TIMESTAMP",
+    "final_through TIMESTAMP, rows_written BIGINT, recorded_at TIMESTAMP, final_column STRING",
     "How complete each table is, readable without sigflow: one row per batch per table its job writes, "
     "with rows or none. A table's newest row (largest recorded_at) of each job writing it is current: "
     "every record in Kafka before batch_time has reached the table through that job (a batch "
-    "max_offsets_per_trigger cut short keeps the last batch_time that held, or null), and rows whose time "
-    "is at or before final_through (the batch's watermark; null for ingest, whose rows are final when "
-    "written) will not be added to by the stream; device_status has a writer per part; see "
-    "docs/consumers.md for what final means per table.",
+    "max_offsets_per_trigger cut short keeps the last batch_time that held, or null), and rows whose "
+    "final_column is at or before final_through will not be added to by the stream (null for tables "
+    "whose rows are final when written, and for device_status, whose rows are never final); "
+    "device_status has a writer per part; see docs/consumers.md for what final means per table.",
     key=("table_name", "checkpoint_id", "batch_id"),
     final="when written, one row per batch; maintenance deletes rows older than "
                                "table_status_retention, each table's newest kept",
+    backfill=(("final_column", _final_column_backfill()),),
     meanings=(
         ("job", "the job that wrote the batch"),
         ("batch_time", "every record Kafka had before this time, UTC (the driver's clock), has reached the table through that job; null while a batch cut short by max_offsets_per_trigger has not caught up"),
-        ("final_through", "rows whose time is at or before this, UTC (event time: the batch's watermark), will not be added to by the stream; null for tables final when written"),
+        ("final_through", "rows whose final_column is at or before this, UTC (event time: the batch's watermark, less a session's gap for device_sessions, less one microsecond for the alert tables), will not be added to by the stream; null for tables final when written or never final"),
         ("rows_written", "rows the batch wrote to the table"),
         ("recorded_at", "when this row was written, UTC (the driver's clock)"),
+        ("final_column", "the table's column final_through is compared with (window_end, session_end, alert_time); null with final_through"),
     )
 )
 DQ_RESULTS = TableSpec(

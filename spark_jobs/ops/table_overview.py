@@ -9,7 +9,8 @@ from datetime import datetime
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, TABLE_STATUS
-from spark_jobs.jobs import writers_of
+from spark_jobs.jobs import RECONCILED_JOBS, writers_of
+from spark_jobs.ops import late_backlog
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.increments import added_since
 
@@ -22,15 +23,24 @@ class Writing:
 
     job: str
     batch_time: datetime | None = None  # every record in Kafka before it is in the table
-    final_through: datetime | None = None  # rows at or before it will not change by the stream
+    final_through: datetime | None = None  # rows whose final column is at or before it: no more from the stream
+    late_waiting: int | None = None  # late events of the job reconcile has not decided on (a corrected table)
+    corrections_from: datetime | None = None  # rows whose final column is before it: no correction either
 
     def describe(self, table: str) -> str:
         if self.batch_time is None:
             return "no batch yet"
-        final = (f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ}" if self.final_through
-                 else "rows updated in place" if ALL_TABLES[table].merge_key
-                 else "final as written" if self.job == "ingest" else "no watermark yet")
-        return f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}, {final}"
+        spec = ALL_TABLES[table]
+        final = (f"final through {self.final_through:%Y-%m-%dT%H:%M:%SZ} by {spec.finality.column}"
+                 if self.final_through and spec.finality
+                 else "rows updated in place" if spec.merge_key
+                 else "final as written" if spec.finality is None else "no watermark yet")
+        text = f"has Kafka's records up to {self.batch_time:%Y-%m-%dT%H:%M:%SZ}, {final}"
+        if self.late_waiting is not None:
+            text += f", {self.late_waiting:,} late events waiting for reconcile"
+        if self.corrections_from is not None:
+            text += f", corrections possible from {self.corrections_from:%Y-%m-%dT%H:%M:%SZ}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class TableOverview:
 
 def overview(settings: Settings) -> list[TableOverview]:
     latest = _latest_status(settings)
+    backlog = late_backlog.backlog(settings)
     found = []
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
@@ -64,12 +75,21 @@ def overview(settings: Settings) -> list[TableOverview]:
             found.append(TableOverview(name, None))
             continue
         table = table_access.open_table(uri)
-        writers = tuple(Writing(job, status.get("batch_time"), status.get("final_through"))
-                        for job in writers_of(name) for status in [latest.get((name, job), {})])
+        writers = tuple(_writing(settings, name, job, latest.get((name, job), {}), backlog.get(job))
+                        for job in writers_of(name))
         found.append(TableOverview(
             name, table.version(), added_since(uri, None).rows,
             table.metadata().configuration.get(CHANGE_FEED) == "true", writers))
     return found
+
+
+def _writing(settings: Settings, table: str, job: str, status: dict,
+             backlog: late_backlog.LateBacklog | None) -> Writing:
+    spec = ALL_TABLES[table]
+    if not spec.corrected or job not in RECONCILED_JOBS or backlog is None:
+        return Writing(job, status.get("batch_time"), status.get("final_through"))
+    return Writing(job, status.get("batch_time"), status.get("final_through"), backlog.waiting,
+                   late_backlog.corrections_from(spec, status.get("final_through"), backlog, settings.streaming))
 
 
 def _latest_status(settings: Settings) -> dict[tuple[str, str], dict]:

@@ -145,7 +145,7 @@ class JobRun:
     def _wire(self, job: StreamingJob, settings: Settings) -> None:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)
         self.recorder = MetricsRecorder(job.name, self.sink, self.app_id, self.checkpoint_id, self.summary,
-                                        tables=tuple(spec.name for spec in job.tables))
+                                        tables=job.tables, streaming=settings.streaming)
         self.commit_context = CommitContext(
             job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka,
             kafka_source.KafkaRecords(self.spark, settings, self.kafka, job.topics(settings.streaming)),

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
+from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS, TableSpec
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
@@ -34,9 +34,10 @@ class MetricsRecorder:
     """
 
     def __init__(self, job: str, sink: DeltaSink, app_id: str, checkpoint_id: str, summary: RunSummary,
-                 skip_empty: bool = False, tables: tuple[str, ...] = ()):
+                 skip_empty: bool = False, tables: tuple[TableSpec, ...] = (), streaming=None):
         self.job, self.sink, self.app_id, self.summary = job, sink, app_id, summary
         self.tables = tables  # the job's own tables, whose table_status rows it writes
+        self.streaming = streaming  # the settings a table's final_through waits by (a session's gap)
         # a real-time query commits a batch every interval, records or not: rows only for
         # the batches that read some
         self.skip_empty = skip_empty
@@ -102,7 +103,7 @@ class MetricsRecorder:
         if not self.tables:
             return None
         recorded = table_access.read_arrow(self.sink.uri(TABLE_STATUS), ["batch_time"],
-                                           (ds.field("job") == self.job) & (ds.field("table_name") == self.tables[0]))
+                                           (ds.field("job") == self.job) & (ds.field("table_name") == self.tables[0].name))
         return pc.max(recorded["batch_time"]).as_py() if recorded.num_rows else None
 
     def _record_status(self, fresh: list[dict]) -> None:
@@ -114,18 +115,24 @@ class MetricsRecorder:
             return
         done = self.sink.committed_version(TABLE_STATUS, self.app_id)
         now = datetime.now(timezone.utc)
-        rows = [{"table_name": table, "job": self.job, "checkpoint_id": self.checkpoint_id, "batch_id": row["batch_id"],
-                 "batch_time": self.complete_as_of.get(row["batch_id"]), "final_through": _final_through(row["watermark"]),
-                 "rows_written": self.table_rows.get(row["batch_id"], {}).get(table, 0), "recorded_at": now}
-                for row in fresh if done is None or row["batch_id"] > done for table in self.tables]
+        rows = [{"table_name": spec.name, "job": self.job, "checkpoint_id": self.checkpoint_id,
+                 "batch_id": row["batch_id"], "batch_time": self.complete_as_of.get(row["batch_id"]),
+                 **self._finality(spec, row["watermark"]),
+                 "rows_written": self.table_rows.get(row["batch_id"], {}).get(spec.name, 0), "recorded_at": now}
+                for row in fresh if done is None or row["batch_id"] > done for spec in self.tables]
         if rows:
             last = max(row["batch_id"] for row in rows)
             self.sink.append_rows(rows, TABLE_STATUS, self.app_id, last, CommitInfo(job=self.job))
 
 
-def _final_through(watermark):
-    """The batch's watermark; none before the first event (Spark reports the epoch then)."""
-    return watermark if watermark is not None and watermark.timestamp() > 0 else None
+    def _finality(self, spec: TableSpec, watermark) -> dict:
+        """Up to where the table's rows are final, by its own column; none before the first
+        event (Spark reports the epoch then) or for a table with no such column."""
+        seen = watermark if watermark is not None and watermark.timestamp() > 0 else None
+        if spec.finality is None or seen is None:
+            return {"final_through": None, "final_column": None}
+        return {"final_through": spec.finality.final_through(seen, self.streaming),
+                "final_column": spec.finality.column}
 
 
 def _last_batch_id(query) -> int:

@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
+from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.jobs import RECONCILED_JOBS
 from spark_jobs.ops import late_backlog, prometheus, reconcile, report, restart
+from spark_jobs.ops.table_overview import overview
 from tests.helpers import (
     at,
     committed_checkpoint,
@@ -29,6 +31,8 @@ JOBS = ("ingest", "windowed-averages", "fleet-rollup", "sessions")
 DELAY_MS, GAP_MS, TUMBLING_MS, SLIDING_MS, STEP_MS, FLEET_MS = (
     10 * MINUTE_MS, 30 * MINUTE_MS, 5 * MINUTE_MS, 10 * MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS)
 HORIZON = "4 hours"
+CORRECTED = {"device_signal_averages": "window_end", "fleet_signal_rollups": "window_end",
+             "device_sessions": "session_end"}  # each table's final column
 
 
 def every(device: str, start_ms: int, end_ms: int, step_ms: int, signal: float, prefix: str = "e") -> list[Event]:
@@ -144,6 +148,8 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     assert {job: entry.waiting for job, entry in late_backlog.backlog(s).items()} == {
         job: job_late(late, job) for job in RECONCILED_JOBS}
     streamed = table(s, "device_signal_averages")
+    streamed_tables = {name: table(s, name) for name in CORRECTED}
+    promised = {t.name: t.writers[0].corrections_from for t in overview(s) if t.name in CORRECTED}
     first = {job.job: job for job in reconcile.run(spark, s).jobs}
     # windows no late event belongs to are what the stream wrote, stamps and all
     after = table(s, "device_signal_averages")
@@ -195,6 +201,16 @@ def test_late_events_are_counted_once_when_their_rows_are_final_and_again_change
     assert [ms(t) for t in a.session_start] == [at(10, 0)] and a.revision.tolist() == [1]
     assert all(job.waiting == 0 for job in reconcile.run(spark, s).jobs)
     assert {name: _version(s, name) for name in versions} == versions  # again: nothing to do
+    # sigflow tables said from where rows could still be corrected: no correction reached before it
+    for name, column in CORRECTED.items():
+        corrected_rows = table(s, name)
+        corrected_rows = corrected_rows[corrected_rows.revision > 0]
+        key = list(ALL_TABLES[name].key)
+        before = streamed_tables[name].merge(table(s, name)[key], on=key, how="left", indicator=True)
+        touched = pd.concat([corrected_rows[column],  # as corrected, and as the stream had them
+                             streamed_tables[name].merge(corrected_rows[key], on=key)[column],
+                             before[before._merge == "left_only"][column]])  # taken back
+        assert len(touched) and (touched >= promised[name]).all(), (name, promised[name], touched.min())
     backlog = late_backlog.backlog(s)
     assert all(backlog[job].waiting == 0 and backlog[job].last_reconciled for job in JOBS[1:])
     scrape = prometheus.exposition(s)

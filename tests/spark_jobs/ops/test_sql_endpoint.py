@@ -82,8 +82,9 @@ def test_the_documented_questions_are_answered_by_table_name_as_the_tables_hold_
     newest = {}
     for row in sorted(by_path, key=lambda r: r["recorded_at"]):
         newest[(row["table_name"], row["job"])] = row
-    assert {(r["table_name"], r["job"]): (_second(r["batch_time"]), _second(r["final_through"])) for r in status} == {
-        key: (_second(r["batch_time"]), _second(r["final_through"])) for key, r in newest.items()}
+    assert {(r["table_name"], r["job"]): (_second(r["batch_time"]), r["final_column"], _second(r["final_through"]))
+            for r in status} == {
+        key: (_second(r["batch_time"]), r["final_column"], _second(r["final_through"])) for key, r in newest.items()}
 
     final_through = newest[("device_signal_averages", "windowed-averages")]["final_through"]
     assert final_through is not None  # three batches: the watermark passed windows

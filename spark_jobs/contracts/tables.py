@@ -9,7 +9,7 @@ before it, which a NOT NULL column cannot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spark_jobs.contracts.contract import SEVERITIES
@@ -80,6 +80,21 @@ class MergePart:
 
 
 @dataclass(frozen=True)
+class KeptName:
+    """A column's name before it was renamed, kept as a column of its own holding the same
+    value (the commit fills it, in every row and so in the change feed) until ``until``, so
+    a reader written against the old name keeps working while it moves to the new one."""
+
+    old: str
+    new: str
+    until: date
+
+    def meaning(self, new_meaning: str) -> str:
+        return (f"{self.new} under its former name, kept at least until {self.until:%Y-%m-%d} (read {self.new}): "
+                f"{new_meaning}")
+
+
+@dataclass(frozen=True)
 class Finality:
     """Which of a table's rows the stream will add no more to: those whose ``column`` is at or
     before the batch's ``final_through`` (table_status), the watermark less what a row waits
@@ -137,17 +152,23 @@ class TableSpec:
     # which rows the stream adds no more to, by table_status's final_through (None: its rows
     # are final when written, or never)
     finality: Finality | None = None
+    # renamed columns' former names, still written (docs/consumers.md, "Renamed columns")
+    kept_names: tuple[KeptName, ...] = ()
 
     @property
     def column_meanings(self) -> dict[str, str]:
         """Every column's meaning, in the table's column order: its comment in the table."""
         own = dict(self.meanings)
+        own |= {kept.old: kept.meaning(meaning(kept.new, own)) for kept in self.kept_names}
         return {column: meaning(column, own) for column in self.columns}
 
     @property
     def ddl(self) -> str:
-        """Every column as Spark DDL: its own, then the stamps its commit adds."""
-        return ", ".join([self.columns_ddl] + [WRITTEN_BY] * self.written_by + [REVISION] * self.corrected)
+        """Every column as Spark DDL: its own, the former names it keeps, then the stamps its
+        commit adds."""
+        types = dict(column.split(None, 1) for column in _split_top_level(self.columns_ddl))
+        kept = [f"{kept.old} {types[kept.new]}" for kept in self.kept_names]
+        return ", ".join([self.columns_ddl, *kept] + [WRITTEN_BY] * self.written_by + [REVISION] * self.corrected)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -159,8 +180,8 @@ class TableSpec:
 
     @property
     def job_ddl(self) -> str:
-        """The columns of the rows a job's split gives: the table's, less the ``WRITTEN_BY``
-        stamps and the ``REVISION`` its commit adds."""
+        """The columns of the rows a job's split gives: the table's, less the former names,
+        the ``WRITTEN_BY`` stamps and the ``REVISION`` its commit adds."""
         return self.columns_ddl
 
     @property
@@ -190,6 +211,8 @@ def _struct(ddl: str) -> StructType:
     return StructType(fields)
 
 
+# How long a renamed column's former name is still written beside it (KeptName)
+RENAMES_KEPT_UNTIL = date(2027, 6, 30)
 KAFKA_COORDINATES = "topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP"
 # Which batch of which checkpoint wrote a row: every job's table carries them (the commit
 # stamps them, runtime/commit.py), so a rewind deletes exactly the rows of the batches it
@@ -237,11 +260,12 @@ DEVICE_ALERTS = TableSpec(
 QUARANTINED_EVENTS = TableSpec(
     "quarantined_events",
     f"reason_code STRING, reason STRING, payload_text STRING, key BINARY, value BINARY, {KAFKA_COORDINATES}, "
-    f"job STRING, source_job STRING, ingest_time TIMESTAMP",
+    f"job STRING, ingest_time TIMESTAMP, device_id STRING",
     "Records that broke the event or alert contract, with the raw payload, a stable reason_code "
-    "(docs/event-contract.md) and the reason in words; job is the job that read them (source_job "
-    "holds the same, for readers written before job).",
+    "(docs/event-contract.md) and the reason in words; job is the job that read them, device_id "
+    "the device the record names where it names one.",
     backfill=(("reason_code", code_from_detail_sql("reason")), ("job", "source_job")),
+    kept_names=(KeptName("source_job", "job", RENAMES_KEPT_UNTIL),),
     key=("topic", "partition", "offset"),
     final=INGEST_FINAL + "; maintenance deletes rows older than quarantine_retention",
     written_by=True,
@@ -251,7 +275,8 @@ QUARANTINED_EVENTS = TableSpec(
         ("reason", "the reason in words, naming the field and the value that broke the contract"),
         ("payload_text", "the record's value as UTF-8 text (invalid bytes replaced), for reading; value holds the bytes"),
         ("job", "the job that read and quarantined the record"),
-        ("source_job", "the same as job, kept for readers written before job"),
+        ("device_id", "the record's device_id where the record is JSON with device_id a string; null otherwise, "
+                      "and in rows quarantined before this column"),
     )
 )
 
@@ -261,7 +286,7 @@ DEVICE_STATUS = TableSpec(
     "device_id STRING, event_id STRING, event_time TIMESTAMP, signal DOUBLE, event_kafka_timestamp TIMESTAMP, "
     "event_offset BIGINT, alert_id STRING, alert_time TIMESTAMP, severity STRING, kind STRING, "
     "alert_kafka_timestamp TIMESTAMP, alert_offset BIGINT, window_start TIMESTAMP, window_end TIMESTAMP, "
-    "window_event_count BIGINT, window_avg_signal DOUBLE, session_start TIMESTAMP, session_last_event_time TIMESTAMP, "
+    "window_event_count BIGINT, window_avg_signal DOUBLE, session_start TIMESTAMP, session_end TIMESTAMP, "
     "session_event_count BIGINT, session_avg_signal DOUBLE, session_closed BOOLEAN",
     "Where each device is now: one row per device. Its latest valid event (the largest event_time; of two "
     "at the same time, the one that reached Kafka last: kafka timestamp, then offset) and its latest alert "
@@ -280,10 +305,12 @@ DEVICE_STATUS = TableSpec(
                   ("window_start",)),
         # an event joining the session raises its count (the sessions job drops repeats) or
         # its last event time; closing it sets session_closed
-        MergePart("session", ("session_start", "session_last_event_time", "session_event_count",
-                              "session_avg_signal", "session_closed"),
-                  ("session_last_event_time", "session_event_count", "session_closed")),
+        MergePart("session", ("session_start", "session_end", "session_event_count",
+                              "session_avg_signal", "session_closed", "session_last_event_time"),
+                  ("session_end", "session_event_count", "session_closed")),
     ),
+    backfill=(("session_end", "session_last_event_time"),),
+    kept_names=(KeptName("session_last_event_time", "session_end", RENAMES_KEPT_UNTIL),),
     key=("device_id",),
     final="never: a part of a row is updated in place when a newer event, alert, final "
                                 "window or session state of its device arrives (an update in the change feed); "
@@ -306,7 +333,7 @@ DEVICE_STATUS = TableSpec(
         ("window_event_count", "how many distinct events its last final tumbling window counts"),
         ("window_avg_signal", f"the mean signal of its last final tumbling window, {SIGNAL}"),
         ("session_start", "its latest session's first event time, UTC (event time)"),
-        ("session_last_event_time", "its latest session's last event time so far, UTC (event time); the session closes when the watermark passes this + session_gap"),
+        ("session_end", "its latest session's last event time so far, UTC (event time); the session closes when the watermark passes this + session_gap"),
         ("session_event_count", "how many distinct events its latest session holds so far"),
         ("session_avg_signal", f"the mean signal of its latest session so far, {SIGNAL}"),
         ("session_closed", "true once its latest session is closed (written to device_sessions); false while it is open"),

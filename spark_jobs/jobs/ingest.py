@@ -33,7 +33,7 @@ def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: B
         DEVICE_EVENTS.name: events.withColumn("ingest_time", ingest_time),
         DEVICE_ALERTS.name: alerts.withColumn("ingest_time", ingest_time),
         QUARANTINED_EVENTS.name: bad_events.unionByName(bad_alerts).withColumns(
-            {"job": F.lit(batch.job), "source_job": F.lit(batch.job), "ingest_time": ingest_time}
+            {"job": F.lit(batch.job), "ingest_time": ingest_time}
         ),
         DEVICE_STATUS.name: device_status(events, alerts),
     }

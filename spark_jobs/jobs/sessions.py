@@ -211,7 +211,7 @@ def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> 
     return {
         DEVICE_SESSIONS.name: rows.where(F.col("closed_reason").isNotNull()),
         DEVICE_STATUS.name: rows.select(
-            "device_id", "session_start", F.col("session_end").alias("session_last_event_time"),
+            "device_id", "session_start", "session_end",
             F.col("event_count").alias("session_event_count"), F.col("avg_signal").alias("session_avg_signal"),
             F.col("closed_reason").isNotNull().alias("session_closed")),
     }

@@ -271,10 +271,12 @@ def _read_nothing(offsets, previous) -> bool:
 
 def _stamped(frame: DataFrame, spec: TableSpec, info: CommitInfo) -> DataFrame:
     """The rows with the table's columns saying which batch of which checkpoint wrote them
-    (``WRITTEN_BY``) and, in a table reconcile corrects, that the stream wrote them
-    (``REVISION`` 0), where the job's split left them out, in the table's column order."""
+    (``WRITTEN_BY``), in a table reconcile corrects that the stream wrote them (``REVISION``
+    0), and a renamed column's value under its former name too (``KeptName``), where the
+    job's split left them out, in the table's column order."""
     stamps = {"checkpoint_id": F.lit(info.checkpoint_id), "batch_id": F.lit(info.batch_id).cast("bigint"),
               "revision": F.lit(0), "corrected_at": F.lit(None).cast("timestamp")}
+    stamps.update({kept.old: F.col(kept.new) for kept in spec.kept_names})
     present = set(frame.columns)
     missing = [column for column in spec.columns if column not in present and column in stamps]
     if not missing:

@@ -117,7 +117,7 @@ def _windows_and_sessions(s) -> dict[str, tuple]:
         None if pd.isna(r.window_start) else
         (ms(r.window_start), ms(r.window_end), r.window_event_count, round(r.window_avg_signal, 6)),
         None if pd.isna(r.session_start) else
-        (ms(r.session_start), ms(r.session_last_event_time), r.session_event_count,
+        (ms(r.session_start), ms(r.session_end), r.session_event_count,
          round(r.session_avg_signal, 6), bool(r.session_closed)),
     ) for r in rows.itertuples()}
 

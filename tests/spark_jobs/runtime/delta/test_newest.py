@@ -21,7 +21,7 @@ def _part_rows(part: str, devices: list[str], minute: int, **values) -> pa.Table
     at = pa.array([T0 + timedelta(minutes=minute)] * len(devices), pa.timestamp("us", tz="UTC"))
     columns = {"window": {"window_start": at, "window_end": at, "window_event_count": [values.get("count", 1)] * len(devices),
                           "window_avg_signal": [1.0] * len(devices)},
-               "session": {"session_start": at, "session_last_event_time": at,
+               "session": {"session_start": at, "session_end": at,
                            "session_event_count": [values.get("count", 1)] * len(devices),
                            "session_avg_signal": [2.0] * len(devices),
                            "session_closed": [values.get("closed", False)] * len(devices)}}[part]
@@ -73,7 +73,7 @@ def test_a_devices_session_part_keeps_its_latest_session_open_then_closed(tmp_pa
 
     def session_now(uri: str) -> tuple:
         row = table_access.read_arrow(uri).to_pylist()[0]
-        return row["session_last_event_time"].minute, row["session_event_count"], row["session_closed"]
+        return row["session_end"].minute, row["session_event_count"], row["session_closed"]
 
     steps = [  # (last event minute, events, closed) merged, then what the row holds
         ((10, 2, False), (10, 2, False)),

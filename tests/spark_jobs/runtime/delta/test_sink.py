@@ -156,14 +156,14 @@ def test_quarantined_rows_from_before_reason_codes_get_the_code_their_detail_nam
     assert today.reason_code.nunique() >= 6
 
     old_uri = settings.table_uri("quarantined_events_before_codes")
-    old_layout = TableSpec("old", QUARANTINED_EVENTS.ddl.replace("reason_code STRING, ", "").replace("job STRING, ", "", 1),
-                           "before codes")
-    write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns=["reason_code", "job"]), preserve_index=False)
-                    .cast(arrow_schema(old_layout)))
+    old_layout = TableSpec("old", QUARANTINED_EVENTS.ddl.replace("reason_code STRING, ", "")
+                           .replace("job STRING, ", "", 1).replace("device_id STRING, ", ""), "before codes")
+    write_deltalake(old_uri, pa.Table.from_pandas(today.drop(columns=["reason_code", "job", "device_id"]),
+                                                  preserve_index=False).cast(arrow_schema(old_layout)))
 
     assert create_table(old_uri, QUARANTINED_EVENTS) == (
         f"exists, set delta.checkpointInterval=100, set delta.enableChangeDataFeed=true, added column(s) "
-        f"reason_code, job, {len(today)} rows filled, added constraint key_not_null, "
+        f"reason_code, job, device_id, {len(today)} rows filled, added constraint key_not_null, "
         f"described {len(QUARANTINED_EVENTS.columns)} column(s) and the table")
     migrated = read_pandas(old_uri)
     assert set(migrated.job) == {"ingest"}  # the job that read them, from source_job

@@ -85,6 +85,8 @@ bench: install
 	$(BIN)/python -m bench.recompute
 	@# a consumer's reads of a 10M-row table: as written, compacted, Z-ordered (docs/benchmarks.md)
 	$(BIN)/python -m bench.layout
+	@# which delta-rs and polars reads abort their process at exit (docs/consumers.md)
+	$(BIN)/python -m bench.reads
 	$(BIN)/python -m bench.long_run
 	@# the whole pipeline, both deployment shapes, fed by a fleet at rising rates; then
 	@# whether a batch's cost grows with the fleet's size (docs/benchmarks.md, capacity)

@@ -1,4 +1,4 @@
-"""docs/consumers.md's delta-rs examples, run as written in fresh processes over every table
+"""docs/consumers.md's delta-rs and polars examples, run as written in fresh processes over every table
 a job wrote: each process reads the right rows and ends with exit status 0. The default
 read (``to_pandas()`` through delta-rs's Python file system handler) aborts at exit in some
 processes (docs/streaming-facts.md); the documented one must never."""
@@ -19,12 +19,13 @@ PROCESSES = 10
 
 
 def _examples() -> list[str]:
-    """The delta-rs blocks of docs/consumers.md that read a table once or follow its feed,
+    """The delta-rs and polars blocks of docs/consumers.md that read a table once or follow its feed,
     each as a program over the tables named on its command line that prints the rows it read
     of each."""
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
     programs = []
-    for block in (b for b in blocks if "deltalake" in b and ("frame =" in b or "load_cdf" in b)):
+    readers = (b for b in blocks if ("deltalake" in b or "polars" in b) and ("frame =" in b or "load_cdf" in b))
+    for block in readers:
         body = re.sub(r'^path = .*$', "", block, flags=re.M).replace('DeltaTable("data/delta/device_events_deduplicated")',
                                                                       "DeltaTable(path)")
         result = "frame" if "frame =" in body else "changes"
@@ -40,7 +41,7 @@ def test_the_documented_reads_end_cleanly_in_every_fresh_process(spark, settings
     uris = [s.table_uri(spec.name) for spec in JOB_TABLES["ingest"]]
     expected = [str(count_rows(uri)) for uri in uris]
     programs = _examples()
-    assert len(programs) == 2  # read once, follow the feed
+    assert len(programs) == 3  # read once with delta-rs, with polars; follow the feed
     for program in programs:
         for _ in range(PROCESSES):
             done = subprocess.run([sys.executable, "-c", program, *uris], capture_output=True, text=True, timeout=120)

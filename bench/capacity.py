@@ -9,8 +9,9 @@ at a rate when its lag is gone within two triggers of the traffic stopping; the 
 the first rate where one does not.
 
 Per step: each job's batch p50/p95 (pipeline_metrics, batches that read records), each
-table's freshness p50/p95, each job's peak lag, and the peak memory of every process of the
-pipeline (JVMs and Pythons). Freshness is the time from when the rules let a row exist to the
+table's freshness p50/p95, each job's peak lag, the peak memory of every process of the
+pipeline (JVMs and Pythons, their proportional set size: a page shared by forked Python
+workers counted once), and the CPU seconds the pipeline, the broker and the simulator spent. Freshness is the time from when the rules let a row exist to the
 commit that holds it: a record's row from its send (Kafka's timestamp); a window from the
 watermark passing its end (window_end + watermark_delay: a fleet stamps events with the
 clock that sends them); a session from its last event + gap + watermark_delay; an alert's
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,8 +42,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from bench.freshness import batch_durations, freshness
-from bench.long_run import rss_mb
 from bench.targets import Target
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker
@@ -68,6 +71,9 @@ class Step:
     sent: int = 0
     peak_lag: dict[str, int] = field(default_factory=dict)
     peak_mb: float = 0.0
+    # CPU seconds the step's traffic and its drain cost: the pipeline's processes (drivers,
+    # their JVMs and Python workers), the broker, the simulator
+    cpu_s: dict[str, float] = field(default_factory=dict)
     # job -> (n, p50 ms, p95 ms, p50 ms in its batch function)
     batches: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
     fresh: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # table -> (rows, p50 s, p95 s)
@@ -79,8 +85,10 @@ class Step:
 class Deployment:
     """The pipeline's processes in one shape, started as an operator starts them."""
 
-    def __init__(self, shape: str, jobs: list[str], settings: Settings, env: dict[str, str], trigger: str, logs: Path):
+    def __init__(self, shape: str, jobs: list[str], settings: Settings, env: dict[str, str], trigger: str, logs: Path,
+                 broker_pid: int):
         self.shape, self.jobs, self.settings, self.env, self.logs = shape, jobs, settings, env, logs
+        self.broker_pid = broker_pid
         cli = [sys.executable, "-m", "spark_jobs.cli"]
         commands = ({"pipeline": [*cli, "pipeline", "--processing-time", trigger, *jobs]} if shape == "one" else
                     {job: [*cli, "run", job, "--processing-time", trigger] for job in jobs})
@@ -94,8 +102,14 @@ class Deployment:
                 raise SystemExit(f"{name} stopped (exit {process.returncode}); see {self.logs / f'{name}.log'}")
 
     def memory_mb(self) -> float:
-        """Resident memory of every process of the pipeline: each CLI's Python and its JVM."""
-        return sum(rss_mb(process) for process in self.processes.values())
+        """Memory of every process of the pipeline (each CLI's Python, its JVM, Spark's Python
+        workers), each page counted once: the proportional set size, where the sum of
+        resident sizes would count the pages Python workers share with the daemon they are
+        forked from once per worker."""
+        return sum(pss_mb(process.pid) for process in self.processes.values())
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(process.pid) for process in self.processes.values())
 
     def lag(self) -> dict[str, int]:
         from spark_jobs.ops.status import job_status
@@ -112,6 +126,37 @@ class Deployment:
                 process.kill()
 
 
+def pss_mb(pid: int) -> float:
+    """The proportional set size of a process and every process under it, alive now."""
+    total = 0
+    for process in _family(pid):
+        try:
+            total += process.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total / 2**20
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    try:
+        parent = psutil.Process(pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process and every process under it, alive now."""
+    total = 0.0
+    for process in _family(pid):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def events_sent(settings: Settings) -> int:
     from spark_jobs.runtime.kafka import admin as kafka_admin
     from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -126,6 +171,7 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
     the wait for every job's lag to be gone (up to six triggers or two minutes)."""
     step = Step(rate, devices, time.time())
     before = events_sent(deployment.settings)
+    cpu_before = {"pipeline": deployment.cpu_seconds(), "broker": cpu_seconds(deployment.broker_pid)}
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
             [sys.executable, "-m", "spark_jobs.cli", "simulate", "--rate", str(rate), "--duration", str(seconds),
@@ -133,6 +179,8 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
             env=deployment.env, stdout=log, stderr=subprocess.STDOUT)
 
         def sample() -> dict[str, int]:
+            if simulator.poll() is None:  # its last figure before it exits
+                step.cpu_s["simulator"] = cpu_seconds(simulator.pid)
             deployment.check_alive()
             lag = deployment.lag()
             step.peak_mb = max(step.peak_mb, deployment.memory_mb())
@@ -150,6 +198,8 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
             step.drained_s = time.time() - step.stopped
             break
         time.sleep(1.0)
+    step.cpu_s.update({"pipeline": deployment.cpu_seconds() - cpu_before["pipeline"],
+                       "broker": cpu_seconds(deployment.broker_pid) - cpu_before["broker"]})
     return step
 
 
@@ -159,7 +209,8 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
     base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0})
     info = broker.start(base)
     settings = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": "tiered", "SIGFLOW_TRIGGER_INTERVAL": args.trigger})
+    env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": args.jit, "SIGFLOW_TRIGGER_INTERVAL": args.trigger,
+                             "SIGFLOW_JVM_OPTIONS": args.jvm_options})
     env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
     env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
     settings = load_settings(env=env)
@@ -167,7 +218,7 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
     try:
         subprocess.run([sys.executable, "-m", "spark_jobs.cli", "topics", "create"], env=env, check=True,
                        capture_output=True)
-        deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data)
+        deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data, info.pid)
         try:
             # the JVMs start and every query reads its first batch: the steps measure a running pipeline
             warm = offer(deployment, 50, devices, args.warm_seconds, settings.streaming.trigger_interval.seconds)
@@ -197,7 +248,11 @@ def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
                "fell behind (" + ("not drained" if step.drained_s is None else f"drained after {step.drained_s:.0f} s")
                + f", more than two {trigger_s:g} s triggers)")
     say(f"{SHAPES[shape]}, {step.rate:,.0f} events/s offered from {step.devices:,} devices "
-        f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s): {verdict}; memory {step.peak_mb / 1024:.1f} GB")
+        f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s): {verdict}; memory {step.peak_mb / 1024:.1f} GB "
+        "(proportional set size, peak)")
+    elapsed = seconds + (step.drained_s or 0)
+    say(f"  CPU over the step and its drain ({elapsed:.0f} s, {elapsed * (os.cpu_count() or 1):.0f} core-seconds): "
+        + ", ".join(f"{name} {cpu:,.0f} s" for name, cpu in step.cpu_s.items()))
     say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'commit p50':>11}{'peak lag':>10}")
     for job, (n, p50, p95, in_batch) in step.batches.items():
         say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{in_batch:>11,.0f}{step.peak_lag.get(job, 0):>10,}")
@@ -240,6 +295,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=90)
     parser.add_argument("--warm-seconds", type=float, default=45)
     parser.add_argument("--trigger", default="10 seconds")
+    parser.add_argument("--jit", choices=["tiered", "quick"], default="tiered", help="the drivers' JIT (the jit setting)")
+    parser.add_argument("--jvm-options", default="", help="the drivers' extra Java options (the jvm_options setting)")
     parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
     parser.add_argument("--json", type=Path, help="write every step's figures here too")
     args = parser.parse_args(argv)

@@ -11,11 +11,12 @@ the first rate where one does not.
 Per step: each job's batch p50/p95 (pipeline_metrics, batches that read records), each
 table's freshness p50/p95, each job's peak lag, the peak memory of every process of the
 pipeline (JVMs and Pythons, their proportional set size: a page shared by forked Python
-workers counted once), and the CPU seconds the pipeline, the broker and the simulator spent. Freshness is the time from when the rules let a row exist to the
-commit that holds it: a record's row from its send (Kafka's timestamp); a window from the
-watermark passing its end (window_end + watermark_delay: a fleet stamps events with the
-clock that sends them); a session from its last event + gap + watermark_delay; an alert's
-context from the alert; an alert without telemetry from alert_time + the join's delay.
+workers counted once), and the CPU seconds the pipeline, the broker and the simulator spent.
+Freshness is the time from when the rules let a row exist to the commit that holds it: a
+record's row from its send (Kafka's timestamp); a window from the watermark passing its end
+(window_end + watermark_delay: a fleet stamps events with the clock that sends them); a
+session from its last event + gap + watermark_delay; an alert's context from the alert; an
+alert without telemetry from alert_time + the join's delay.
 
 Event-time settings are scaled down (``EVENT_TIME``) so that windows and sessions close
 within a step: dedup's and the join's state hold a minute of events, not the default ten.

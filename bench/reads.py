@@ -10,8 +10,8 @@ rows in 100 files, as the stream leaves a table (a file per micro-batch); ``rows
 files. Reads: delta-rs's ``to_pandas()`` and ``to_pyarrow_table()``, each result dropped as
 soon as counted; the same two followed by a garbage collection (``gc.collect()``) before the
 process exits; the documented read (delta-rs's file list, Arrow's own file system); polars'
-``read_delta``. The processes of a shape run two at a time,
-the reads taking turns, so that a busy machine weighs on every read alike.
+``read_delta``. The processes of a shape run two at a time, the reads taking turns, so that
+a busy machine weighs on every read alike.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from tqdm import tqdm
 
 from bench.reconcile import device_events
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
@@ -75,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             _write(path, rows, files)
             turns = [read for _ in range(args.processes) for read in READS]
             outcomes = Counter()
-            for read, status in zip(turns, pool.map(lambda read: _run(read, path), turns)):
+            statuses = tqdm(pool.map(lambda read: _run(read, path), turns), total=len(turns), desc=shape,
+                            unit="process", leave=False)
+            for read, status in zip(turns, statuses):
                 outcomes[read, "aborted" if status in (ABORTED, -6) else "ok" if status == str(rows) else status] += 1
             unexpected = {key: count for key, count in outcomes.items() if key[1] not in ("aborted", "ok")}
             print(f"  {shape:<24}" + "".join(f"{outcomes[read, 'aborted']:>23}" for read in READS))

@@ -57,6 +57,10 @@ EVENT_TIME = {"SIGFLOW_WATERMARK_DELAY": "1 minute", "SIGFLOW_ALERT_WATERMARK_DE
               "SIGFLOW_SLIDING_WINDOW": "2 minutes", "SIGFLOW_SLIDING_STEP": "1 minute",
               "SIGFLOW_FLEET_WINDOW": "1 minute", "SIGFLOW_SESSION_GAP": "1 minute",
               "SIGFLOW_ALERT_CONTEXT": "1 minute"}
+# Each shape's drivers run with the JIT docs/deploy.md advises for it on one machine: six
+# drivers' C2 compilers sharing 2 cores kept the per-job shape from keeping up at 1,000
+# events/s, C1 alone carried 2,000 (docs/benchmarks.md)
+SHAPE_JIT = {"one": "tiered", "per-job": "quick"}
 GOAL_RATE = {"one": 5000, "per-job": 2000}  # events/s from 10,000 devices (docs/benchmarks.md)
 FRESHNESS_GOAL_S, MEMORY_GOAL_GB, FLEET_SIZE_GOAL = 30.0, 4.0, 1.2
 SAMPLE_S = 5.0
@@ -173,6 +177,7 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
     step = Step(rate, devices, time.time())
     before = events_sent(deployment.settings)
     cpu_before = {"pipeline": deployment.cpu_seconds(), "broker": cpu_seconds(deployment.broker_pid)}
+    step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
             [sys.executable, "-m", "spark_jobs.cli", "simulate", "--rate", str(rate), "--duration", str(seconds),
@@ -210,7 +215,8 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
     base = load_settings(env={}, overrides={"data_dir": str(data), "broker_port": 0})
     info = broker.start(base)
     settings = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
-    env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": args.jit, "SIGFLOW_TRIGGER_INTERVAL": args.trigger,
+    jit = args.jit or SHAPE_JIT[shape]
+    env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": jit, "SIGFLOW_TRIGGER_INTERVAL": args.trigger,
                              "SIGFLOW_JVM_OPTIONS": args.jvm_options})
     env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
     env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
@@ -225,7 +231,7 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
             warm = offer(deployment, 50, devices, args.warm_seconds, settings.streaming.trigger_interval.seconds)
             if warm.drained_s is None:
                 raise SystemExit(f"{SHAPES[shape]}: not every job read the warm-up traffic; see the logs in {data}")
-            say(f"{SHAPES[shape]}: {len(deployment.processes)} process(es) started and warmed by "
+            say(f"{SHAPES[shape]}: {len(deployment.processes)} process(es) started ({jit} JIT) and warmed by "
                 f"{args.warm_seconds:g} s at 50 events/s ({warm.peak_mb / 1024:.1f} GB)")
             for rate in rates:
                 step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds)
@@ -237,9 +243,12 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
                     break
         finally:
             deployment.stop()
-    finally:
+    except BaseException:
         broker.stop(base)
-        shutil.rmtree(data, ignore_errors=True)
+        print(f"{SHAPES[shape]}: the logs are kept in {data}", file=sys.stderr)
+        raise
+    broker.stop(base)
+    shutil.rmtree(data, ignore_errors=True)
     return steps
 
 
@@ -296,7 +305,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=90)
     parser.add_argument("--warm-seconds", type=float, default=45)
     parser.add_argument("--trigger", default="10 seconds")
-    parser.add_argument("--jit", choices=["tiered", "quick"], default="tiered", help="the drivers' JIT (the jit setting)")
+    parser.add_argument("--jit", choices=["tiered", "quick"],
+                        help="the drivers' JIT (the jit setting); by default each shape's own, SHAPE_JIT")
     parser.add_argument("--jvm-options", default="", help="the drivers' extra Java options (the jvm_options setting)")
     parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
     parser.add_argument("--json", type=Path, help="write every step's figures here too")

@@ -125,6 +125,12 @@ def test_the_capacity_section_runs_the_pipeline_as_deployed_and_times_each_row_f
     # before its record was sent
     assert fresh["device_events_raw"][0] >= int(step[2]) * 50
     assert all(0 <= p50 <= p95 for _, p50, p95 in fresh.values()), fresh
+    # the CPU the step cost, by whom, within the cores the step had
+    cpu = re.search(r"^  CPU over the step and its drain \((\d+) s, (\d+) core-seconds\): simulator ([\d,]+) s, "
+                    r"pipeline ([\d,]+) s, broker ([\d,]+) s$", out, re.M)
+    assert cpu, out
+    simulator, pipeline, broker = (int(n.replace(",", "")) for n in cpu.groups()[2:])
+    assert pipeline > 0 and simulator + pipeline + broker <= int(cpu[2]) + 3  # each figure rounded
     assert re.search(r"^  one application: highest rate kept up, events/s: [\d,]+ \(target >= 5,000\) "
                      r"(met|MISSED)$", out, re.M), out
 

@@ -211,7 +211,7 @@ class BatchCommit:
         replay_possible = batch_id <= self.replayable_upto
 
         def write(spec: TableSpec) -> int | None:
-            frame, rows = outputs.get(spec.name), None
+            frame, rows = _with_kept_names(outputs.get(spec.name), spec), None
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
             if frame is not None and spec.merge_key:
                 # its few rows are collected anyway: no emptiness check first (a Spark job of its
@@ -269,14 +269,21 @@ def _read_nothing(offsets, previous) -> bool:
     return bool(ends) and all(end == 0 for end in ends)
 
 
+def _with_kept_names(frame: DataFrame | None, spec: TableSpec) -> DataFrame | None:
+    """The rows with each renamed column's value under its former name too (``KeptName``),
+    for appends and merges alike, where the job's split gave the new name."""
+    if frame is None or not spec.kept_names:
+        return frame
+    kept = {k.old: F.col(k.new) for k in spec.kept_names if k.new in frame.columns and k.old not in frame.columns}
+    return frame.withColumns(kept) if kept else frame
+
+
 def _stamped(frame: DataFrame, spec: TableSpec, info: CommitInfo) -> DataFrame:
     """The rows with the table's columns saying which batch of which checkpoint wrote them
-    (``WRITTEN_BY``), in a table reconcile corrects that the stream wrote them (``REVISION``
-    0), and a renamed column's value under its former name too (``KeptName``), where the
-    job's split left them out, in the table's column order."""
+    (``WRITTEN_BY``) and, in a table reconcile corrects, that the stream wrote them
+    (``REVISION`` 0), where the job's split left them out, in the table's column order."""
     stamps = {"checkpoint_id": F.lit(info.checkpoint_id), "batch_id": F.lit(info.batch_id).cast("bigint"),
               "revision": F.lit(0), "corrected_at": F.lit(None).cast("timestamp")}
-    stamps.update({kept.old: F.col(kept.new) for kept in spec.kept_names})
     present = set(frame.columns)
     missing = [column for column in spec.columns if column not in present and column in stamps]
     if not missing:

@@ -110,7 +110,7 @@ class DeltaSink:
         rows = df.toArrow()
         if rows.num_rows == 0:
             return 0
-        rows = _every_column(with_kept_names(rows, spec), arrow_schema)
+        rows = _every_column(rows, arrow_schema)
         rows = newest_per_key(rows, spec.merge_key, spec.merge_parts).select(list(spec.columns)).cast(arrow_schema)
         metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
         return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
@@ -162,14 +162,6 @@ def _rows_committed(uri: str, commit_info: str) -> int | None:
         if entry.get("userMetadata") == commit_info:
             return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
     return None
-
-
-def with_kept_names(rows: pa.Table, spec: TableSpec) -> pa.Table:
-    """``rows`` with each renamed column's value under its former name too (``KeptName``)."""
-    for kept in spec.kept_names:
-        if kept.new in rows.column_names and kept.old not in rows.column_names:
-            rows = rows.append_column(kept.old, rows[kept.new])
-    return rows
 
 
 def _every_column(rows: pa.Table, arrow_schema: pa.Schema) -> pa.Table:

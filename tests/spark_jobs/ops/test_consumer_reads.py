@@ -1,6 +1,6 @@
-"""docs/consumers.md's delta-rs and polars examples, run as written in fresh processes over every table
-a job wrote: each process reads the right rows and ends with exit status 0. The default
-read (``to_pandas()`` through delta-rs's Python file system handler) aborts at exit in some
+"""docs/consumers.md's delta-rs and polars examples, run as written in fresh processes over
+every table a job wrote: each process reads the right rows and ends with exit status 0. The
+default read (``to_pandas()`` through delta-rs's Python file system handler) aborts at exit in some
 processes (docs/streaming-facts.md); the documented one must never."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ PROCESSES = 10
 
 
 def _examples() -> list[str]:
-    """The delta-rs and polars blocks of docs/consumers.md that read a table once or follow its feed,
-    each as a program over the tables named on its command line that prints the rows it read
+    """The delta-rs and polars blocks of docs/consumers.md that read a table once or follow its
+    feed, each as a program over the tables named on its command line that prints the rows it read
     of each."""
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "consumers.md").read_text(), re.S)
     programs = []

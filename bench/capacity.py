@@ -64,6 +64,10 @@ SHAPE_JIT = {"one": "tiered", "per-job": "quick"}
 GOAL_RATE = {"one": 5000, "per-job": 2000}  # events/s from 10,000 devices (docs/benchmarks.md)
 FRESHNESS_GOAL_S, MEMORY_GOAL_GB, FLEET_SIZE_GOAL = 30.0, 4.0, 1.2
 SAMPLE_S = 5.0
+# The warm-up's traffic, and when a driver counts as warm: its JIT compilers below a fifth of a
+# core over a minute of it (they used 90% of one for the first two minutes of a driver, and
+# 13% after eight, docs/benchmarks.md)
+WARM_RATE, WARM_CHUNK_S, JIT_SETTLED = 50, 60.0, 0.2
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Step:
     # CPU seconds the step's traffic and its drain cost: the pipeline's processes (drivers,
     # their JVMs and Python workers), the broker, the simulator
     cpu_s: dict[str, float] = field(default_factory=dict)
+    jit_s: float = 0.0  # of the pipeline's: its JVMs' JIT compilers
     # job -> (n, p50 ms, p95 ms, p50 ms in its batch function)
     batches: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
     fresh: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # table -> (rows, p50 s, p95 s)
@@ -115,6 +120,9 @@ class Deployment:
 
     def cpu_seconds(self) -> float:
         return sum(cpu_seconds(process.pid) for process in self.processes.values())
+
+    def jit_cpu_seconds(self) -> float:
+        return sum(jit_cpu_seconds(process.pid) for process in self.processes.values())
 
     def lag(self) -> dict[str, int]:
         from spark_jobs.ops.status import job_status
@@ -162,6 +170,31 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+# HotSpot names its JIT compilers' threads "C1 CompilerThread0", "C2 CompilerThread0", ...;
+# the kernel keeps a thread's name to 15 characters
+JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def jit_cpu_seconds(pid: int) -> float:
+    """CPU seconds the JIT compilers of every JVM under ``pid`` spent, alive now: from each
+    thread's name and CPU times in /proc, which a profiler attaching to the JVM would change
+    (starting a Flight Recording sent a warm driver's compilers back to work for minutes)."""
+    total = 0.0
+    for process in _family(pid):
+        try:
+            threads = process.threads()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for thread in threads:
+            try:
+                name = Path(f"/proc/{process.pid}/task/{thread.id}/comm").read_text().strip()
+            except OSError:
+                continue
+            if name.startswith(JIT_THREAD_NAMES):
+                total += thread.user_time + thread.system_time
+    return total
+
+
 def events_sent(settings: Settings) -> int:
     from spark_jobs.runtime.kafka import admin as kafka_admin
     from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -176,7 +209,8 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
     the wait for every job's lag to be gone (up to six triggers or two minutes)."""
     step = Step(rate, devices, time.time())
     before = events_sent(deployment.settings)
-    cpu_before = {"pipeline": deployment.cpu_seconds(), "broker": cpu_seconds(deployment.broker_pid)}
+    cpu_before = {"pipeline": deployment.cpu_seconds(), "broker": cpu_seconds(deployment.broker_pid),
+                  "jit": deployment.jit_cpu_seconds()}
     step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
@@ -206,7 +240,29 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
         time.sleep(1.0)
     step.cpu_s.update({"pipeline": deployment.cpu_seconds() - cpu_before["pipeline"],
                        "broker": cpu_seconds(deployment.broker_pid) - cpu_before["broker"]})
+    step.jit_s = deployment.jit_cpu_seconds() - cpu_before["jit"]
     return step
+
+
+def warm(deployment: Deployment, devices: int, least_s: float, most_s: float, trigger_s: float,
+         logs: Path) -> tuple[float, float, float]:
+    """Light traffic until the drivers' JVMs are warm: every query has read its first batches
+    and the JIT compilers, which compile Spark's planning, Janino and the jobs' code for
+    minutes after a driver starts (docs/benchmarks.md), have used less than ``JIT_SETTLED`` of
+    a core over the last ``WARM_CHUNK_S``; at least ``least_s``, at most ``most_s``. The
+    steps then measure a running pipeline, not one still compiling itself. Returns the
+    seconds it took, the JIT's last share of a core and the peak memory."""
+    began, share, peak_mb = time.time(), 1.0, 0.0
+    while True:
+        chunk = offer(deployment, WARM_RATE, devices, min(WARM_CHUNK_S, max(least_s, 1.0)), trigger_s)
+        if chunk.drained_s is None:
+            raise SystemExit(f"{SHAPES[deployment.shape]}: not every job read the warm-up traffic; see the logs in "
+                             f"{logs}")
+        share = chunk.jit_s / max(chunk.stopped - chunk.began + chunk.drained_s, 1.0)
+        peak_mb = max(peak_mb, chunk.peak_mb)
+        spent = time.time() - began
+        if spent >= most_s or (spent >= least_s and share < JIT_SETTLED):
+            return spent, share, peak_mb
 
 
 def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> list[Step]:
@@ -227,12 +283,11 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
                        capture_output=True)
         deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data, info.pid)
         try:
-            # the JVMs start and every query reads its first batch: the steps measure a running pipeline
-            warm = offer(deployment, 50, devices, args.warm_seconds, settings.streaming.trigger_interval.seconds)
-            if warm.drained_s is None:
-                raise SystemExit(f"{SHAPES[shape]}: not every job read the warm-up traffic; see the logs in {data}")
+            warmed_s, jit_share, peak_mb = warm(deployment, devices, args.warm_seconds, args.warm_max_seconds,
+                                                settings.streaming.trigger_interval.seconds, data)
             say(f"{SHAPES[shape]}: {len(deployment.processes)} process(es) started ({jit} JIT) and warmed by "
-                f"{args.warm_seconds:g} s at 50 events/s ({warm.peak_mb / 1024:.1f} GB)")
+                f"{warmed_s:.0f} s at {WARM_RATE} events/s, its JIT compilers at {jit_share:.0%} of a core in the "
+                f"last {WARM_CHUNK_S:.0f} s ({peak_mb / 1024:.1f} GB)")
             for rate in rates:
                 step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds)
                 steps.append(step)
@@ -262,7 +317,8 @@ def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
         "(proportional set size, peak)")
     elapsed = seconds + (step.drained_s or 0)
     say(f"  CPU over the step and its drain ({elapsed:.0f} s, {elapsed * (os.cpu_count() or 1):.0f} core-seconds): "
-        + ", ".join(f"{name} {cpu:,.0f} s" for name, cpu in step.cpu_s.items()))
+        + ", ".join(f"{name} {cpu:,.0f} s" + (f" (its JIT compilers {step.jit_s:,.0f} s)" if name == "pipeline" else "")
+                    for name, cpu in step.cpu_s.items()))
     say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'commit p50':>11}{'peak lag':>10}")
     for job, (n, p50, p95, in_batch) in step.batches.items():
         say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{in_batch:>11,.0f}{step.peak_lag.get(job, 0):>10,}")
@@ -303,7 +359,9 @@ def main(argv=None) -> int:
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--fleet-sizes", nargs="+", type=int, help="devices per run, each its own pipeline")
     parser.add_argument("--seconds", type=float, default=90)
-    parser.add_argument("--warm-seconds", type=float, default=45)
+    parser.add_argument("--warm-seconds", type=float, default=45, help="the least warm-up")
+    parser.add_argument("--warm-max-seconds", type=float, default=900,
+                        help="the most warm-up, when the drivers' JIT compilers have not settled before")
     parser.add_argument("--trigger", default="10 seconds")
     parser.add_argument("--jit", choices=["tiered", "quick"],
                         help="the drivers' JIT (the jit setting); by default each shape's own, SHAPE_JIT")

@@ -16,15 +16,16 @@ from spark_jobs.contracts.tables import (
 )
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.batch_values import batch_bigint, batch_timestamp
 
 
 def split_ingest_batch(settings: StreamingSettings, records: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
-    ingest_time = F.timestamp_millis(F.lit(batch.batch_timestamp_ms))
+    ingest_time = batch_timestamp(batch.batch_timestamp_ms)
     raw = records.select(
         "key", "value", "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_timestamp"),
         ingest_time.alias("ingest_time"),
-        F.lit(batch.batch_id).cast("bigint").alias("batch_id"),
+        batch_bigint(batch.batch_id).alias("batch_id"),
     )
     events, bad_events = parse_device_events(records.where(F.col("topic") == settings.events_topic), settings.max_clock_ahead, batch.cache)
     alerts, bad_alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead, batch.cache)

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
 from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.batch_values import batch_bigint, batch_timestamp
 from spark_jobs.runtime import failpoints
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
@@ -253,8 +254,8 @@ class BatchCommit:
         late = self.job.late_rule(self.settings.streaming, records, late_watermark_ms)
         return late.select(
             F.lit(self.job.name).alias("job"), "record_kind", "event_id", "device_id", "event_time", "signal",
-            "missed", F.timestamp_millis(F.lit(late_watermark_ms)).alias("watermark"),
-            F.lit(batch.batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
+            "missed", batch_timestamp(late_watermark_ms).alias("watermark"),
+            batch_bigint(batch.batch_id).alias("batch_id"), "topic", "partition", "offset",
             F.lit(self.checkpoint_id).alias("checkpoint_id"),
         )
 
@@ -282,7 +283,7 @@ def _stamped(frame: DataFrame, spec: TableSpec, info: CommitInfo) -> DataFrame:
     """The rows with the table's columns saying which batch of which checkpoint wrote them
     (``WRITTEN_BY``) and, in a table reconcile corrects, that the stream wrote them
     (``REVISION`` 0), where the job's split left them out, in the table's column order."""
-    stamps = {"checkpoint_id": F.lit(info.checkpoint_id), "batch_id": F.lit(info.batch_id).cast("bigint"),
+    stamps = {"checkpoint_id": F.lit(info.checkpoint_id), "batch_id": batch_bigint(info.batch_id),
               "revision": F.lit(0), "corrected_at": F.lit(None).cast("timestamp")}
     present = set(frame.columns)
     missing = [column for column in spec.columns if column not in present and column in stamps]

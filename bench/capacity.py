@@ -83,7 +83,7 @@ class Step:
     # CPU seconds the step's traffic and its drain cost: the pipeline's processes (drivers,
     # their JVMs and Python workers), the broker, the simulator
     cpu_s: dict[str, float] = field(default_factory=dict)
-    jit_s: float = 0.0  # of the pipeline's: its JVMs' JIT compilers
+    pipeline_cpu_s: dict[str, float] = field(default_factory=dict)  # the pipeline's by part (cpu_parts)
     # job -> (n, p50 ms, p95 ms, p50 ms in its batch function)
     batches: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
     fresh: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # table -> (rows, p50 s, p95 s)
@@ -118,11 +118,13 @@ class Deployment:
         forked from once per worker."""
         return sum(pss_mb(process.pid) for process in self.processes.values())
 
-    def cpu_seconds(self) -> float:
-        return sum(cpu_seconds(process.pid) for process in self.processes.values())
-
-    def jit_cpu_seconds(self) -> float:
-        return sum(jit_cpu_seconds(process.pid) for process in self.processes.values())
+    def cpu_parts(self) -> dict[str, float]:
+        """CPU seconds of every process of the pipeline by part (``cpu_parts``)."""
+        summed = {"jvm": 0.0, "jit": 0.0, "python": 0.0}
+        for process in self.processes.values():
+            for part, seconds in cpu_parts(process.pid).items():
+                summed[part] += seconds
+        return summed
 
     def lag(self) -> dict[str, int]:
         from spark_jobs.ops.status import job_status
@@ -160,14 +162,15 @@ def _family(pid: int) -> list[psutil.Process]:
 
 def cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of a process and every process under it, alive now."""
-    total = 0.0
-    for process in _family(pid):
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
+    return sum(_cpu(process) for process in _family(pid))
+
+
+def _cpu(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
 
 
 # HotSpot names its JIT compilers' threads "C1 CompilerThread0", "C2 CompilerThread0", ...;
@@ -175,24 +178,28 @@ def cpu_seconds(pid: int) -> float:
 JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
 
 
-def jit_cpu_seconds(pid: int) -> float:
-    """CPU seconds the JIT compilers of every JVM under ``pid`` spent, alive now: from each
-    thread's name and CPU times in /proc, which a profiler attaching to the JVM would change
-    (starting a Flight Recording sent a warm driver's compilers back to work for minutes)."""
-    total = 0.0
+def cpu_parts(pid: int) -> dict[str, float]:
+    """CPU seconds of the processes under ``pid`` (alive now) by part: its JVMs, of that
+    their JIT compilers, and its Pythons (the CLI's and Spark's Python workers). The JIT's is
+    read from each thread's name and CPU times in /proc: a profiler attaching to the JVM would
+    change it (starting a Flight Recording sent a warm driver's compilers back to work for
+    minutes)."""
+    parts = {"jvm": 0.0, "jit": 0.0, "python": 0.0}
     for process in _family(pid):
         try:
-            threads = process.threads()
+            is_jvm = process.name() == "java"
+            threads = process.threads() if is_jvm else []
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        parts["jvm" if is_jvm else "python"] += _cpu(process)
         for thread in threads:
             try:
                 name = Path(f"/proc/{process.pid}/task/{thread.id}/comm").read_text().strip()
             except OSError:
                 continue
             if name.startswith(JIT_THREAD_NAMES):
-                total += thread.user_time + thread.system_time
-    return total
+                parts["jit"] += thread.user_time + thread.system_time
+    return parts
 
 
 def events_sent(settings: Settings) -> int:
@@ -209,8 +216,7 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
     the wait for every job's lag to be gone (up to six triggers or two minutes)."""
     step = Step(rate, devices, time.time())
     before = events_sent(deployment.settings)
-    cpu_before = {"pipeline": deployment.cpu_seconds(), "broker": cpu_seconds(deployment.broker_pid),
-                  "jit": deployment.jit_cpu_seconds()}
+    parts_before, broker_before = deployment.cpu_parts(), cpu_seconds(deployment.broker_pid)
     step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
@@ -238,9 +244,9 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
             step.drained_s = time.time() - step.stopped
             break
         time.sleep(1.0)
-    step.cpu_s.update({"pipeline": deployment.cpu_seconds() - cpu_before["pipeline"],
-                       "broker": cpu_seconds(deployment.broker_pid) - cpu_before["broker"]})
-    step.jit_s = deployment.jit_cpu_seconds() - cpu_before["jit"]
+    step.pipeline_cpu_s = {part: seconds - parts_before[part] for part, seconds in deployment.cpu_parts().items()}
+    step.cpu_s.update({"pipeline": step.pipeline_cpu_s["jvm"] + step.pipeline_cpu_s["python"],
+                       "broker": cpu_seconds(deployment.broker_pid) - broker_before})
     return step
 
 
@@ -258,7 +264,7 @@ def warm(deployment: Deployment, devices: int, least_s: float, most_s: float, tr
         if chunk.drained_s is None:
             raise SystemExit(f"{SHAPES[deployment.shape]}: not every job read the warm-up traffic; see the logs in "
                              f"{logs}")
-        share = chunk.jit_s / max(chunk.stopped - chunk.began + chunk.drained_s, 1.0)
+        share = chunk.pipeline_cpu_s["jit"] / max(chunk.stopped - chunk.began + chunk.drained_s, 1.0)
         peak_mb = max(peak_mb, chunk.peak_mb)
         spent = time.time() - began
         if spent >= most_s or (spent >= least_s and share < JIT_SETTLED):
@@ -317,8 +323,10 @@ def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
         "(proportional set size, peak)")
     elapsed = seconds + (step.drained_s or 0)
     say(f"  CPU over the step and its drain ({elapsed:.0f} s, {elapsed * (os.cpu_count() or 1):.0f} core-seconds): "
-        + ", ".join(f"{name} {cpu:,.0f} s" + (f" (its JIT compilers {step.jit_s:,.0f} s)" if name == "pipeline" else "")
-                    for name, cpu in step.cpu_s.items()))
+        + ", ".join(f"{name} {cpu:,.0f} s" for name, cpu in step.cpu_s.items()))
+    parts = step.pipeline_cpu_s
+    say(f"  the pipeline's: its JVMs {parts['jvm']:,.0f} s (their JIT compilers {parts['jit']:,.0f} s), its Pythons "
+        f"{parts['python']:,.0f} s")
     say(f"  {'job':<20}{'batches':>8}{'p50 ms':>9}{'p95 ms':>9}{'commit p50':>11}{'peak lag':>10}")
     for job, (n, p50, p95, in_batch) in step.batches.items():
         say(f"  {job:<20}{n:>8}{p50:>9,.0f}{p95:>9,.0f}{in_batch:>11,.0f}{step.peak_lag.get(job, 0):>10,}")

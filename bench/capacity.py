@@ -251,16 +251,18 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
 
 
 def warm(deployment: Deployment, devices: int, least_s: float, most_s: float, trigger_s: float,
-         logs: Path) -> tuple[float, float, float]:
+         logs: Path) -> tuple[float, float, float, float]:
     """Light traffic until the drivers' JVMs are warm: every query has read its first batches
     and the JIT compilers, which compile Spark's planning, Janino and the jobs' code for
     minutes after a driver starts (docs/benchmarks.md), have used less than ``JIT_SETTLED`` of
     a core over the last ``WARM_CHUNK_S``; at least ``least_s``, at most ``most_s``. The
     steps then measure a running pipeline, not one still compiling itself. Returns the
-    seconds it took, the JIT's last share of a core and the peak memory."""
+    seconds it took, the JIT's share of a core over the last chunk of traffic, that chunk's
+    seconds and the peak memory."""
     began, share, peak_mb = time.time(), 1.0, 0.0
+    chunk_s = max(1.0, min(WARM_CHUNK_S, most_s))
     while True:
-        chunk = offer(deployment, WARM_RATE, devices, min(WARM_CHUNK_S, max(least_s, 1.0)), trigger_s)
+        chunk = offer(deployment, WARM_RATE, devices, chunk_s, trigger_s)
         if chunk.drained_s is None:
             raise SystemExit(f"{SHAPES[deployment.shape]}: not every job read the warm-up traffic; see the logs in "
                              f"{logs}")
@@ -268,7 +270,7 @@ def warm(deployment: Deployment, devices: int, least_s: float, most_s: float, tr
         peak_mb = max(peak_mb, chunk.peak_mb)
         spent = time.time() - began
         if spent >= most_s or (spent >= least_s and share < JIT_SETTLED):
-            return spent, share, peak_mb
+            return spent, share, chunk_s, peak_mb
 
 
 def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> list[Step]:
@@ -289,11 +291,12 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
                        capture_output=True)
         deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data, info.pid)
         try:
-            warmed_s, jit_share, peak_mb = warm(deployment, devices, args.warm_seconds, args.warm_max_seconds,
-                                                settings.streaming.trigger_interval.seconds, data)
+            warmed_s, jit_share, chunk_s, peak_mb = warm(deployment, devices, args.warm_seconds,
+                                                         args.warm_max_seconds,
+                                                         settings.streaming.trigger_interval.seconds, data)
             say(f"{SHAPES[shape]}: {len(deployment.processes)} process(es) started ({jit} JIT) and warmed by "
-                f"{warmed_s:.0f} s at {WARM_RATE} events/s, its JIT compilers at {jit_share:.0%} of a core in the "
-                f"last {WARM_CHUNK_S:.0f} s ({peak_mb / 1024:.1f} GB)")
+                f"{warmed_s:.0f} s at {WARM_RATE} events/s, its JIT compilers at {jit_share:.0%} of a core over the "
+                f"last {chunk_s:.0f} s of it ({peak_mb / 1024:.1f} GB)")
             for rate in rates:
                 step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds)
                 steps.append(step)

@@ -58,8 +58,8 @@ EVENT_TIME = {"SIGFLOW_WATERMARK_DELAY": "1 minute", "SIGFLOW_ALERT_WATERMARK_DE
               "SIGFLOW_FLEET_WINDOW": "1 minute", "SIGFLOW_SESSION_GAP": "1 minute",
               "SIGFLOW_ALERT_CONTEXT": "1 minute"}
 # Each shape's drivers run with the JIT docs/deploy.md advises for it on one machine: six
-# drivers' C2 compilers sharing 2 cores kept the per-job shape from keeping up at 1,000
-# events/s, C1 alone carried 2,000 (docs/benchmarks.md)
+# drivers' C2 compilers sharing 2 cores took 13 minutes to settle, C1 alone one
+# (docs/benchmarks.md)
 SHAPE_JIT = {"one": "tiered", "per-job": "quick"}
 GOAL_RATE = {"one": 5000, "per-job": 2000}  # events/s from 10,000 devices (docs/benchmarks.md)
 FRESHNESS_GOAL_S, MEMORY_GOAL_GB, FLEET_SIZE_GOAL = 30.0, 4.0, 1.2

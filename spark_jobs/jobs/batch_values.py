@@ -4,10 +4,11 @@ in every batch.
 Spark writes an integer or timestamp literal into the Java code it generates for a plan, so a
 projection stamping ``F.lit(batch_id)`` is new code in every batch: Janino compiles it again,
 and the JVM runs each batch's rows through a class it has never compiled, then compiles that
-class too (in a warm pipeline, most of what its C2 compiler did, docs/benchmarks.md). A string
-literal is kept in the plan's reference array instead, and Spark folds a cast of a constant
-into a literal again, so the value is a string behind a condition Spark cannot evaluate while
-planning (the partition's id is never negative): the same code whatever the value.
+class too. A string literal is kept in the plan's reference array instead; but Spark folds a
+cast of a constant back into a literal (even one it pushed into a ``CASE`` branch), so the
+value's string is cast after a ``coalesce`` with a null Spark cannot compute while planning
+(the partition's id is never negative): the same code whatever the value
+(docs/streaming-facts.md, "Code generated anew").
 
 Use these in projections only. A condition Spark cannot evaluate is also one it does not push
 into a table's scan, so a filter keeps ``F.lit``.

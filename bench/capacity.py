@@ -65,7 +65,7 @@ GOAL_RATE = {"one": 5000, "per-job": 2000}  # events/s from 10,000 devices (docs
 FRESHNESS_GOAL_S, MEMORY_GOAL_GB, FLEET_SIZE_GOAL = 30.0, 4.0, 1.2
 SAMPLE_S = 5.0
 # The warm-up's traffic, and when a driver counts as warm: its JIT compilers below a fifth of a
-# core over a minute of it (they used 90% of one for the first two minutes of a driver, and
+# core over a minute of it (they used 88% of one for the first two minutes of a driver, and
 # 13% after eight, docs/benchmarks.md)
 WARM_RATE, WARM_CHUNK_S, JIT_SETTLED = 50, 60.0, 0.2
 

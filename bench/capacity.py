@@ -284,9 +284,9 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
                              "SIGFLOW_JVM_OPTIONS": args.jvm_options})
     env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
     env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
-    settings = load_settings(env=env)
     steps: list[Step] = []
     try:
+        settings = load_settings(env=env)  # refused options (--jvm-options) stop the broker too
         subprocess.run([sys.executable, "-m", "spark_jobs.cli", "topics", "create"], env=env, check=True,
                        capture_output=True)
         deployment = Deployment(shape, args.jobs, settings, env, args.trigger, data, info.pid)
@@ -380,7 +380,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
     parser.add_argument("--json", type=Path, help="write every step's figures here too")
     args = parser.parse_args(argv)
-    trigger_s = load_settings(env={}, overrides={"trigger_interval": args.trigger}).streaming.trigger_interval.seconds
+    # the settings the options make, checked before any process starts
+    trigger_s = load_settings(env={}, overrides={"trigger_interval": args.trigger, "jvm_options": args.jvm_options}
+                              ).streaming.trigger_interval.seconds
 
     goals: list[Target] = []
     recorded: dict[str, list[Step]] = {}

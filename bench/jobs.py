@@ -440,10 +440,12 @@ def main(argv=None) -> int:
     print(f"  peak memory: driver {figures['driver peak rss MB']:,.0f} MB, "
           f"broker {figures['broker peak rss MB']:,.0f} MB")
     for job, eps in per_job.items():
-        versus = " ".join(f"vs_{_key(name)}={eps / rate:.2f}" for name, rate in ceilings.items())
+        # three significant figures: a small run against a ceiling reading 100 times faster
+        # is a ratio of 0.00something, which two decimals print as 0.00
+        versus = " ".join(f"vs_{_key(name)}={eps / rate:.3g}" for name, rate in ceilings.items())
         idle = "none" if idle_ms[job] is None else f"{idle_ms[job]:.0f}"
         print(f"bench {job} events_per_s={eps:.0f} handwritten_per_s={handwritten[job]:.0f} "
-              f"vs_handwritten={eps / handwritten[job]:.2f} {versus} "
+              f"vs_handwritten={eps / handwritten[job]:.3g} {versus} "
               f"no_data_batch_ms={idle}")
     for path in alert_paths:
         print(f"bench {path.path} alerts_per_s={path.rate} p50_ms={path.p50_ms:.0f} p95_ms={path.p95_ms:.0f} "

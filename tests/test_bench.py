@@ -24,8 +24,9 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
                        "--latency-rate", "200", "--latency-seconds", "3", "--no-write", "--tries", "1",
                        "--jobs", *MEASURED, "--skip", "warm-up", "state", "alerts"]) == 0
     out = capsys.readouterr().out
-    lines = re.findall(r"^bench (\S+) events_per_s=(\d+) handwritten_per_s=\d+ vs_handwritten=(\d+\.\d\d) vs_confluent_kafka=(\d+\.\d\d) "
-                       r"vs_kafka_jvm_consumer=(\d+\.\d\d) vs_spark_kafka_source=(\d+\.\d\d) no_data_batch_ms=(\S+)$",
+    ratio = r"(\d+(?:\.\d+)?(?:e[-+]\d+)?)"
+    lines = re.findall(rf"^bench (\S+) events_per_s=(\d+) handwritten_per_s=\d+ vs_handwritten={ratio} vs_confluent_kafka={ratio} "
+                       rf"vs_kafka_jvm_consumer={ratio} vs_spark_kafka_source={ratio} no_data_batch_ms=(\S+)$",
                        out, re.M)
     assert [line[0] for line in lines] == list(MEASURED)
     assert all(int(rate) > 0 and all(float(r) > 0 for r in ratios) for _, rate, *ratios, _ in lines)
@@ -101,6 +102,24 @@ def test_the_contract_section_times_each_parse_beside_from_json(spark, settings,
     assert {name: len(runs) for name, runs in measured.items()} == dict.fromkeys(["from_json", *parses], 2)
     lines = re.findall(r"^parse (.+?): [\d,]+ / [\d,]+ ms; median [\d,]+ ms \((\d+\.\d\d) of from_json\)$", out, re.M)
     assert [name for name, _ in lines] == list(measured) and lines[0][1] == "1.00", out
+
+
+def test_the_capacity_section_refuses_options_the_settings_refuse_before_starting_a_process(tmp_path, monkeypatch):
+    """Spark properties given as Java options (-Dspark.*) are refused by the settings: the
+    bench says so before it starts a broker, and leaves none running."""
+    import tempfile
+
+    import psutil
+
+    from bench import capacity
+    from spark_jobs.errors import ConfigError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where each shape's data directory goes
+    with pytest.raises(ConfigError, match="jvm_options"):
+        capacity.main(["--shapes", "one", "--rates", "100", "--jvm-options=-Dspark.sql.shuffle.partitions=4"])
+    left = [process.pid for process in psutil.process_iter(["cmdline"])
+            if any(str(tmp_path) in part for part in process.info["cmdline"] or ())]
+    assert left == [] and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -63,6 +63,7 @@ PROMETHEUS_CONF = {
 
 
 CODEGEN_CACHE_ENTRIES = 1000
+FAIR_SCHEDULER_POOLS = Path(__file__).with_name("fair_scheduler.xml")
 
 
 def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0,
@@ -99,9 +100,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         # the jobs of a session use: their classes were compiled again batch after batch
         # (docs/streaming-facts.md, "Code generated anew")
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
-        # a batch's table appends run at once from driver threads (concurrent_writes), each
-        # in a pool of its own: FAIR shares the executors between them instead of queueing
+        # a batch's table appends run at once from driver threads (concurrent_writes), in a
+        # pool served first: FAIR shares the executors between them instead of queueing
         .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(FAIR_SCHEDULER_POOLS))
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
         builder = builder.master(settings.spark.master_with_slots(local_slots))

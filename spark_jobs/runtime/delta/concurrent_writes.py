@@ -4,7 +4,8 @@ Each transactional Delta append is mostly fixed cost (a state rebuild to look up
 transaction, then the commit: docs/streaming-facts.md), and the tables of one batch are
 independent, so their appends overlap instead of queueing. Spark runs jobs from several
 driver threads at once; under the FAIR scheduler (``spark.scheduler.mode``, set by
-``get_spark``) each thread's pool gets its share of the executors.
+``get_spark``) the writes share the executors, in a pool served before the queries' own
+stages (``WRITES_POOL``, declared in runtime/fair_scheduler.xml).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pyspark.sql import SparkSession
 
 T = TypeVar("T")
 
+WRITES_POOL = "table-writes"  # a pool of runtime/fair_scheduler.xml
+
 
 def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str, T]:
     """Run every task in a driver thread of its own and wait for all of them.
@@ -25,12 +28,12 @@ def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str,
     tasks' order) is raised only then: ``foreachBatch`` must not return, and the query
     must not commit the batch, while a write is still in flight or after one failed."""
     if len(tasks) <= 1:
-        return {name: task() for name, task in tasks.items()}
+        return {name: _in_writes_pool(spark, task) for name, task in tasks.items()}
     results: dict[str, T] = {}
     failures: dict[str, BaseException] = {}
 
     def work(name: str, task: Callable[[], T]) -> None:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", WRITES_POOL)
         try:
             results[name] = task()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
@@ -48,3 +51,15 @@ def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str,
         if name in failures:
             raise failures[name]
     return results
+
+
+def _in_writes_pool(spark: SparkSession, task: Callable[[], T]) -> T:
+    """Run ``task`` in this thread with its jobs in the writes' pool, then give the thread
+    its pool back: a query's own thread runs its next batch's stages in the pool it had."""
+    context = spark.sparkContext
+    before = context.getLocalProperty("spark.scheduler.pool")
+    context.setLocalProperty("spark.scheduler.pool", WRITES_POOL)
+    try:
+        return task()
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", before)  # None removes it

@@ -33,9 +33,8 @@ def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str,
     failures: dict[str, BaseException] = {}
 
     def work(name: str, task: Callable[[], T]) -> None:
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", WRITES_POOL)
         try:
-            results[name] = task()
+            results[name] = _in_writes_pool(spark, task)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failures[name] = exc
 
@@ -55,7 +54,8 @@ def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str,
 
 def _in_writes_pool(spark: SparkSession, task: Callable[[], T]) -> T:
     """Run ``task`` in this thread with its jobs in the writes' pool, then give the thread
-    its pool back: a query's own thread runs its next batch's stages in the pool it had."""
+    its pool back: a query's own thread (one table's write) runs its next batch's stages in
+    the pool it had."""
     context = spark.sparkContext
     before = context.getLocalProperty("spark.scheduler.pool")
     context.setLocalProperty("spark.scheduler.pool", WRITES_POOL)

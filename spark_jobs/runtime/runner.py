@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -39,6 +40,7 @@ from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.commit import BatchCommit, CommitContext
+from spark_jobs.runtime.delta import concurrent_writes
 from spark_jobs.runtime.delta.fence import fence_after_takeover
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
@@ -111,8 +113,9 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
-        for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS):
-            self.sink.ensure_table(spec)
+        # at once: each creation is a Delta commit of its own, mostly fixed cost
+        concurrent_writes.run_all(self.spark, {spec.name: partial(self.sink.ensure_table, spec)
+                                               for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
         fence_after_takeover(settings, job.name, self.tables, self.lease)  # before this run's first write
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)

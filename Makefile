@@ -66,9 +66,10 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 # after the other (tests/helpers.py, MULTI_PROCESS). On 2 cores much of a test is waiting
 # (JVM start, Airflow scheduling), so two workers halve the time. Groups go out in
 # collection order, the longest first (tests/conftest.py). The 25 slowest are listed at the end:
-# where the suite's time goes, in every CI log. docs/testing.md: what runs where.
+# where the suite's time goes, in every CI log. The bench's own runs (marked bench) are make
+# bench's first step instead. docs/testing.md: what runs where.
 test: install
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 -m "not bench"
 
 # The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
 # DAG parsing, docs; about a third of the suite's time (docs/testing.md). `make test` runs all.
@@ -76,6 +77,8 @@ test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
 
 bench: install
+	@# each section end to end at a toy size first (about ten minutes): a broken one fails here
+	$(BIN)/pytest -m bench tests/test_bench.py
 	$(BIN)/python -m bench.jobs
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.contract

@@ -174,34 +174,38 @@ def settings(tmp_path, embedded_broker) -> Settings:
     return s
 
 
-# The other files that take minutes, longest first (measured: docs/streaming-facts.md,
-# "The test suite"). Groups go to the two workers in collection order; starting the long
+# The other files that take minutes, longest first (measured: docs/testing.md, "Where the
+# suite's time goes"). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
-LONG_FILES = (  # seconds of test time each in a clean-clone run of 285 tests
-    "tests/test_bench.py",  # about 280 alone: the benches' smoke runs
-    "tests/spark_jobs/jobs/test_alert_join.py",  # 253
-    "tests/spark_jobs/ops/test_reconcile.py",  # about 240 alone: four reconciles, the lease guards
-    "tests/spark_jobs/runtime/test_runner.py",  # 188
-    "tests/spark_jobs/ops/restart/test_restart.py",  # 179
-    "tests/spark_jobs/ops/restart/test_recover_from_raw.py",  # about 175 alone: two rebuilds from raw
-    "tests/spark_jobs/local/test_airflow_local.py",  # 147
-    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # about 130 alone: two alert-join scenarios
-    "tests/spark_jobs/runtime/test_metrics.py",  # 122
-    "tests/spark_jobs/jobs/test_sessions.py",  # 114
-    "tests/spark_jobs/test_cli.py",  # 107
-    "tests/spark_jobs/jobs/test_windowed_averages.py",  # 94
-    "tests/test_runbooks.py",  # 92
-    "tests/dags/test_sigflow_restart.py",  # 91
-    "tests/spark_jobs/runtime/test_pipeline.py",  # 88
-    "tests/spark_jobs/jobs/test_dedup.py",  # 84
-    "tests/spark_jobs/jobs/test_ingest.py",  # 79
-    "tests/dags/test_sigflow_streaming.py",  # 76
-    "tests/spark_jobs/local/test_broker_security.py",  # 71
-    "tests/spark_jobs/ops/test_quality.py",  # 68
-    "tests/spark_jobs/ops/test_report.py",  # 59
-    "tests/spark_jobs/test_cli_signals.py",  # 55
-    "tests/dags/test_sigflow_deploy.py",  # 54
-    "tests/dags/test_sigflow_quality.py",  # 53
+LONG_FILES = (  # seconds of test time each in a clean-clone run of 541 tests
+    "tests/spark_jobs/ops/restart/test_recover_from_raw.py",  # 339
+    "tests/spark_jobs/ops/test_reconcile.py",  # 255
+    "tests/spark_jobs/ops/restart/test_restart.py",  # 242
+    "tests/spark_jobs/ops/test_sql_endpoint.py",  # 233
+    "tests/spark_jobs/runtime/test_runner.py",  # 193
+    "tests/spark_jobs/local/test_airflow_local.py",  # 166
+    "tests/dags/test_sigflow_restart.py",  # 157
+    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # 143
+    "tests/dags/test_sigflow_deploy.py",  # 140
+    "tests/test_runbooks.py",  # 123
+    "tests/spark_jobs/runtime/test_pipeline.py",  # 119
+    "tests/spark_jobs/test_cli.py",  # 106
+    "tests/spark_jobs/runtime/test_metrics.py",  # 103
+    "tests/spark_jobs/ops/test_table_status.py",  # 102
+    "tests/spark_jobs/runtime/checkpoint/test_lease.py",  # 98
+    "tests/spark_jobs/jobs/test_alert_join.py",  # 96
+    "tests/spark_jobs/jobs/test_ingest.py",  # 91
+    "tests/spark_jobs/local/test_broker_security.py",  # 83
+    "tests/spark_jobs/jobs/test_windowed_averages.py",  # 81
+    "tests/dags/test_sigflow_streaming.py",  # 80
+    "tests/spark_jobs/runtime/kafka/test_failover.py",  # 75
+    "tests/spark_jobs/ops/test_quality.py",  # 73
+    "tests/spark_jobs/jobs/test_dedup.py",  # 72
+    "tests/spark_jobs/jobs/test_device_status.py",  # 71
+    "tests/spark_jobs/jobs/test_sessions.py",  # 68
+    "tests/spark_jobs/contracts/test_contract_fuzz.py",  # 66
+    "tests/spark_jobs/contracts/test_flat_records.py",  # 63
+    "tests/spark_jobs/runtime/delta/test_sink.py",  # 61
 )
 
 

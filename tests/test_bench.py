@@ -3,7 +3,9 @@ stateful job beside their hand-written jobs, without its warm-up, state and aler
 (the alert paths' own tests run both paths): every other section of the bench runs, with the code path every job takes (the jobs themselves are
 proven by their own tests). Its speed is not asserted: the figures are for people (docs/benchmarks.md).
 In this process, on the session's SparkSession: a JVM of its own would only add its start-up
-and warm-up."""
+and warm-up. The sections' runs (marked ``bench``, about ten minutes in all) are what `make bench`
+runs before its own sections, so a broken section fails in minutes rather than hours in; `make
+test` leaves them out."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from spark_jobs.runtime.delta.table_access import count_rows, read_pandas
 MEASURED = ("ingest", "windowed-averages")
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # about 150 s beside the suite
 def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_whole_storm(spark, capsys):
@@ -45,6 +48,7 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
                      "windowed-averages no-data batch ms"], out
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_path, capsys):
     from bench import scale as bench_scale
@@ -66,6 +70,7 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
     assert count_rows(str(tmp_path / "events-2000" / "delta" / "quarantined_events")) == 20
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_path, capsys):
     from bench import reconcile as bench_reconcile
@@ -79,6 +84,7 @@ def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_
     assert 300 < late < 500 and late * 0.8 < counted < late and corrected > 0
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 def test_the_sessions_bench_counts_a_candidate_only_when_it_gives_the_jobs_sessions(capsys):
     from bench import sessions as bench_sessions
@@ -122,6 +128,7 @@ def test_the_capacity_section_refuses_options_the_settings_refuse_before_startin
     assert left == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_capacity_section_runs_the_pipeline_as_deployed_and_times_each_row_from_its_send(capsys):
@@ -174,6 +181,7 @@ def test_the_layout_section_reads_the_same_rows_in_every_layout(capsys):
         assert int(figures[1][2]) <= int(figures[0][2])  # compaction leaves fewer files to open
 
 
+@pytest.mark.bench
 @pytest.mark.slow
 def test_the_recompute_section_rebuilds_from_kafka_and_from_raw_and_rewinds_past_retention(capsys):
     from bench import recompute as bench_recompute

@@ -53,7 +53,10 @@ def served(tmp_path_factory, embedded_broker):
         step("topics", "create")
         produce(s, events)
         produce(s, generate_alerts(events, every=40), topic=s.streaming.alerts_topic)
-        for args in (("catalog", "start"), ("pipeline",), ("sql", "start")):
+        # the jobs whose tables docs/consumers.md's questions read (the alert jobs' tables
+        # are asked nothing there)
+        for args in (("catalog", "start"), ("pipeline", "ingest", "dedup", "windowed-averages", "sessions"),
+                     ("sql", "start")):
             step(*args)
         yield s, env, events
     finally:

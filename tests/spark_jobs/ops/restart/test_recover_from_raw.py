@@ -59,8 +59,8 @@ def delete_from_kafka(s, topic: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and_goes_on_from_kafka(spark, settings):
-    # batches of 40 records: the replay runs several, and events late in it are reconciled
-    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=40, vacuum_retention="0 seconds",
+    # batches of 70 records: the replay runs two, and events late in it are reconciled
+    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=70, vacuum_retention="0 seconds",
                          vacuum_retention_floor="0 seconds")
     for events in (ON_TIME, LATE_WITHIN):
         send(s, events)
@@ -102,13 +102,13 @@ def test_recover_from_raw_beyond_retention_gives_every_table_as_the_rules_do_and
     windows = table(s, "device_signal_averages")
     assert not windows.duplicated(["device_id", "window_kind", "window_start"]).any()
     kept = assert_each_reading_once(s, counted)
-    # the replay read raw in batches of its own (40 records at most), then Kafka
+    # the replay read raw in batches of its own (70 records at most), then Kafka
     metrics = table(s, "pipeline_metrics").query("job == 'dedup'")
     rebuilt = metrics[metrics.checkpoint_id == kept.checkpoint_id.iloc[0]]
-    assert rebuilt.input_rows.sum() == raw_rows + len(ADVANCE) and rebuilt.input_rows.max() <= 40
+    assert rebuilt.input_rows.sum() == raw_rows + len(ADVANCE) and rebuilt.input_rows.max() <= 70
 
     # a rewind into the replayed batches: Kafka no longer has them, raw does
-    rewind = restart.plan(s, "dedup", "rewind", to_batch=1)
+    rewind = restart.plan(s, "dedup", "rewind", to_batch=0)
     assert not rewind.refusals and "re-run from device_events_raw" in rewind.describe(), rewind.describe()
     rewind.apply()
     # raw_retention set: maintenance deletes the rows sent before ADVANCE, which the re-run and
@@ -144,7 +144,7 @@ def test_a_recover_from_raw_killed_in_its_apply_and_in_its_replay_gives_every_wi
     between its table commits: the run refuses until the recover is applied again; the
     next run goes on from the replay's last committed batch; reconciled, every window is what
     the rules give for every record, once."""
-    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=40)
+    s = settings.replace(late_horizon=HORIZON, max_offsets_per_trigger=70)
     job, horizon = "windowed-averages", {"SIGFLOW_LATE_HORIZON": HORIZON}
     send(s, ON_TIME + LATE_WITHIN)
     for name in ("ingest", job):

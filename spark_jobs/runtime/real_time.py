@@ -17,6 +17,7 @@ at-least-once: a batch stopped before its commit is read and sent again by the n
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from pyspark.sql import DataFrame
@@ -30,11 +31,15 @@ from spark_jobs.runtime.kafka import source as kafka_source
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.metrics.progress import (
     Counting,
+    progress_dicts,
     query_name,
 )
 from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.runner import JobRun, run_lineage, stop_on_signals
+from spark_jobs.runtime.waiting import wait_until
+
+log = logging.getLogger("sigflow.runner")
 
 # How often an available-now run looks at the checkpoint for the batch that caught up.
 CAUGHT_UP_POLL_S = 0.5
@@ -123,8 +128,23 @@ class RealTimeRun(JobRun):
                 self.record_metrics(query)
             if query.exception():
                 raise query.exception()
+            self._await_committed_progress(query)
 
         return self._run(f"{MIN_CHECKPOINT_INTERVAL_S} seconds", drive)
+
+    def _await_committed_progress(self, query) -> None:
+        """Spark writes a batch's commit before it reports the batch's progress, so a run
+        stopped as soon as the commit shows could lose the last batch's figures (its alerts
+        forwarded, counted as none, seen on a loaded machine): wait for them, 30 s at most."""
+        last = self.checkpoint.last_committed()
+        if last is None:
+            return
+        reported = wait_until(lambda: any(int(p["batchId"]) >= last for p in progress_dicts(query)),
+                              timeout_s=30, every_s=0.2, give_up=lambda: not query.isActive)
+        if not reported:
+            log.warning("%s: batch %d's progress did not arrive within 30 s; its figures are left out",
+                        self.job.name, last)
+        self.record_metrics(query)
 
     def run_continuous(self, stop: threading.Event | None = None) -> RunSummary:
         stop = stop or stop_on_signals()

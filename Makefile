@@ -72,7 +72,7 @@ test: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 -m "not bench"
 
 # The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
-# DAG parsing, docs; about a third of the suite's time (docs/testing.md). `make test` runs all.
+# DAG parsing, docs; about a third of the suite's time (docs/testing.md). `make test` runs the rest too.
 test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
 

@@ -113,7 +113,7 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
-        # at once: each creation is a Delta commit of its own, mostly fixed cost
+        # at once (concurrent_writes): each creation is a Delta commit of its own, mostly fixed cost
         concurrent_writes.run_all(self.spark, {spec.name: partial(self.sink.ensure_table, spec)
                                                for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
         fence_after_takeover(settings, job.name, self.tables, self.lease)  # before this run's first write

@@ -5,7 +5,8 @@ transaction, then the commit: docs/streaming-facts.md), and the tables of one ba
 independent, so their appends overlap instead of queueing. Spark runs jobs from several
 driver threads at once; under the FAIR scheduler (``spark.scheduler.mode``, set by
 ``get_spark``) the writes share the executors, in a pool served before the queries' own
-stages (``WRITES_POOL``, declared in runtime/fair_scheduler.xml).
+stages (``WRITES_POOL``, declared in runtime/fair_scheduler.xml). A run's start creates its
+missing tables the same way (``JobRun._prepare``): each creation is a commit of its own too.
 """
 
 from __future__ import annotations

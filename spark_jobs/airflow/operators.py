@@ -83,7 +83,7 @@ class SigflowSubmitOperator(SparkSubmitOperator):
         archive = class_archive.driver_options(settings.jars_path, settings.spark.class_data_sharing,
                                                os.environ.get("JAVA_HOME"))
         return {"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
-                **classpath.submit_conf(settings.jars_path, object_store()),
+                **classpath.submit_conf(settings.jars_path, object_store(), settings.spark.master),
                 **java_options_conf(settings.spark.java_options, archive)}
 
     def execute(self, context) -> None:

@@ -76,7 +76,12 @@ CONTRACT_PARSER = SourceJar("contract-parser", "sigflow-contract-parser-0.1.0.ja
 # The catalog's metastore server (spark_jobs.local.catalog): Hive's metastore on the address given.
 METASTORE = SourceJar("metastore", "sigflow-metastore-0.1.0.jar", "metastore", "the catalog's metastore server")
 METASTORE_CLASS = "io.sigflow.metastore.MetastoreServer"
-SOURCE_JARS = (LOGSTORE, CONTRACT_PARSER, METASTORE)
+# Hadoop's local file system, setting permissions and telling links apart in the JVM (why: the
+# classes' comments). Without it (no mvn at install) Hadoop starts a process for each.
+LOCAL_FS = SourceJar("localfs", "sigflow-local-fs-0.1.0.jar", "spark", "the in-process local file system")
+LOCAL_FS_CONF = {"spark.hadoop.fs.file.impl": "io.sigflow.hadoop.InProcessLocalFileSystem",
+                 "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.sigflow.hadoop.InProcessLocalFs"}
+SOURCE_JARS = (LOGSTORE, CONTRACT_PARSER, METASTORE, LOCAL_FS)
 
 
 def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
@@ -84,6 +89,25 @@ def object_store_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
     S3A pointed at the environment's endpoint. Embedded sessions and spark-submit get the same."""
     log_store = {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS} if LOGSTORE.path(dest).exists() else {}
     return {**log_store, **s3a_conf(store)}
+
+
+def driver_class_path(dest: Path) -> str:
+    """What joins every driver's launch classpath (``spark.driver.extraClassPath``): sigflow's
+    local file system, when it was built. On it whatever the master, so that all drivers of a
+    machine share one classpath and so one class archive (runtime/class_archive.py)."""
+    path = LOCAL_FS.path(dest)
+    return str(path) if path.exists() else ""
+
+
+def local_fs_conf(dest: Path, master: str) -> dict[str, str]:
+    """file:// through sigflow's local file system when it was built and the driver runs its
+    tasks itself (a ``local`` master): only that JVM's classpath is known to hold it. On the
+    driver's launch classpath, not only ``spark.jars``: spark-submit reads file:// (resolving
+    ``spark.jars`` itself) before it loads those JARs."""
+    if not driver_class_path(dest):
+        return {}
+    launch = {"spark.driver.extraClassPath": str(LOCAL_FS.verified(dest))}
+    return {**launch, **LOCAL_FS_CONF} if master.startswith("local") else launch
 
 
 def require_s3_log_store(delta_root: str, configured_log_store: str | None) -> None:
@@ -203,9 +227,10 @@ def verified_submit_jars(dest: Path) -> str:
     return ",".join(map(str, spark_jar_paths(dest, required=fetched)))
 
 
-def submit_conf(dest: Path, store: ObjectStore) -> dict[str, str]:
-    """Delta's session settings and the object store's, as a spark-submit's ``--conf``."""
-    return {**DELTA_SESSION_CONF, **object_store_conf(dest, store)}
+def submit_conf(dest: Path, store: ObjectStore, master: str) -> dict[str, str]:
+    """Delta's session settings, the object store's and the local file system's, as a
+    spark-submit's ``--conf``."""
+    return {**DELTA_SESSION_CONF, **object_store_conf(dest, store), **local_fs_conf(dest, master)}
 
 
 def spark_jar_paths(dest: Path | None = None, required: tuple[str, ...] = ()) -> list[Path]:

@@ -162,7 +162,8 @@ def jar_conf(settings: Settings) -> dict[str, str]:
     listener = ("openlineage",) if settings.operations.lineage_spark_listener else ()
     paths = classpath.spark_jar_paths(settings.jars_path, required=listener)
     return {"spark.jars": ",".join(str(p) for p in paths), **classpath.DELTA_SESSION_CONF,
-            **classpath.object_store_conf(settings.jars_path, object_store())}
+            **classpath.object_store_conf(settings.jars_path, object_store()),
+            **classpath.local_fs_conf(settings.jars_path, settings.spark.master)}
 
 
 # Spark's default checkpoint writer goes through Hadoop's FileContext, whose rename asks

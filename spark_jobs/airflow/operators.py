@@ -84,7 +84,7 @@ class SigflowSubmitOperator(SparkSubmitOperator):
                                                os.environ.get("JAVA_HOME"))
         return {"spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
                 **classpath.submit_conf(settings.jars_path, object_store(), settings.spark.master),
-                **java_options_conf(settings.spark.java_options, archive)}
+                **java_options_conf(settings.spark.spark_java_options, archive)}
 
     def execute(self, context) -> None:
         from spark_jobs.airflow.hooks import SigflowKafkaHook

@@ -39,6 +39,9 @@ from spark_jobs.config.values import (
 # task that asked for it (measured: "Out of space in CodeCache", docs/streaming-facts.md).
 # 240 MB is what the tiered JIT reserves.
 QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+# A collector named among jvm_options wins: the JVM refuses to start with two.
+GC_OPTIONS = {"parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}
+_NAMES_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 
 from spark_jobs.config.values import ENV_PREFIX
 
@@ -171,6 +174,14 @@ class SparkSettings(_Group):
     # for drivers that run for hours; "quick" (C1 only, QUICK_JIT_OPTIONS) for runs of
     # minutes, such as make run's pipeline, whose JVM spent a third of its CPU in C2.
     jit: Literal["tiered", "quick"] = "tiered"
+    # Which garbage collector Spark's drivers and executors use: "parallel" (collects only
+    # while the application waits) or "g1" (the JVM's default on a server: marks the heap as
+    # the application runs, to keep pauses short). With the state, cached batches and Delta
+    # snapshots a driver holds, G1's marking took a fifth to a quarter of its CPU; with
+    # "parallel" one application carried 5,000 events/s on 2 cores where with G1 it fell
+    # behind (docs/benchmarks.md). Its pauses, about a second at a full collection of a 2 GB
+    # heap, fall inside a batch.
+    gc: Literal["parallel", "g1"] = "parallel"
     # A driver this machine starts maps the class archive `sigflow jars archive` wrote for
     # its Java and pyspark (make install), when there is one: a third less CPU per driver
     # (runtime/class_archive.py). Off: every driver loads its classes from the JARs.
@@ -193,6 +204,17 @@ class SparkSettings(_Group):
     def java_options(self) -> str:
         """The options every JVM sigflow starts gets: the JIT's, then ``jvm_options``."""
         return " ".join(filter(None, (QUICK_JIT_OPTIONS if self.jit == "quick" else "", self.jvm_options)))
+
+    @property
+    def spark_java_options(self) -> str:
+        """Spark's drivers' and executors' options: ``java_options`` with the collector ``gc``
+        names."""
+        return self.java_options_with(GC_OPTIONS[self.gc])
+
+    def java_options_with(self, collector: str) -> str:
+        """``java_options`` with ``collector``'s option, unless ``jvm_options`` names one."""
+        chosen = "" if _NAMES_A_COLLECTOR.search(self.jvm_options) else collector
+        return " ".join(filter(None, (chosen, self.java_options)))
 
     @property
     def on_this_machine(self) -> bool:

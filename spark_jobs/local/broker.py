@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from spark_jobs.config import Settings
+from spark_jobs.config.groups import GC_OPTIONS
 from spark_jobs.errors import BrokerUnavailable, ConfigError, SigflowError
 from spark_jobs.local import broker_tls
 from spark_jobs.local.private_files import write_private
@@ -200,10 +201,11 @@ def jvm_command(settings: Settings, main: str, *args: str, jar_sets: tuple[str, 
     with the kafka-tools set one of Kafka's own tools (ConsumerPerformance)."""
     jvm_classpath = ":".join(str(p) for p in classpath.verified_paths(jar_sets, settings.jars_path))
     return [
-        java_binary(), f"-Xmx{settings.local.broker_heap}", f"-Xms{settings.local.broker_heap}", "-XX:+UseG1GC",
+        java_binary(), f"-Xmx{settings.local.broker_heap}", f"-Xms{settings.local.broker_heap}",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={settings.broker_dir / 'log4j2.properties'}",
-        *settings.spark.java_options.split(), "-cp", jvm_classpath, main, *args,
+        # G1, as Kafka's own scripts start a broker, unless jvm_options names a collector
+        *settings.spark.java_options_with(GC_OPTIONS["g1"]).split(), "-cp", jvm_classpath, main, *args,
     ]
 
 

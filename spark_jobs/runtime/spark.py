@@ -90,7 +90,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.spark.java_options, class_archive.driver_options(
+        .config(map=java_options_conf(settings.spark.spark_java_options, class_archive.driver_options(
             settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME"))))
         .config("spark.driver.memory", settings.spark.driver_memory)
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)

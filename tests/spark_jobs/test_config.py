@@ -143,19 +143,35 @@ def test_settings_are_immutable_and_replace_revalidates():
 def test_the_jit_setting_reaches_the_jvm_with_the_code_cache_c1_alone_needs(jit, stop_level):
     """C1 alone would get a 48 MB code cache, which Spark's work fills within a minute
     (the JVM then stops compiling): the quick JIT keeps the tiered JIT's 240 MB."""
+    flags = _final_flags(load_settings(env={"SIGFLOW_JIT": jit, "SIGFLOW_JVM_OPTIONS": "-Xss4m"}).spark.java_options)
+    assert int(flags["TieredStopAtLevel"]) == stop_level
+    assert int(flags["ReservedCodeCacheSize"]) >= 240 * 1024 * 1024
+    assert int(flags["ThreadStackSize"]) == 4096  # jvm_options come too
+
+
+def _final_flags(java_options: str) -> dict[str, str]:
     import re
     import subprocess
 
     from spark_jobs.runtime.spark import ensure_java
 
     ensure_java()
-    settings = load_settings(env={"SIGFLOW_JIT": jit, "SIGFLOW_JVM_OPTIONS": "-Xss4m"})
-    out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *settings.spark.java_options.split(),
+    out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *java_options.split(),
                           "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True).stdout
-    flags = dict(re.findall(r"^\s*\S+\s+(\w+)\s+=\s+(\S+)", out, re.M))
-    assert int(flags["TieredStopAtLevel"]) == stop_level
-    assert int(flags["ReservedCodeCacheSize"]) >= 240 * 1024 * 1024
-    assert int(flags["ThreadStackSize"]) == 4096  # jvm_options come too
+    return dict(re.findall(r"^\s*\S+\s+(\w+)\s+=\s+(\S+)", out, re.M))
+
+
+@pytest.mark.parametrize("env, collector", [
+    ({}, "UseParallelGC"),
+    ({"SIGFLOW_GC": "g1"}, "UseG1GC"),
+    # the JVM refuses two collectors: the one an operator names in jvm_options is the one used
+    ({"SIGFLOW_JVM_OPTIONS": "-XX:+UseSerialGC"}, "UseSerialGC"),
+    ({"SIGFLOW_GC": "g1", "SIGFLOW_JVM_OPTIONS": "-Xss4m -XX:+UseParallelGC"}, "UseParallelGC"),
+])
+def test_the_gc_setting_chooses_the_collector_a_jvm_starts_with(env, collector):
+    flags = _final_flags(load_settings(env=env).spark.spark_java_options)
+    used = {name for name in ("UseParallelGC", "UseG1GC", "UseSerialGC") if flags[name] == "true"}
+    assert used == {collector}
 
 
 # A value other than the default for every setting a user may have set by its flat name,
@@ -183,7 +199,7 @@ FLAT_SAMPLES = {
     "lineage_spark_listener": ("true", True),
     "spark_master": ("spark://m:7077", "spark://m:7077"), "spark_auth_secret_file": ("/run/s", "/run/s"),
     "spark_executor_memory": ("4g", "4g"), "spark_driver_memory": ("3g", "3g"), "jvm_options": ("-Xss4m", "-Xss4m"),
-    "jit": ("quick", "quick"), "class_data_sharing": ("false", False), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
+    "jit": ("quick", "quick"), "gc": ("g1", "g1"), "class_data_sharing": ("false", False), "shuffle_partitions": ("8", 8), "records_per_write_task": ("1000", 1000),
     "spark_ui": ("true", True), "spark_ui_port": ("4050", 4050), "spark_log_level": ("WARN", "WARN"),
     "lease_ttl": ("5 minutes", 300), "restart_approvers": ("alice,bob", "alice,bob"),
     "restart_self_approval": ("true", True), "kafka_accept_producer_time": ("true", True), "signal_min": ("-5", -5.0),

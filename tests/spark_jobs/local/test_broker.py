@@ -73,3 +73,20 @@ def test_end_offsets_count_every_record_and_a_consumer_group_resumes_where_it_co
     second.close()
     positions = [(m.partition(), m.offset()) for m in seen + rest]
     assert len(rest) == sent - 500 and len(set(positions)) == sent  # resumed: nothing twice, nothing missed
+
+
+@pytest.mark.parametrize("jvm_options, collector", [("", "G1"), ("-XX:+UseSerialGC", "Serial")])
+def test_the_brokers_jvm_starts_with_one_collector_the_operators_when_jvm_options_names_one(tmp_path, jvm_options,
+                                                                                            collector):
+    """The JVM refuses two collectors ("Multiple garbage collectors selected"): a collector in
+    jvm_options replaces the broker's G1 rather than joining it."""
+    from spark_jobs.runtime.spark import ensure_java
+
+    ensure_java()
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "jvm_options": jvm_options})
+    s.broker_dir.mkdir(parents=True, exist_ok=True)
+    (s.broker_dir / "log4j2.properties").write_text("rootLogger.level = error\n")
+    command = broker.jvm_command(s, broker.STORAGE_TOOL, "random-uuid")
+    ran = subprocess.run([command[0], "-Xlog:gc:stdout", *command[1:]], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr + ran.stdout
+    assert f"Using {collector}" in ran.stdout

@@ -178,9 +178,9 @@ class SparkSettings(_Group):
     # while the application waits) or "g1" (the JVM's default on a server: marks the heap as
     # the application runs, to keep pauses short). With the state, cached batches and Delta
     # snapshots a driver holds, G1's marking took a fifth to a quarter of its CPU; with
-    # "parallel" one application carried 5,000 events/s on 2 cores where with G1 it fell
-    # behind (docs/benchmarks.md). Its pauses, about a second at a full collection of a 2 GB
-    # heap, fall inside a batch.
+    # "parallel" one application carried 5,000 events/s on 2 cores in both runs, with G1 in one
+    # of two, for an eighth more CPU (docs/benchmarks.md). Its pauses, about a second at a full
+    # collection of a 2 GB heap, fall inside a batch.
     gc: Literal["parallel", "g1"] = "parallel"
     # A driver this machine starts maps the class archive `sigflow jars archive` wrote for
     # its Java and pyspark (make install), when there is one: a third less CPU per driver

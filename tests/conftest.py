@@ -13,10 +13,12 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
+import pytest_timeout
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.local import broker as embedded
@@ -34,6 +36,31 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # the brokers) may take: past it, every thread's stack is printed and the process exits, so a
 # stuck teardown shows where it stuck instead of holding the suite until CI's limit.
 SESSION_END_S = 300
+
+
+# pytest-timeout's alarm is a SIGALRM timer, which Airflow's DAG import takes over and
+# cancels (dag_processing/importers/python_importer.py): a test that parses the DAGs in its
+# own process runs without a limit from then on. pytest-timeout's other method, a thread
+# that no signal handler can cancel, ends such a test's process past its limit + a grace (a
+# minute, or the limit if shorter), printing every thread's stack; xdist reports the test
+# as crashed, names it, and goes on with a new worker.
+WATCHDOG_GRACE_S = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    settings = pytest_timeout._get_item_settings(item)
+    watchdog = None
+    if settings.timeout:
+        watchdog = threading.Timer(settings.timeout + min(WATCHDOG_GRACE_S, settings.timeout),
+                                   pytest_timeout.timeout_timer, (item, settings))
+        watchdog.daemon = True
+        watchdog.start()
+    try:
+        yield
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
 
 
 @pytest.hookimpl(tryfirst=True)

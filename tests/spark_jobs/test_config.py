@@ -157,7 +157,8 @@ def _final_flags(java_options: str) -> dict[str, str]:
 
     ensure_java()
     out = subprocess.run([str(Path(os.environ["JAVA_HOME"], "bin", "java")), *java_options.split(),
-                          "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True).stdout
+                          "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
     return dict(re.findall(r"^\s*\S+\s+(\w+)\s+=\s+(\S+)", out, re.M))
 
 

@@ -150,12 +150,15 @@ def register(sub) -> None:
     p = sub.add_parser("simulate", help="device events with every kind of defect: a fleet at --rate by the "
                                         "wall clock, or --events N at once (seeded, for tests)")
     p.add_argument("--events", type=int, default=0,
-                   help="this many, as fast as possible, event times 1 s apart ending now (reproducible)")
+                   help="this many, as fast as possible, event times 1 s apart ending now (reproducible: "
+                        "the same ids every time)")
     p.add_argument("--rate", type=float, default=200.0,
                    help="without --events: the fleet's events per second, each stamped with the clock")
     p.add_argument("--duration", type=float, help="without --events: seconds to send (default: until Ctrl-C)")
     p.add_argument("--devices", type=int, default=20)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7,
+                   help="fixes the devices' rates and the defects; a fleet's event and alert ids carry its "
+                        "run's start, so a fleet simulated again sends ids of its own")
     p.add_argument("--late", type=float, default=0.02)
     p.add_argument("--out-of-order", type=float, default=0.05)
     p.add_argument("--duplicates", type=float, default=0.03)

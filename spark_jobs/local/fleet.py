@@ -7,6 +7,11 @@ the seeded stream (``simulate.generate_events``) are mixed in at the same ratios
 30 to 60 minutes behind the clock, out-of-order ones up to 2 minutes behind, re-sent events,
 malformed records. Alerts are interleaved with the events, one per ``alert_every`` valid
 events, at that event's time (a share of them from silent devices, some malformed).
+
+The seed fixes the fleet (its devices' rates, the order they send in, the defects); each
+run's event and alert ids carry the run's start, so a fleet simulated again goes on with
+ids of its own instead of re-sending the last run's (which dedup and the alert join would
+drop as duplicates within the watermark).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def traffic(fleet: Fleet, clock: Callable[[], float] = time.time) -> Iterator[tu
     when asked for: its event time is ``clock()`` then, moved by its defect
     (``simulate.Defects``)."""
     rng = random.Random(fleet.seed)
+    run = f"{fleet.seed}-{int(clock() * 1000):x}"
     names = [f"device-{n:05d}" for n in range(fleet.devices)]
     chosen_by = list(itertools.accumulate(fleet.device_rates()))  # a bisect per event, not a sum
     defects = Defects(fleet.late_ratio, fleet.out_of_order_ratio, fleet.duplicate_ratio, fleet.malformed_ratio)
@@ -56,7 +62,7 @@ def traffic(fleet: Fleet, clock: Callable[[], float] = time.time) -> Iterator[tu
     valid = 0
     for n in itertools.count():
         device = rng.choices(names, cum_weights=chosen_by)[0]
-        record = defects.record(rng, n, fleet.seed, device, int(clock() * 1000), sent)
+        record = defects.record(rng, n, run, device, int(clock() * 1000), sent)
         sent.append(record)
         if len(sent) > 2 * RECENT:  # only the last RECENT can be re-sent
             del sent[:-RECENT]
@@ -64,13 +70,13 @@ def traffic(fleet: Fleet, clock: Callable[[], float] = time.time) -> Iterator[tu
         if record.kind == "event":
             valid += 1
             if valid % fleet.alert_every == 0:
-                yield ALERT, _alert(fleet, rng, device, json.loads(record.value)["event_time"], valid)
+                yield ALERT, _alert(fleet, rng, run, device, json.loads(record.value)["event_time"], valid)
 
 
-def _alert(fleet: Fleet, rng: random.Random, device: str, at: str, n: int) -> SimRecord:
+def _alert(fleet: Fleet, rng: random.Random, run: str, device: str, at: str, n: int) -> SimRecord:
     silent = rng.random() < fleet.silent_ratio
     device = f"silent-{rng.randrange(5):02d}" if silent else device
-    body = {"alert_id": f"alert-{fleet.seed}-{n}", "device_id": device, "alert_time": at,
+    body = {"alert_id": f"alert-{run}-{n}", "device_id": device, "alert_time": at,
             "severity": rng.choice(["critical", "warning", "info"]), "kind": "threshold"}
     kind = "silent_alert" if silent else "alert"
     if rng.random() < fleet.bad_alert_ratio:

@@ -76,11 +76,11 @@ class Defects:
     duplicate_ratio: float = 0.03
     malformed_ratio: float = 0.03
 
-    def record(self, rng: random.Random, n: int, seed: int, device: str, t_ms: int,
+    def record(self, rng: random.Random, n: int, stream: str, device: str, t_ms: int,
                sent: list[SimRecord]) -> SimRecord:
         """Record ``n`` of a stream, sent at ``t_ms`` after ``sent``: malformed, a re-send of
         one of the last RECENT events, or an event on time, late (30 to 60 minutes behind) or
-        out of order (up to 2 minutes behind)."""
+        out of order (up to 2 minutes behind). Its event_id is ``evt-{stream}-{n}``."""
         roll = rng.random()
         if roll < self.malformed_ratio:
             kind = rng.choice(MALFORMED_KINDS)
@@ -97,7 +97,7 @@ class Defects:
         elif roll < self.late_ratio + self.out_of_order_ratio:
             kind, t_ms = "out_of_order", t_ms - rng.randint(1, 120) * 1000
         signal = round(rng.gauss(50, 15), 3)
-        return SimRecord(device.encode(), event_payload(f"evt-{seed}-{n}", device, t_ms, signal, firmware="1.4.2"),
+        return SimRecord(device.encode(), event_payload(f"evt-{stream}-{n}", device, t_ms, signal, firmware="1.4.2"),
                          kind)
 
 
@@ -123,7 +123,7 @@ def generate_events(
     sent: list[SimRecord] = []
     for n in range(count):
         device = f"device-{rng.randrange(devices):04d}"
-        sent.append(defects.record(rng, n, seed, device, start_ms + n * spacing_ms, sent))
+        sent.append(defects.record(rng, n, str(seed), device, start_ms + n * spacing_ms, sent))
     return sent
 
 

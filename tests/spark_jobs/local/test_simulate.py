@@ -105,6 +105,29 @@ def test_a_fleets_events_carry_the_clock_when_made_and_its_alerts_come_among_the
     assert abs(len(alert_at) - kinds["event"] / 50) <= 1
 
 
+def test_a_fleet_simulated_again_sends_ids_of_its_own_and_re_sends_only_within_a_run():
+    """A device never reuses an id: the second run of the same fleet (same seed) a minute
+    later is not the first run's records again, which dedup and the alert join would drop
+    as duplicates. Re-sent records are the run's own, id and body."""
+    from itertools import islice
+
+    from spark_jobs.local.fleet import ALERT, Fleet, traffic
+
+    fleet = Fleet(1000, devices=50, seed=7)
+
+    def ids(start_s: float) -> tuple[Counter, set]:
+        records = [(to, json.loads(r.value)) for to, r in islice(traffic(fleet, _Clock(start_s)), 5_000)
+                   if r.kind in ("event", "late", "out_of_order", "duplicate", "alert", "silent_alert")]
+        events = Counter(body["event_id"] for to, body in records if to != ALERT)
+        return events, {body["alert_id"] for to, body in records if to == ALERT}
+
+    first_events, first_alerts = ids(1_800_000_000.0)
+    second_events, second_alerts = ids(1_800_000_060.0)
+    assert first_events and first_alerts
+    assert not set(first_events) & set(second_events) and not first_alerts & second_alerts
+    assert sum(n - 1 for n in first_events.values()) > 0  # its re-sends carry its own ids
+
+
 def test_a_fleets_devices_send_at_rates_of_their_own_that_add_up_to_its_rate():
     from spark_jobs.local.fleet import Fleet
 

@@ -204,35 +204,37 @@ def settings(tmp_path, embedded_broker) -> Settings:
 # The other files that take minutes, longest first (measured: docs/testing.md, "Where the
 # suite's time goes"). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.
-LONG_FILES = (  # seconds of test time each in a clean-clone run of 541 tests
-    "tests/spark_jobs/ops/restart/test_recover_from_raw.py",  # 339
-    "tests/spark_jobs/ops/test_reconcile.py",  # 255
-    "tests/spark_jobs/ops/restart/test_restart.py",  # 242
-    "tests/spark_jobs/ops/test_sql_endpoint.py",  # 233
-    "tests/spark_jobs/runtime/test_runner.py",  # 193
-    "tests/spark_jobs/local/test_airflow_local.py",  # 166
-    "tests/dags/test_sigflow_restart.py",  # 157
-    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # 143
-    "tests/dags/test_sigflow_deploy.py",  # 140
-    "tests/test_runbooks.py",  # 123
-    "tests/spark_jobs/runtime/test_pipeline.py",  # 119
-    "tests/spark_jobs/test_cli.py",  # 106
-    "tests/spark_jobs/runtime/test_metrics.py",  # 103
-    "tests/spark_jobs/ops/test_table_status.py",  # 102
-    "tests/spark_jobs/runtime/checkpoint/test_lease.py",  # 98
-    "tests/spark_jobs/jobs/test_alert_join.py",  # 96
-    "tests/spark_jobs/jobs/test_ingest.py",  # 91
-    "tests/spark_jobs/local/test_broker_security.py",  # 83
-    "tests/spark_jobs/jobs/test_windowed_averages.py",  # 81
-    "tests/dags/test_sigflow_streaming.py",  # 80
-    "tests/spark_jobs/runtime/kafka/test_failover.py",  # 75
-    "tests/spark_jobs/ops/test_quality.py",  # 73
-    "tests/spark_jobs/jobs/test_dedup.py",  # 72
-    "tests/spark_jobs/jobs/test_device_status.py",  # 71
-    "tests/spark_jobs/jobs/test_sessions.py",  # 68
-    "tests/spark_jobs/contracts/test_contract_fuzz.py",  # 66
-    "tests/spark_jobs/contracts/test_flat_records.py",  # 63
-    "tests/spark_jobs/runtime/delta/test_sink.py",  # 61
+LONG_FILES = (  # seconds of test time each in a clean-clone run of 543 tests
+    "tests/spark_jobs/ops/test_reconcile.py",  # 242
+    "tests/spark_jobs/runtime/test_runner.py",  # 175
+    "tests/spark_jobs/ops/restart/test_recover_from_raw.py",  # 171
+    "tests/dags/test_sigflow_deploy.py",  # 162
+    "tests/spark_jobs/ops/test_sql_endpoint.py",  # 144
+    "tests/spark_jobs/ops/restart/test_restart.py",  # 134
+    "tests/spark_jobs/local/test_airflow_local.py",  # 125
+    "tests/spark_jobs/runtime/test_pipeline.py",  # 98
+    "tests/spark_jobs/ops/test_reconcile_alerts.py",  # 94
+    "tests/dags/test_sigflow_restart.py",  # 91
+    "tests/spark_jobs/runtime/kafka/test_failover.py",  # 86
+    "tests/test_runbooks.py",  # 74
+    "tests/spark_jobs/test_cli.py",  # 74
+    "tests/spark_jobs/jobs/test_windowed_averages.py",  # 62
+    "tests/spark_jobs/runtime/checkpoint/test_lease.py",  # 61
+    "tests/spark_jobs/runtime/test_metrics.py",  # 59
+    "tests/spark_jobs/jobs/test_ingest.py",  # 54
+    "tests/spark_jobs/local/test_broker_security.py",  # 54
+    "tests/spark_jobs/jobs/test_alert_join.py",  # 53
+    "tests/spark_jobs/contracts/test_contract_fuzz.py",  # 44
+    "tests/spark_jobs/jobs/test_device_status.py",  # 41
+    "tests/spark_jobs/jobs/test_sessions.py",  # 38
+    "tests/spark_jobs/contracts/test_flat_records.py",  # 38
+    "tests/spark_jobs/ops/test_quality.py",  # 37
+    "tests/spark_jobs/ops/test_table_status.py",  # 36
+    "tests/spark_jobs/contracts/test_json_schema.py",  # 35
+    "tests/dags/test_sigflow_streaming.py",  # 34
+    "tests/spark_jobs/test_cli_signals.py",  # 33
+    "tests/spark_jobs/jobs/test_dedup.py",  # 31
+    "tests/spark_jobs/ops/test_consumer_reads.py",  # 30
 )
 
 

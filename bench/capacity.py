@@ -281,7 +281,8 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
     settings = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
     jit = args.jit or SHAPE_JIT[shape]
     env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": jit, "SIGFLOW_TRIGGER_INTERVAL": args.trigger,
-                             "SIGFLOW_JVM_OPTIONS": args.jvm_options})
+                             "SIGFLOW_JVM_OPTIONS": args.jvm_options,
+                             **({"SIGFLOW_SPARK_DRIVER_MEMORY": args.driver_memory} if args.driver_memory else {})})
     env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
     env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
     steps: list[Step] = []
@@ -377,11 +378,13 @@ def main(argv=None) -> int:
     parser.add_argument("--jit", choices=["tiered", "quick"],
                         help="the drivers' JIT (the jit setting); by default each shape's own, SHAPE_JIT")
     parser.add_argument("--jvm-options", default="", help="the drivers' extra Java options (the jvm_options setting)")
+    parser.add_argument("--driver-memory", help="the drivers' heap (the spark_driver_memory setting); its default if not given")
     parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
     parser.add_argument("--json", type=Path, help="write every step's figures here too")
     args = parser.parse_args(argv)
     # the settings the options make, checked before any process starts
-    trigger_s = load_settings(env={}, overrides={"trigger_interval": args.trigger, "jvm_options": args.jvm_options}
+    trigger_s = load_settings(env={}, overrides={"trigger_interval": args.trigger, "jvm_options": args.jvm_options,
+                                                 **({"spark_driver_memory": args.driver_memory} if args.driver_memory else {})}
                               ).streaming.trigger_interval.seconds
 
     goals: list[Target] = []

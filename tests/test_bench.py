@@ -110,9 +110,13 @@ def test_the_contract_section_times_each_parse_beside_from_json(spark, settings,
     assert [name for name, _ in lines] == list(measured) and lines[0][1] == "1.00", out
 
 
-def test_the_capacity_section_refuses_options_the_settings_refuse_before_starting_a_process(tmp_path, monkeypatch):
-    """Spark properties given as Java options (-Dspark.*) are refused by the settings: the
-    bench says so before it starts a broker, and leaves none running."""
+@pytest.mark.parametrize(("option", "setting"), [("--jvm-options=-Dspark.sql.shuffle.partitions=4", "jvm_options"),
+                                                 ("--driver-memory=lots", "spark_driver_memory")])
+def test_the_capacity_section_refuses_options_the_settings_refuse_before_starting_a_process(
+        option, setting, tmp_path, monkeypatch):
+    """Spark properties given as Java options (-Dspark.*) and a heap Java cannot read are
+    refused by the settings: the bench says so before it starts a broker, and leaves none
+    running."""
     import tempfile
 
     import psutil
@@ -121,8 +125,8 @@ def test_the_capacity_section_refuses_options_the_settings_refuse_before_startin
     from spark_jobs.errors import ConfigError
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where each shape's data directory goes
-    with pytest.raises(ConfigError, match="jvm_options"):
-        capacity.main(["--shapes", "one", "--rates", "100", "--jvm-options=-Dspark.sql.shuffle.partitions=4"])
+    with pytest.raises(ConfigError, match=setting):
+        capacity.main(["--shapes", "one", "--rates", "100", option])
     left = [process.pid for process in psutil.process_iter(["cmdline"])
             if any(str(tmp_path) in part for part in process.info["cmdline"] or ())]
     assert left == [] and list(tmp_path.iterdir()) == []

@@ -118,13 +118,9 @@ class Deployment:
         forked from once per worker."""
         return sum(pss_mb(process.pid) for process in self.processes.values())
 
-    def cpu_parts(self) -> dict[str, float]:
-        """CPU seconds of every process of the pipeline by part (``cpu_parts``)."""
-        summed = {"jvm": 0.0, "jit": 0.0, "python": 0.0}
-        for process in self.processes.values():
-            for part, seconds in cpu_parts(process.pid).items():
-                summed[part] += seconds
-        return summed
+    def cpu_meter(self) -> CpuMeter:
+        """A meter of every process of the pipeline's CPU from now on, by part (``cpu_parts``)."""
+        return CpuMeter([process.pid for process in self.processes.values()])
 
     def lag(self) -> dict[str, int]:
         from spark_jobs.ops.status import job_status
@@ -178,21 +174,16 @@ def _cpu(process: psutil.Process) -> float:
 JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
 
 
-def cpu_parts(pid: int) -> dict[str, float]:
-    """CPU seconds of the processes under ``pid`` (alive now) by part: its JVMs, of that
-    their JIT compilers, and its Pythons (the CLI's and Spark's Python workers). The JIT's is
-    read from each thread's name and CPU times in /proc: a profiler attaching to the JVM would
-    change it (starting a Flight Recording sent a warm driver's compilers back to work for
-    minutes)."""
-    parts = {"jvm": 0.0, "jit": 0.0, "python": 0.0}
-    for process in _family(pid):
-        try:
-            is_jvm = process.name() == "java"
-            threads = process.threads() if is_jvm else []
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        parts["jvm" if is_jvm else "python"] += _cpu(process)
-        for thread in threads:
+def cpu_parts(process: psutil.Process) -> dict[str, float]:
+    """A process's CPU seconds by part: a JVM's, of that its JIT compilers', or a Python's
+    (the CLI's and Spark's Python workers). The JIT's is read from each thread's name and CPU
+    times in /proc: a profiler attaching to the JVM would change it (starting a Flight
+    Recording sent a warm driver's compilers back to work for minutes)."""
+    is_jvm = process.name() == "java"
+    parts = {"jvm" if is_jvm else "python": _cpu(process)}
+    if is_jvm:
+        parts["jit"] = 0.0
+        for thread in process.threads():
             try:
                 name = Path(f"/proc/{process.pid}/task/{thread.id}/comm").read_text().strip()
             except OSError:
@@ -200,6 +191,40 @@ def cpu_parts(pid: int) -> dict[str, float]:
             if name.startswith(JIT_THREAD_NAMES):
                 parts["jit"] += thread.user_time + thread.system_time
     return parts
+
+
+class CpuMeter:
+    """What the processes under some pids spend from the meter's start, by part
+    (``cpu_parts``). Each process is read whenever the meter samples and keeps its last
+    reading once it has exited: Spark ends a Python worker idle for a minute and forks
+    another, and a sum of the living alone fell when one ended, below zero over a step."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.first = self._read()
+        self.last = dict(self.first)
+
+    def _read(self) -> dict[tuple[int, float], dict[str, float]]:
+        readings = {}
+        for pid in self.pids:
+            for process in _family(pid):
+                try:
+                    readings[(process.pid, process.create_time())] = cpu_parts(process)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+        return readings
+
+    def sample(self) -> None:
+        self.last.update(self._read())
+
+    def spent(self) -> dict[str, float]:
+        """CPU seconds by part since the start, up to the last sample."""
+        spent = {"jvm": 0.0, "jit": 0.0, "python": 0.0}
+        for process, reading in self.last.items():
+            before = self.first.get(process, {})
+            for part, seconds in reading.items():
+                spent[part] += seconds - before.get(part, 0.0)
+        return spent
 
 
 def events_sent(settings: Settings) -> int:
@@ -216,7 +241,7 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
     the wait for every job's lag to be gone (up to six triggers or two minutes)."""
     step = Step(rate, devices, time.time())
     before = events_sent(deployment.settings)
-    parts_before, broker_before = deployment.cpu_parts(), cpu_seconds(deployment.broker_pid)
+    meter, broker_before = deployment.cpu_meter(), cpu_seconds(deployment.broker_pid)
     step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
@@ -228,6 +253,7 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
             if simulator.poll() is None:  # its last figure before it exits
                 step.cpu_s["simulator"] = cpu_seconds(simulator.pid)
             deployment.check_alive()
+            meter.sample()
             lag = deployment.lag()
             step.peak_mb = max(step.peak_mb, deployment.memory_mb())
             step.peak_lag = {job: max(step.peak_lag.get(job, 0), behind) for job, behind in lag.items()}
@@ -244,7 +270,8 @@ def offer(deployment: Deployment, rate: float, devices: int, seconds: float, tri
             step.drained_s = time.time() - step.stopped
             break
         time.sleep(1.0)
-    step.pipeline_cpu_s = {part: seconds - parts_before[part] for part, seconds in deployment.cpu_parts().items()}
+    meter.sample()
+    step.pipeline_cpu_s = meter.spent()
     step.cpu_s.update({"pipeline": step.pipeline_cpu_s["jvm"] + step.pipeline_cpu_s["python"],
                        "broker": cpu_seconds(deployment.broker_pid) - broker_before})
     return step

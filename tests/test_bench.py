@@ -199,3 +199,29 @@ def test_the_recompute_section_rebuilds_from_kafka_and_from_raw_and_rewinds_past
     # Kafka's records deleted, the last batch that read some is re-run from raw alone
     rewound = re.search(r"a rewind re-runs its last batches from raw: ([\d,]+) records", out)
     assert rewound and int(rewound[1].replace(",", "")) >= 500, out
+
+
+def test_the_capacity_sections_cpu_meter_keeps_what_an_exited_worker_spent():
+    """Spark ends idle Python workers and forks new ones mid-step: what one spent before it
+    exited still counts, and no part of the pipeline's CPU goes below zero."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.capacity import CpuMeter
+
+    burn_then_exit = ("import time; end = time.process_time() + 0.6\n"
+                      "while time.process_time() < end: pass\n"
+                      "time.sleep(1.0)")
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn_then_exit!r}]);"
+                               " time.sleep(1.0)"])
+    try:
+        meter = CpuMeter([parent.pid])
+        while parent.poll() is None:
+            meter.sample()
+            time.sleep(0.1)
+    finally:
+        parent.kill()
+    spent = meter.spent()
+    assert spent["python"] >= 0.6 and min(spent.values()) >= 0.0, spent

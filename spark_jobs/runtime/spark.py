@@ -183,6 +183,11 @@ def configure_session(spark: SparkSession, settings: Settings) -> None:
     conf.set("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
     conf.set("spark.sql.streaming.metricsEnabled", "true")  # each query's metrics (PROMETHEUS_CONF)
     conf.set("spark.sql.streaming.multipleWatermarkPolicy", settings.streaming.multiple_watermark_policy)
+    # Each state store keeps this many committed versions of its map in the heap (Spark's
+    # default two), beside the one a batch builds; the next batch needs only the last. With
+    # five jobs each keeping the events' ids, the one application's old generation filled
+    # at 5,000 events/s and full collections took a third of a step (docs/benchmarks.md).
+    conf.set("spark.sql.streaming.maxBatchesToRetainInMemory", "1")
     # Delta rebuilds a table's state (and writes its checkpoint every 10 commits) in this
     # many tasks; its default of 50 made a checkpoint of a small table take 6-15 s on 2 cores
     # (docs/streaming-facts.md).

@@ -41,6 +41,10 @@ from spark_jobs.config.values import (
 QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 # A collector named among jvm_options wins: the JVM refuses to start with two.
 GC_OPTIONS = {"parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}
+# The driver's heap by default: one job's application, and sigflow pipeline's, which holds
+# every job's state in one heap
+ONE_JOB_HEAP = "2g"
+ONE_APPLICATION_HEAP = "2560m"
 _NAMES_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 
 from spark_jobs.config.values import ENV_PREFIX
@@ -165,8 +169,9 @@ class SparkSettings(_Group):
     auth_secret_file: str = _flat("", "spark_auth_secret_file")
     executor_memory: JvmMemory = _flat("1g", "spark_executor_memory")  # per executor, on a cluster
     # JVM heap of the driver Spark starts for a sigflow command (under spark-submit its
-    # --driver-memory wins); in local mode the executors' tasks run in it too.
-    driver_memory: JvmMemory = _flat("2g", "spark_driver_memory")
+    # --driver-memory wins); in local mode the executors' tasks run in it too. Empty: by the
+    # application's shape (driver_heap).
+    driver_memory: JvmMemory | Literal[""] = _flat("", "spark_driver_memory")
     # Extra options for every JVM sigflow starts on this machine: Spark's driver and
     # executors, the embedded broker, the local cluster's daemons.
     jvm_options: JavaOptions = ""
@@ -227,6 +232,12 @@ class SparkSettings(_Group):
         holds a task slot per Kafka partition for as long as it runs)."""
         threads = re.fullmatch(r"local\[(\d+)\]", self.master)
         return f"local[{slots}]" if threads and int(threads.group(1)) < slots else self.master
+
+    def driver_heap(self, one_application: bool = False) -> str:
+        """The driver's heap: ``driver_memory``, or by default ONE_JOB_HEAP for one job's
+        application and ONE_APPLICATION_HEAP for ``sigflow pipeline``'s, which holds every
+        job's state (a 2 GB heap filled with it at 5,000 events/s: docs/benchmarks.md)."""
+        return self.driver_memory or (ONE_APPLICATION_HEAP if one_application else ONE_JOB_HEAP)
 
 
 LEASE_TTL_FLOOR_S = 5.0

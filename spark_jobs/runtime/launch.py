@@ -49,7 +49,7 @@ def run_pipeline(
     even when another fails; the first failure (in the jobs' order) is raised then. Ctrl-C
     or SIGTERM stops every query after its batch in flight and is raised once they have."""
     names = job_names or list(JOBS)
-    spark = get_spark(settings, "sigflow-pipeline")
+    spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)  # once, before the threads: each would otherwise register its own listener
     interrupted = threading.Event()
 
@@ -98,7 +98,7 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
     for name in names:
         get_job(name)  # a micro-batch job, or refused here in one line
     stop = stop or stop_on_signals()
-    spark = get_spark(settings, "sigflow-pipeline")
+    spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)
     summaries: dict[str, list[RunSummary]] = {name: [] for name in names}
     failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)

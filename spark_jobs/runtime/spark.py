@@ -67,7 +67,7 @@ FAIR_SCHEDULER_POOLS = Path(__file__).with_name("fair_scheduler.xml")
 
 
 def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0,
-              conf: Mapping[str, str] | None = None) -> SparkSession:
+              conf: Mapping[str, str] | None = None, one_application: bool = False) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
     A session already running (a test fixture, spark-submit) is reused; its master and
@@ -92,7 +92,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config("spark.ui.showConsoleProgress", "false")
         .config(map=java_options_conf(settings.spark.spark_java_options, class_archive.driver_options(
             settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME"))))
-        .config("spark.driver.memory", settings.spark.driver_memory)
+        .config("spark.driver.memory", settings.spark.driver_heap(one_application))
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")

@@ -86,7 +86,7 @@ class Supervisor:
             raise self._failure(query, exc) from None
         except (Py4JNetworkError, ConnectionRefusedError):  # py4j finds no JVM to talk to
             jvm_alive = False
-            raise jvm_died(self.job, self.settings) from None
+            raise jvm_died(self.job, self.settings, self.lease.shared) from None
         finally:
             if jvm_alive:  # a dead driver JVM has no query left to stop
                 query.stop()
@@ -95,7 +95,7 @@ class Supervisor:
 
     def _failure(self, query, exc: Exception) -> Exception:
         if "OutOfMemoryError" in str(exc):
-            return jvm_died(self.job, self.settings)
+            return jvm_died(self.job, self.settings, self.lease.shared)
         text = str(exc)
         if kafka_admin.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
             return explain(self.job, exc)
@@ -162,14 +162,14 @@ class _Stopped(Exception):
     """A stop was asked for while waiting for Kafka."""
 
 
-def jvm_died(job: str, settings: Settings) -> DriverDied:
+def jvm_died(job: str, settings: Settings, one_application: bool = False) -> DriverDied:
     """The driver JVM died in a batch. Measured cause: a batch too big for its heap (the
     JVM exits on OutOfMemoryError, and py4j then finds no one answering). The batch keeps
     the offsets it was planned with, so only more memory gets it through."""
     limit = settings.kafka.max_offsets_per_trigger or "no limit"
     return DriverDied(
         f"job {job} stopped: the Spark driver died during a batch, most likely out of memory "
-        f"(max_offsets_per_trigger {limit}, spark_driver_memory {settings.spark.driver_memory})",
+        f"(max_offsets_per_trigger {limit}, spark_driver_memory {settings.spark.driver_heap(one_application)})",
         "raise SIGFLOW_SPARK_DRIVER_MEMORY and rerun: the job redoes the batch from its checkpoint "
         "with the offsets it was planned with, exactly once; lower SIGFLOW_MAX_OFFSETS_PER_TRIGGER "
         "to keep later batches smaller (docs/runbooks/job-crashed.md)",

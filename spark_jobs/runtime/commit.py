@@ -16,10 +16,10 @@
    application transaction (txnAppId = app id, txnVersion = N), so Delta itself refuses a
    second copy; a new batch skips that lookup, which rebuilds the table's state on every
    append (``sink.DeltaSink.append``). A table without rows gets no commit.
-5. **Late events.** Beside step 4's appends, once the batch's plan has run, and only when
-   the job's stateful operators dropped rows as late (Spark's own count): the batch's range
-   read again from where the query reads (Kafka, or device_events_raw in a replay) and the
-   job's lateness rule applied, the rows appended to late_events as in step 4.
+5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
+   own count): the batch's range read again from where the query reads (Kafka, or
+   device_events_raw in a replay) and the job's lateness rule applied, the rows appended to
+   late_events as in step 4.
 6. **Metrics row.** The batch's pipeline_metrics row (``MetricsRecorder``), appended under
    its own application transaction: its presence says every table of the batch was written.
 7. **Spark's commit.** Returning lets Spark write ``commits/N``. A crash anywhere before it
@@ -122,10 +122,15 @@ class BatchCommit:
                 # the batch's plan must run: stateful operators commit their state for the
                 # batch only then, and Spark counts the batch's input from it
                 batch_df.count()
-            # 4. appends, and 5. late events beside them
-            deferred = {LATE_EVENTS.name: partial(self._late_rows, batch_df, context, offsets, previous)
-                        } if self.job.late_rule else {}
-            written = self._write_tables(outputs, deferred, batch_id, info, write_tasks)
+            # 4. appends
+            job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
+            written = self._write_tables(outputs, set(), job_tables, batch_id, info, write_tasks)
+            # 5. late events
+            if self.job.late_rule:
+                no_input = offsets is not None and _read_nothing(offsets, previous)
+                late = {} if no_input or not self._dropped_late() else {
+                    LATE_EVENTS.name: self.late_events(context, previous)}
+                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, info, write_tasks)
             failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
             for frame in context.cached:
@@ -191,14 +196,13 @@ class BatchCommit:
         dropped = metrics.rows_dropped_by_watermark(self.spark, metrics.query_name(self.job.name))
         return dropped is None or dropped > 0
 
-    def _write_tables(self, outputs: dict[str, DataFrame], deferred: dict[str, Callable[[], DataFrame | None]],
-                      batch_id: int, info: CommitInfo, write_tasks: int | None) -> dict[str, int | None]:
-        """Append the rows of each of the job's tables at once (``concurrent_writes``), each in
+    def _write_tables(self, outputs: dict[str, DataFrame], with_rows: set[str], tables, batch_id: int,
+                      info: CommitInfo, write_tasks: int | None) -> dict[str, int | None]:
+        """Append the rows of each of ``tables`` at once (``concurrent_writes``), each in
         ``write_tasks`` tasks when known: rows written per table, None where the batch was
-        already committed. A ``deferred`` table's rows are found in its own write's thread,
-        None or rows known to be there.
+        already committed.
 
-        Only a table with rows gets a commit: a deferred one's are known, the
+        Only a table with rows gets a commit: ``with_rows`` are known to have some, the
         others are asked (a one-row read of the batch's cached rows, measured
         docs/streaming-facts.md). A table without rows gets none, neither a Spark append (a
         write job and a transaction that commit nothing) nor a delta-rs empty commit (after
@@ -208,15 +212,14 @@ class BatchCommit:
         replay_possible = batch_id <= self.replayable_upto
 
         def write(spec: TableSpec) -> int | None:
-            found = deferred[spec.name]() if spec.name in deferred else outputs.get(spec.name)
-            frame, rows = _with_kept_names(found, spec), None
+            frame, rows = _with_kept_names(outputs.get(spec.name), spec), None
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
             if frame is not None and spec.merge_key:
                 # its few rows are collected anyway: no emptiness check first (a Spark job of its
                 # own), and a merge of none commits nothing
                 rows = self.sink.merge(frame, spec, info)
             else:
-                any_rows = frame is not None and (spec.name in deferred or has_rows(frame))
+                any_rows = frame is not None and (spec.name in with_rows or has_rows(frame))
                 if any_rows:
                     frame = _stamped(frame, spec, info)
                     if write_tasks:
@@ -230,20 +233,7 @@ class BatchCommit:
                 failpoints.hit("between_tables", batch_id, self.job.name)
             return rows
 
-        tables = [spec for spec in self.tables if spec is not LATE_EVENTS or spec.name in deferred]
         return concurrent_writes.run_all(self.spark, {spec.name: partial(write, spec) for spec in tables})
-
-    def _late_rows(self, batch_df: DataFrame, batch: BatchContext, offsets, previous) -> DataFrame | None:
-        """Step 5's rows, None when the stateful operators dropped none. Found beside the
-        job's appends rather than after them: it first lets the batch's plan finish (a count
-        of the cached batch, which waits for the appends' computation of it instead of
-        repeating it), since only then is Spark's count of late rows final."""
-        if offsets is not None and _read_nothing(offsets, previous):
-            return None
-        batch_df.count()
-        if not self._dropped_late():
-            return None
-        return self.late_events(batch, previous)
 
     def late_events(self, batch: BatchContext, previous) -> DataFrame:
         """The valid events of this batch that the job's stateful operators dropped as late.

@@ -18,8 +18,8 @@
    append (``sink.DeltaSink.append``). A table without rows gets no commit.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
    own count): the batch's range read again from where the query reads (Kafka, or
-   device_events_raw in a replay) and the job's lateness rule applied, the rows appended to
-   late_events as in step 4.
+   device_events_raw in a replay) and the job's lateness rule applied, the rows collected
+   and appended to late_events through delta-rs, once as in step 4 (``DeltaSink.append_held``).
 6. **Metrics row.** The batch's pipeline_metrics row (``MetricsRecorder``), appended under
    its own application transaction: its presence says every table of the batch was written.
 7. **Spark's commit.** Returning lets Spark write ``commits/N``. A crash anywhere before it
@@ -128,9 +128,8 @@ class BatchCommit:
             # 5. late events
             if self.job.late_rule:
                 no_input = offsets is not None and _read_nothing(offsets, previous)
-                late = {} if no_input or not self._dropped_late() else {
-                    LATE_EVENTS.name: self.late_events(context, previous)}
-                written |= self._write_tables(late, set(late), (LATE_EVENTS,), batch_id, info, write_tasks)
+                written[LATE_EVENTS.name] = 0 if no_input or not self._dropped_late() else self._append_late(
+                    context, previous, info)
             failpoints.hit("after_delta_commit", batch_id, self.job.name)
         finally:
             for frame in context.cached:
@@ -227,13 +226,27 @@ class BatchCommit:
                     rows = self.sink.append(frame, spec, info, replay_possible, still_held=self.lease.check)
                 if not any_rows or (rows is None and not replay_possible):
                     rows = 0
-            # the crash point between tables: once the first of them has committed, while
-            # the others may still be writing
-            if self.first_commit.acquire(blocking=False):
-                failpoints.hit("between_tables", batch_id, self.job.name)
+            self._committed(batch_id)
             return rows
 
         return concurrent_writes.run_all(self.spark, {spec.name: partial(write, spec) for spec in tables})
+
+    def _committed(self, batch_id: int) -> None:
+        """The crash point between tables: once the first of them has committed, while the
+        others may still be writing."""
+        if self.first_commit.acquire(blocking=False):
+            failpoints.hit("between_tables", batch_id, self.job.name)
+
+    def _append_late(self, batch: BatchContext, previous, info: CommitInfo) -> int | None:
+        """Step 5's rows, collected (a batch's late events are few, at most its records, as
+        the device_status rows a merge collects) and appended through delta-rs."""
+        self.lease.check()
+        rows = self.late_events(batch, previous).toArrow()
+        written = self.sink.append_held(rows, LATE_EVENTS, info, batch.batch_id <= self.replayable_upto,
+                                        still_held=self.lease.check)
+        if rows.num_rows:
+            self._committed(batch.batch_id)
+        return written
 
     def late_events(self, batch: BatchContext, previous) -> DataFrame:
         """The valid events of this batch that the job's stateful operators dropped as late.

@@ -98,6 +98,34 @@ class DeltaSink:
                     return None
                 return self._append(df, spec, info.app_id, info.batch_id, commit_info)
 
+    def append_held(self, rows: pa.Table, spec: TableSpec, info: CommitInfo, replay_possible: bool = True,
+                    still_held: Callable[[], None] = lambda: None) -> int | None:
+        """Append one batch's rows the driver holds (its late events) with delta-rs, once, as
+        ``append`` does: the rows written, None when already written, and no commit for none.
+
+        A Spark append of a few hundred rows took twice the CPU of collecting them and
+        appending through delta-rs (docs/benchmarks.md), most of it in Delta's write job and
+        its transaction. A commit that conflicts (a fence, another job's rewind deleting its
+        rows from the table) is made again on the table as it now is while this run holds its
+        lease; ``still_held`` raises when it lost it."""
+        if rows.num_rows == 0:
+            return 0
+        rows = rows.select(list(spec.columns)).cast(schema.arrow_schema(spec))
+        again = tenacity.Retrying(retry=tenacity.retry_if_exception_type(table_access.CommitConflict),
+                                  wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(10),
+                                  reraise=True)
+        for attempt in again:
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    still_held()
+                table = table_access.open_table(self.uri(spec))  # the commit's read: a fence after it fails it
+                if replay_possible and self._already_committed(spec, info.app_id, info.batch_id,
+                                                               self.committed_batch(spec, info.app_id)):
+                    return None
+                table_access.append(table, rows, info.user_metadata(),
+                                    (info.app_id, info.batch_id) if replay_possible else None)
+        return rows.num_rows
+
     def merge(self, df: DataFrame, spec: TableSpec, info: CommitInfo) -> int:
         """Merge one batch's rows into a table kept current by key (``spec.merge_key``): the
         rows it inserted or updated. The batch's rows (several per key: ingest's are its valid

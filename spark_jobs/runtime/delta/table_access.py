@@ -66,10 +66,12 @@ def set_properties(uri: str, properties: dict[str, str]) -> None:
     open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
 
 
-def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
+def append(target: str | Any, rows: pa.Table, user_metadata: str | None = None,
            transaction: tuple[str, int] | None = None) -> None:
-    """Append Arrow rows; with ``transaction`` (app id, version) under Delta's application
-    transaction. Raises CommitConflict when another writer's commit conflicts with it."""
+    """Append Arrow rows to ``target`` (a uri, or a table opened earlier: the commit then
+    conflicts with every metadata change since that read, a fence's among them); with
+    ``transaction`` (app id, version) under Delta's application transaction. Raises
+    CommitConflict when another writer's commit conflicts with it."""
     from deltalake import CommitProperties, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
@@ -77,7 +79,7 @@ def append(uri: str, rows: pa.Table, user_metadata: str | None = None,
         custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None,
         app_transactions=[Transaction(*transaction)] if transaction else None)
     try:
-        write_deltalake(uri, rows, mode="append", commit_properties=properties)
+        write_deltalake(target, rows, mode="append", commit_properties=properties)
     except CommitFailedError as exc:
         raise CommitConflict(str(exc)) from exc
 

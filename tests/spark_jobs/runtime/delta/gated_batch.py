@@ -30,3 +30,9 @@ def batch_rows(spark: SparkSession, started: str, gate: str) -> DataFrame:
              INFO.batch_id) for i in range(ROWS)]
     frame = spark.createDataFrame(rows, SPEC.schema).coalesce(1)
     return frame.withColumn("event_id", F.udf(held)("event_id"))
+
+
+def late_rows() -> list[tuple]:
+    """The batch's late events, as a job's late-events step collects them (LATE_EVENTS' columns)."""
+    return [("dedup", "event", f"e{i}", "d1", datetime(2026, 1, 1, 0, 0, i), float(i), "late",
+             datetime(2026, 1, 1, 0, 1), INFO.batch_id, "t", 0, i, "cp") for i in range(ROWS)]

@@ -10,15 +10,15 @@ import threading
 import pytest
 import tenacity
 
-from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
+from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED, LATE_EVENTS
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from spark_jobs.runtime.delta import fence
+from spark_jobs.runtime.delta import fence, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
 from tests.helpers import REPO, cli_env, table, wait_for
-from tests.spark_jobs.runtime.delta.gated_batch import INFO, ROWS, batch_rows
+from tests.spark_jobs.runtime.delta.gated_batch import INFO, ROWS, batch_rows, late_rows
 
 STALE_WRITER = """
 import sys
@@ -132,3 +132,49 @@ def test_a_run_that_lost_its_lease_stops_at_the_fence(spark, settings, tmp_path)
         writing.join(120)
     assert [type(f) for f in failures] == [LeaseLost]
     assert len(table(settings, DEVICE_EVENTS_DEDUPLICATED.name)) == 0
+
+
+def _fenced_after_the_read(monkeypatch, uri: str) -> None:
+    """The fence lands once the held rows' commit has read the table, before it commits:
+    the window a fence must close for the late events a batch appends through delta-rs."""
+    reads = []
+
+    def read_then_fenced(*args, **kwargs):
+        table = real_open(*args, **kwargs)
+        if not reads:
+            reads.append(table)
+            fence.fence(uri, "sessions", "another-run")
+        return table
+
+    real_open = table_access.open_table
+    monkeypatch.setattr(table_access, "open_table", read_then_fenced)
+
+
+def test_held_rows_whose_commit_a_fence_failed_are_appended_again_while_the_lease_is_held(spark, settings,
+                                                                                           monkeypatch):
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(LATE_EVENTS)
+    uri = settings.table_uri(LATE_EVENTS.name)
+    rows = spark.createDataFrame(late_rows(), LATE_EVENTS.schema).toArrow()
+    _fenced_after_the_read(monkeypatch, uri)
+    lease = Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 30.0)
+    lease.acquire()
+    try:
+        assert sink.append_held(rows, LATE_EVENTS, INFO, replay_possible=False, still_held=lease.check) == ROWS
+    finally:
+        lease.release()
+    assert len(table(settings, LATE_EVENTS.name)) == ROWS
+
+
+def test_held_rows_of_a_run_that_lost_its_lease_stop_at_the_fence(spark, settings, monkeypatch):
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(LATE_EVENTS)
+    rows = spark.createDataFrame(late_rows(), LATE_EVENTS.schema).toArrow()
+    _fenced_after_the_read(monkeypatch, settings.table_uri(LATE_EVENTS.name))
+
+    def lost() -> None:
+        raise LeaseLost("dedup lost its lease", "stop")
+
+    with pytest.raises(LeaseLost):
+        sink.append_held(rows, LATE_EVENTS, INFO, replay_possible=False, still_held=lost)
+    assert len(table(settings, LATE_EVENTS.name)) == 0

@@ -132,6 +132,29 @@ def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_
     assert [m["batch_id"] for m in commit_metadata(settings.table_uri("readings"))] == [1, 0]
 
 
+def test_rows_the_driver_holds_are_appended_once_per_batch_whichever_writer_came_first(spark, settings):
+    """A batch's late events, collected: appended once per (app id, batch id), found by a
+    replay whether the first attempt went through delta-rs, with or without the transaction,
+    or through Spark; a batch of none makes no commit."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(READINGS)
+    uri = settings.table_uri("readings")
+    rows = pa.table({"value": [1.0, 2.0], "device_id": ["d1", "d2"]})  # the writer's column order
+    assert sink.append_held(rows, READINGS, _info("app", 0), replay_possible=False) == 2
+    assert sink.append_held(rows, READINGS, _info("app", 0)) is None  # replayed after a run planned it
+    assert sink.append_held(rows, READINGS, _info("app", 1)) == 2  # planned by an earlier query
+    assert sink.append_held(rows, READINGS, _info("app", 1)) is None
+    assert sink.append(spark.createDataFrame([("d3", 3.0)], READINGS.schema), READINGS, _info("app", 2),
+                       replay_possible=False) == 1
+    assert sink.append_held(rows, READINGS, _info("app", 2)) is None  # Spark wrote it first
+    version = DeltaTable(uri).version()
+    assert sink.append_held(rows.slice(0, 0), READINGS, _info("app", 3)) == 0
+    assert DeltaTable(uri).version() == version
+    assert sorted(r.device_id for r in spark.read.format("delta").load(uri).collect()) == [
+        "d1", "d1", "d2", "d2", "d3"]
+    assert [m["batch_id"] for m in commit_metadata(uri)] == [2, 1, 0]
+
+
 def test_a_column_added_to_the_spec_is_added_to_the_table_and_backfilled(spark, settings):
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)

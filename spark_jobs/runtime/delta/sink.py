@@ -1,5 +1,5 @@
 """Exactly-once Delta writes: micro-batches with delta-spark, the few rows a driver holds
-(pipeline_metrics) with delta-rs.
+(pipeline_metrics, a batch's late events) with delta-rs.
 
 Every commit records its app id (the checkpoint's id) and batch id in its metadata, with the
 batch's Kafka end offsets and watermark (``sigflow checkpoint recover`` rebuilds a lost

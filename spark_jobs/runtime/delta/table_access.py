@@ -1,8 +1,8 @@
 """sigflow's Delta tables outside Spark, through delta-rs: the one module that imports
 ``deltalake``. Reads (rows, files, commit history, versions), the small appends made without
-Spark (pipeline metrics, quality results, the restart audit) and the repairs the on-call
-operations make (restores, deletes, compaction). The jobs' own writes go through Spark
-(``sink``)."""
+Spark (pipeline metrics, a batch's late events, quality results, the restart audit) and the
+repairs the on-call operations make (restores, deletes, compaction). The jobs' tables are
+written through Spark (``sink``)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ class DeltaSink:
         """Append one batch's rows the driver holds (its late events) with delta-rs, once, as
         ``append`` does: the rows written, None when already written, and no commit for none.
 
-        A Spark append of a few hundred rows took twice the CPU of collecting them and
+        A Spark append of 1,000 such rows took twice the CPU of collecting them and
         appending through delta-rs (docs/benchmarks.md), most of it in Delta's write job and
         its transaction. A commit that conflicts (a fence, another job's rewind deleting its
         rows from the table) is made again on the table as it now is while this run holds its

@@ -82,10 +82,7 @@ class DeltaSink:
         raises when this run lost its lease (the fence was against it), else the append is
         made again (another job's fence of a table both append to)."""
         commit_info = info.user_metadata()
-        again = tenacity.Retrying(retry=tenacity.retry_if_exception(fence.is_fenced_commit),
-                                  wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(5),
-                                  reraise=True)
-        for attempt in again:
+        for attempt in _commit_again(tenacity.retry_if_exception(fence.is_fenced_commit), attempts=5):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     still_held()
@@ -111,10 +108,7 @@ class DeltaSink:
         if rows.num_rows == 0:
             return 0
         rows = rows.select(list(spec.columns)).cast(schema.arrow_schema(spec))
-        again = tenacity.Retrying(retry=tenacity.retry_if_exception_type(table_access.CommitConflict),
-                                  wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(10),
-                                  reraise=True)
-        for attempt in again:
+        for attempt in _commit_again(tenacity.retry_if_exception_type(table_access.CommitConflict)):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     still_held()
@@ -171,15 +165,20 @@ class DeltaSink:
         # rewind removing one job's rows from pipeline_metrics) fails it, though its rows
         # depend on nothing it read (Spark's Delta lets such a blind append through). Each
         # attempt reads the table afresh and checks the transaction again.
-        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(table_access.CommitConflict),
-                                         wait=tenacity.wait_random(0.05, 0.5), stop=tenacity.stop_after_attempt(10),
-                                         reraise=True):
+        for attempt in _commit_again(tenacity.retry_if_exception_type(table_access.CommitConflict)):
             with attempt:
                 if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
                     return None
                 table_access.append(self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)),
                                     info.user_metadata(), (app_id, version))
         return len(rows)
+
+
+def _commit_again(retry: tenacity.retry_base, attempts: int = 10) -> tenacity.Retrying:
+    """Attempts at a commit that ``retry`` says may be made again (another writer's commit
+    won), each after a short random pause so writers that collided do not collide again."""
+    return tenacity.Retrying(retry=retry, wait=tenacity.wait_random(0.05, 0.5),
+                             stop=tenacity.stop_after_attempt(attempts), reraise=True)
 
 
 def _rows_committed(uri: str, commit_info: str) -> int | None:

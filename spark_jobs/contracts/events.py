@@ -300,6 +300,15 @@ def parse_device_events(
     return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], max_ahead, keep)
 
 
+def records_maybe_at_or_before(kafka_df: DataFrame, epoch_ms: int) -> DataFrame:
+    """The records that may be valid events with ``event_time`` at or before ``epoch_ms``:
+    all but those whose time is surely after it (``flat_records.time_surely_after``), so
+    that a batch's few late events are found without parsing each of its records (all of
+    them without the parser's JAR)."""
+    surely_after = flat_records.time_surely_after("event_time", epoch_ms)
+    return kafka_df if surely_after is None else kafka_df.where(~surely_after)
+
+
 def parse_device_alerts(
     kafka_df: DataFrame, max_ahead: str, keep: Keep | None = None
 ) -> tuple[DataFrame, DataFrame]:

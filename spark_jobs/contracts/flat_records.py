@@ -31,6 +31,7 @@ from spark_jobs.contracts.contract import (
 )
 
 PARSER_CLASS = "io.sigflow.contract.FlatRecordParser"
+SURELY_AFTER_CLASS = "io.sigflow.contract.TimeSurelyAfter"
 
 
 def parsed_schema(contract: Contract) -> StructType:
@@ -47,18 +48,42 @@ def parsed_schema(contract: Contract) -> StructType:
 
 def parser(contract: Contract) -> Column | None:
     """The parser applied to a Kafka record's ``value``, or None when the JVM has no parser."""
-    from pyspark import SparkContext
-    from pyspark.sql.classic.column import Column as JvmColumn
-
-    jvm = SparkContext._jvm
-    try:
-        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(PARSER_CLASS)
-    except Exception:  # py4j wraps ClassNotFoundException: the JAR is not installed
+    jvm = _jvm_with(PARSER_CLASS)
+    if jvm is None:
         return None
     parse = getattr(jvm, PARSER_CLASS)(
         list(contract.strings), list(contract.numbers), list(contract.times),
         {field: list(allowed) for field, allowed in contract.choices.items()},
         MAX_PAYLOAD_BYTES, EPOCH_MS_MIN, EPOCH_MS_MAX,
     )
-    udf = parse.asUdf(jvm.org.apache.spark.sql.types.DataType.fromJson(parsed_schema(contract).json()))
+    return _on_value(jvm, parse.asUdf(jvm.org.apache.spark.sql.types.DataType.fromJson(parsed_schema(contract).json())))
+
+
+def time_surely_after(field: str, epoch_ms: int) -> Column | None:
+    """True for a record whose top-level ``field`` is a UTC ISO-8601 text of a second after
+    ``epoch_ms``'s, read up to that field only; false for every other record (then only the
+    contract's checks can say what its time is). None when the JVM has no parser. The
+    function holds the instant: as a literal in the plan, Spark would compile it into each
+    batch's code anew."""
+    jvm = _jvm_with(SURELY_AFTER_CLASS)
+    if jvm is None:
+        return None
+    return _on_value(jvm, getattr(jvm, SURELY_AFTER_CLASS)(field, epoch_ms).asUdf())
+
+
+def _jvm_with(class_name: str):
+    """The JVM, when it can load the class (from the parser's JAR); else None."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    try:
+        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(class_name)
+    except Exception:  # py4j wraps ClassNotFoundException: the JAR is not installed
+        return None
+    return jvm
+
+
+def _on_value(jvm, udf) -> Column:
+    from pyspark.sql.classic.column import Column as JvmColumn
+
     return JvmColumn(udf.apply(jvm.PythonUtils.toSeq([F.col("value")._jc])))  # noqa: SLF001

@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.events import parse_device_events
+from spark_jobs.contracts.events import parse_device_events, records_maybe_at_or_before
 
 
 def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
@@ -86,6 +86,7 @@ def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_
     Every windowed job deduplicates first, so this is also their lateness rule: an event is
     kept whole or dropped whole, never counted in some of its windows only.
     """
-    return valid_events(settings, records).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumns(
+    candidates = records_maybe_at_or_before(records, watermark_ms)
+    return valid_events(settings, candidates).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumns(
         {"record_kind": F.lit("event"), "missed": F.lit("event time at or behind the watermark")}
     )

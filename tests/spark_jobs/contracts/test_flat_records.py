@@ -6,11 +6,13 @@ the checks, common ones it must take, and the contract fuzzer's generated ones."
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from spark_jobs.config import load_settings
 from spark_jobs.contracts import flat_records
 from spark_jobs.contracts.events import (
     ALERT_CONTRACT,
@@ -18,6 +20,7 @@ from spark_jobs.contracts.events import (
     KAFKA_RECORD_SCHEMA,
     with_contract_columns,
 )
+from spark_jobs.jobs.event_time import behind_watermark
 from tests.spark_jobs.contracts.test_contract_fuzz import (
     FUZZ,
     KAFKA_TIME,
@@ -163,3 +166,64 @@ def test_the_event_parses_compile_to_methods_the_jit_compiles(spark):
     sizes = {name: largest_generated_method(spark, frame)
              for name, frame in (("every record", every), ("valid events", valid), ("readings", readings))}
     assert all(size <= HOTSPOT_LARGEST_COMPILED_METHOD for size in sizes.values()), sizes
+
+
+# The late rule over a batch's records skips those whose time the JAR's check finds surely
+# after the watermark. Records around one watermark: times in its second and either side of
+# it, in every form a time takes, and the field where a reader of the text could be misled.
+WATERMARK = datetime(2026, 11, 22, 12, 4, 0, 500_000, tzinfo=timezone.utc)
+WATERMARK_MS = int(WATERMARK.timestamp() * 1000)
+SURELY_AFTER = [event(event_time=text) for text in (
+    "2026-11-22T12:04:01Z", "2026-11-22T12:04:01.000Z", "2026-11-22T12:05:00.25Z", "2026-11-22T12:59:59.999999999Z",
+)] + [event().replace('"event_time": "2026-11-22T12:04:00.250Z"', '"event_time": "2026-11-22T12:30:00Z", "x": [1, {"y": 2}]')]
+NOT_SURELY_AFTER = [event(event_time=text) for text in (
+    "2026-11-22T12:04:00Z", "2026-11-22T12:04:00.5Z", "2026-11-22T12:04:00.501Z", "2026-11-22T12:04:00.999999999Z",
+    "2026-11-22T12:03:59.9Z", "2026-11-22 12:30:00Z", "2026-11-22T12:30:00+00:00", "2026-11-22T13:03:00+01:00",
+    "2026-11-22T11:04:00-01:00", "2026-11-22T12:30:00.1234567890Z", "2026-11-22T12:30:00z", "yesterday",
+)] + [
+    event(event_time=WATERMARK_MS - 1), event(event_time=WATERMARK_MS + 60_000),
+    event().replace('"2026-11-22T12:04:00.250Z"', '"2026-11-22T12:03:00\\u005a"'),  # an escaped Z
+    event().replace('"event_time"', '"event\\u005ftime"'),  # an escaped key
+    json.dumps({"meta": {"event_time": "2026-11-22T12:30:00Z"}, **GOOD}),  # nested first
+    json.dumps({"note": '"event_time": "2026-11-22T12:30:00Z"', **GOOD}),  # inside a text first
+    '{"event_time": "2026-11-22T12:03:00Z", "event_time": "2026-11-22T12:30:00Z", "event_id": "e", '
+    '"device_id": "d1", "signal": 1}',
+    json.dumps({"event_id": "e9", "device_id": "d1", "signal": 1, "event_time": "2026-11-22T12:03:00Z"}),  # last
+    "[" + event() + "]", "not json", event()[:40], None,
+]
+
+
+def late_rule_rows(spark, values, watermark_ms: int) -> list[int]:
+    streaming = load_settings(env={}, overrides={"max_clock_ahead": MAX_AHEAD}).streaming
+    late = behind_watermark(streaming, kafka_rows(spark, values), watermark_ms)
+    return sorted(row.offset for row in late.select("offset").collect())
+
+
+def late_by_the_checks_alone(spark, values, watermark_ms: int) -> list[int]:
+    """The rule's meaning: every valid event, by the contract's checks in Spark, at or behind the watermark."""
+    checked = with_contract_columns(kafka_rows(spark, values), EVENT_CONTRACT, MAX_AHEAD, flat_parser=False)
+    late = checked.where(F.col("reason").isNull() & (F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))))
+    return sorted(row.offset for row in late.select("offset").collect())
+
+
+def test_the_check_finds_a_time_surely_after_only_in_the_utc_form_and_the_seconds_after(spark):
+    records = kafka_rows(spark, SURELY_AFTER + NOT_SURELY_AFTER)
+    found = records.select("offset", flat_records.time_surely_after("event_time", WATERMARK_MS).alias("after"))
+    assert [row.after for row in found.orderBy("offset").collect()] == (
+        [True] * len(SURELY_AFTER) + [False] * len(NOT_SURELY_AFTER))
+
+
+def test_the_late_rule_finds_the_same_events_as_the_contracts_checks_around_the_watermark(spark):
+    values = SURELY_AFTER + NOT_SURELY_AFTER + TAKEN + LEFT + TIMES_REFUSED + ODD
+    found = late_rule_rows(spark, values, WATERMARK_MS)
+    assert found == late_by_the_checks_alone(spark, values, WATERMARK_MS)
+    assert len(found) >= 6  # the late ones of NOT_SURELY_AFTER among them
+
+
+@FUZZ
+@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=25),
+       behind=st.integers(0, 30 * 24 * 3600 * 1000))  # the generated events' times span 30 days
+def test_the_late_rule_finds_the_contracts_late_events_in_generated_records(spark, batch, behind):
+    values = [value for _, value, _ in batch]
+    watermark_ms = int((KAFKA_TIME - timedelta(milliseconds=behind)).timestamp() * 1000)
+    assert late_rule_rows(spark, values, watermark_ms) == late_by_the_checks_alone(spark, values, watermark_ms)

@@ -23,6 +23,8 @@ within a step: dedup's and the join's state hold a minute of events, not the def
 
 ``--fleet-sizes`` instead runs a fresh pipeline per device count at one rate and compares
 each job's batch p50 with the first count's: whether a batch's cost grows with the fleet.
+``--spark-ui`` turns the drivers' Spark UI on: its REST API (``/api/v1``) then gives each
+SQL execution's plan and each stage's task CPU, by job and batch, while a step runs.
 
     python -m bench.capacity [--shapes one per-job] [--rates 1000 2000 5000] [--devices 10000]
                              [--seconds 90] [--trigger "10 seconds"] [--jobs JOB ...]
@@ -308,7 +310,7 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
     settings = base.replace(kafka_bootstrap_servers=info.bootstrap_servers)
     jit = args.jit or SHAPE_JIT[shape]
     env = cli_env(settings, {**EVENT_TIME, "SIGFLOW_JIT": jit, "SIGFLOW_TRIGGER_INTERVAL": args.trigger,
-                             "SIGFLOW_JVM_OPTIONS": args.jvm_options,
+                             "SIGFLOW_JVM_OPTIONS": args.jvm_options, "SIGFLOW_SPARK_UI": str(args.spark_ui).lower(),
                              **({"SIGFLOW_SPARK_DRIVER_MEMORY": args.driver_memory} if args.driver_memory else {})})
     env.pop("SIGFLOW_SHUFFLE_PARTITIONS")  # the deployed default
     env.pop("SIGFLOW_MAX_OFFSETS_PER_TRIGGER")
@@ -405,6 +407,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jit", choices=["tiered", "quick"],
                         help="the drivers' JIT (the jit setting); by default each shape's own, SHAPE_JIT")
     parser.add_argument("--jvm-options", default="", help="the drivers' extra Java options (the jvm_options setting)")
+    parser.add_argument("--spark-ui", action="store_true",
+                        help="the drivers' Spark UI on (its REST API gives each stage's task CPU)")
     parser.add_argument("--driver-memory", help="the drivers' heap (the spark_driver_memory setting); its default if not given")
     parser.add_argument("--jobs", nargs="+", choices=JOB_NAMES, default=list(JOB_NAMES))
     parser.add_argument("--json", type=Path, help="write every step's figures here too")

@@ -19,12 +19,18 @@ written to Spark's ``noop`` sink; the medians.
 Each contract parse runs twice: with the flat-record parser (contracts/flat_records.py), as the
 jobs run, and through the checks alone, as a session without the parser's JAR runs.
 
+- ``late rule``: the valid events at or behind a watermark that 2% of the records' times are
+  at or behind, as a batch's late events are found (jobs/event_time.py, ``behind_watermark``):
+  with the records whose time is surely after it skipped before the parse, as the jobs run,
+  and with every record parsed.
+
     python -m bench.contract [--events 100000] [--devices 1000] [--tries 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -39,6 +45,7 @@ from spark_jobs.contracts.events import (
     KAFKA_RECORD_SCHEMA,
     with_contract_columns,
 )
+from spark_jobs.jobs.event_time import behind_watermark, valid_events
 from spark_jobs.local.simulate import generate_events
 
 READINGS = ["device_id", "event_id", "event_time", "signal"]
@@ -59,7 +66,14 @@ def parse_costs(spark, settings, events: int, devices: int, tries: int, say=prin
     def checked(flat_parser: bool):
         return with_contract_columns(held, EVENT_CONTRACT, max_ahead, flat_parser).where(F.col("reason").isNull())
 
-    variants = {"from_json": lambda: bench_handwritten._typed(held, bench_handwritten.EVENT_SCHEMA, "event_time")}
+    watermark_ms = _watermark_behind(records, LATE_SHARE)
+    streaming = settings.streaming
+    variants = {
+        "from_json": lambda: bench_handwritten._typed(held, bench_handwritten.EVENT_SCHEMA, "event_time"),
+        "late rule": lambda: behind_watermark(streaming, held, watermark_ms),
+        "late rule, every record parsed": lambda: valid_events(streaming, held).where(
+            F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))),
+    }
     for way, flat_parser in (("", True), (", checks alone", False)):
         variants |= {
             f"contract, readings{way}": lambda p=flat_parser: checked(p).select(*READINGS),
@@ -88,6 +102,22 @@ def parse_costs(spark, settings, events: int, devices: int, tries: int, say=prin
         say(f"parse {name}: {' / '.join(f'{ms:,.0f}' for ms in runs)} ms; median {median:,.0f} ms "
             f"({median / base:.2f} of from_json)")
     return measured
+
+
+LATE_SHARE = 0.02  # of a fleet's events, late in the capacity bench's traffic (docs/benchmarks.md)
+
+
+def _watermark_behind(records, share: float) -> int:
+    """The epoch ms that ``share`` of the records' event times are at or behind."""
+    times = []
+    for record in records:
+        try:
+            text = json.loads(record.value)["event_time"]
+            times.append(int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a malformed record: none of the rule's
+    times.sort()
+    return times[int(len(times) * share)]
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,9 @@
    batch that may be a replay is checked against the table and appended under Delta's
    application transaction (txnAppId = app id, txnVersion = N), so Delta itself refuses a
    second copy; a new batch skips that lookup, which rebuilds the table's state on every
-   append (``sink.DeltaSink.append``). A table without rows gets no commit.
+   append (``sink.DeltaSink.append``). A table without rows gets no commit. A batch whose
+   split gave no table, or a replay its tables already hold, still runs its plan to the
+   end, where its stateful operators commit their state.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
    own count): the batch's range read again from where the query reads (Kafka, or
    device_events_raw in a replay) and the job's lateness rule applied, the rows collected
@@ -118,13 +120,16 @@ class BatchCommit:
             # 3. split
             outputs = self.job.split(self.settings.streaming, batch_df, context)
             failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
-            if not outputs:
-                # the batch's plan must run: stateful operators commit their state for the
-                # batch only then, and Spark counts the batch's input from it
-                batch_df.count()
             # 4. appends
             job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]
             written = self._write_tables(outputs, set(), job_tables, batch_id, info, write_tasks)
+            if not outputs or any(rows is None for rows in written.values()):
+                # The batch's plan must run to its end even when no table needed it (a
+                # replay whose tables hold it already read one row at most): each partition
+                # of a stateful operator commits its state only then, Spark fails the query
+                # on a partition that did not (STATE_STORE_COMMIT_VALIDATION_FAILED), and
+                # counts the batch's input from it.
+                batch_df.count()
             # 5. late events
             if self.job.late_rule:
                 no_input = offsets is not None and _read_nothing(offsets, previous)

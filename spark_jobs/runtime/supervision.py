@@ -193,7 +193,22 @@ def explain(job: str, exc: Exception) -> Exception:
             "from its checkpoint, exactly once (docs/runbooks/job-crashed.md)",
         )
     first = _python_error(text) or next((line for line in text.splitlines() if line.strip()), text)
-    return SigflowError(f"job {job} failed: {first[:500]}", "see the log above for the batch that failed")
+    root = _innermost_cause(exc)
+    said = first if not root or root in first else f"{first.rstrip()}; caused by {root}"
+    return SigflowError(f"job {job} failed: {said[:700]}", "see the log above for the batch that failed")
+
+
+def _innermost_cause(exc: Exception) -> str | None:
+    """The first line of the innermost JVM exception under a query's failure: Spark's own
+    wrappers ("Exception thrown in awaitResult", a job aborted) name the query, not what broke."""
+    try:
+        cause = getattr(exc, "_origin", None)  # pyspark's captured JVM throwable
+        while cause is not None and cause.getCause() is not None and cause.getCause() != cause:
+            cause = cause.getCause()
+        said = cause.toString() if cause is not None else None
+    except Exception:  # noqa: BLE001 - the driver may be gone: the query's own message stands
+        return None
+    return said.strip().splitlines()[0] if said and said.strip() else None
 
 
 def _python_error(text: str) -> str | None:

@@ -3,13 +3,14 @@ fixed seed, then restarted, compared with an uninterrupted run (the random-failu
 of PySpark's stateful streaming tests). Its own file: it starts a JVM per kill, so the
 test scheduler can run it beside the rest."""
 
+import json
 import random
 from pathlib import Path
 
 import pytest
 
 from spark_jobs.jobs.registry import JOBS
-from spark_jobs.local.simulate import generate_alerts, generate_events
+from spark_jobs.local.simulate import MALFORMED_KINDS, generate_alerts, generate_events
 from spark_jobs.runtime.failpoints import POINTS
 from tests.helpers import MULTI_PROCESS, contents, produce, run_job, sigflow, table
 
@@ -67,3 +68,22 @@ def test_sigkill_of_a_job_at_a_random_commit_point_loses_and_duplicates_nothing(
         committed = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
         assert sorted(metrics[metrics.job == job].batch_id) == committed, f"kills {schedule}: {job}"
 
+
+
+def test_a_replay_its_tables_already_hold_still_commits_every_state_partition(spark, settings):
+    """dedup SIGKILLed after batch 1 reached its tables, before Spark's commit log: the
+    rerun replays batch 1 and writes nothing, yet the batch's plan must still run to its
+    end, where each partition of the deduplication's state commits (Spark fails a query
+    whose batch left one uncommitted). Then every valid event is in the table once."""
+    events = generate_events(600, devices=8, seed=7, late_ratio=0.0, malformed_ratio=0.02, duplicate_ratio=0.05)
+    produce(settings, events)
+    s = settings.replace(max_offsets_per_trigger=200)  # three batches
+    assert s.spark.shuffle_partitions >= 2  # a state partition that one row's read leaves alone
+
+    killed = sigflow(s, "run", "dedup", extra_env={"SIGFLOW_FAILPOINTS": "dedup/after_delta_commit:1"}, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    run_job(spark, s, "dedup")
+
+    deduplicated = table(s, "device_events_deduplicated").event_id
+    valid_ids = {json.loads(e.value)["event_id"] for e in events if e.kind not in MALFORMED_KINDS}
+    assert deduplicated.is_unique and set(deduplicated) == valid_ids

@@ -18,9 +18,14 @@ from spark_jobs.contracts.tables import (
     TableSpec,
     key_constraint,
 )
+from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.waiting import wait_until
 
 log = logging.getLogger("sigflow.delta")
+# How long a job that found a table's location mid-creation waits for the creating job's
+# first commit: a driver among six starting on 2 cores can take seconds between the two.
+CREATOR_WAIT_S = 30.0
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
@@ -90,14 +95,26 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: d
             # delta-rs refuses a constraint in its creating commit: version 1 adds it
             _add_key_constraint(uri, spec, logged=False)
             return "created"
-        except Exception:
+        except Exception as exc:
             # Jobs start at once and share tables: another driver may have committed
-            # version 0 between our check and our create, and on object storage the log
-            # store refuses a second version 0 instead of ignoring it.
-            if not _table_exists(uri):
-                raise
+            # version 0 between our check and our create (on object storage the log store
+            # refuses a second version 0 instead of ignoring it), or be writing it: then
+            # the location already holds its log's directory, and Delta refuses to create a
+            # table in a location that holds files but no table yet. Its version 0 follows.
+            if not wait_until(lambda: _table_exists(uri), timeout_s=CREATOR_WAIT_S, every_s=0.25):
+                raise _not_a_table(uri, spec, exc) from exc
             log.debug("%s: created by another job at the same moment", spec.name)
     return migrate_table(uri, spec, properties)
+
+
+def _not_a_table(uri: str, spec: TableSpec, exc: Exception) -> SigflowError:
+    said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    return SigflowError(
+        f"table {spec.name} cannot be created at {uri}, and no other job's creation of it finished "
+        f"within {CREATOR_WAIT_S:.0f} s: {said[:300]}",
+        "where the location holds files but no Delta table (a copy made by hand, a creation cut off "
+        "before its first commit), move them aside, then start the job again: it creates the table",
+    )
 
 
 def _table_exists(uri: str) -> bool:

@@ -1,0 +1,46 @@
+"""Jobs started at once create the tables they share: one creates, the others wait for its
+first commit; a location that never becomes a table is refused with one clear line."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from spark_jobs.contracts.tables import LATE_EVENTS
+from spark_jobs.errors import SigflowError
+from spark_jobs.runtime.delta import schema, table_access
+
+
+def _creation_under_way(uri) -> None:
+    """What another job's creation leaves before its first commit lands: the table's log
+    directory, holding the commit it is writing under a temporary name."""
+    log = uri / "_delta_log"
+    log.mkdir(parents=True)
+    (log / ".00000000000000000000.json.b5c1f0e2.tmp").write_text("{}")
+
+
+def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tmp_path):
+    uri = tmp_path / "late_events"
+    _creation_under_way(uri)
+    other_job = threading.Timer(2.0, schema.create_table, (str(uri), LATE_EVENTS))
+    other_job.start()
+    try:
+        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
+    finally:
+        other_job.join()
+    assert table_access.exists(str(uri))
+    assert set(spark.read.format("delta").load(str(uri)).columns) == set(LATE_EVENTS.schema.fieldNames())
+
+
+def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
+    uri = tmp_path / "late_events"
+    _creation_under_way(uri)
+
+    with pytest.raises(SigflowError) as refused:
+        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
+
+    assert refused.value.message.startswith(f"table late_events cannot be created at {uri}")
+    assert "move them aside" in refused.value.hint
+    assert "\n" not in str(refused.value)

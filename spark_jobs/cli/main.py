@@ -7,6 +7,7 @@ import argparse
 import os
 import signal
 import sys
+import traceback
 
 from spark_jobs.cli import (
     catalog,
@@ -71,3 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sigflow: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a failure no check foresaw: one line, its traceback behind -v
+        if args.verbose:
+            traceback.print_exc()
+        said = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        print(f"sigflow: error: {type(exc).__name__}: {terminal(said[:500])}", file=sys.stderr)
+        print("sigflow: hint: sigflow does not explain this failure yet; `sigflow -v` shows its traceback",
+              file=sys.stderr)
+        return 2

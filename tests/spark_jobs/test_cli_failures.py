@@ -1,0 +1,27 @@
+"""A command's failure reaches the console as one line of what failed and one of what to
+do; a traceback only with -v."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.cli import observe
+from spark_jobs.cli.main import main
+
+
+def _failing(args):
+    raise ValueError("the location holds files but no table\n\tat org.apache.spark.SomeFrame(Some.scala:1)")
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "-v"])
+def test_a_failure_nothing_explains_is_one_line_and_its_traceback_is_behind_v(monkeypatch, capsys, verbose):
+    monkeypatch.setattr(observe, "cmd_report", _failing)
+
+    code = main(["-v", "report"] if verbose else ["report"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "sigflow: error: ValueError: the location holds files but no table\n" in err
+    assert "`sigflow -v` shows its traceback" in err
+    assert ("Traceback (most recent call last)" in err) == verbose
+    assert ("SomeFrame" in err) == verbose  # the error's further lines: with the traceback only

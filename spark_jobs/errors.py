@@ -1,6 +1,7 @@
 """Errors meant for people: one line that says what happened and what to do.
 
-The CLI prints these without a traceback; anything else is a bug and keeps its traceback.
+The CLI prints these without a traceback; anything else is a failure no check explains
+yet, printed as its first line with its traceback behind ``-v``.
 """
 
 
@@ -62,3 +63,9 @@ class JobAlreadyRunning(SigflowError):
 
 class LeaseLost(SigflowError):
     """This run no longer holds its checkpoint's lease: another run took it over."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first line that says something (Spark's and Delta's run on for a stack
+    trace, or start with a blank line)."""
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)

@@ -20,7 +20,7 @@ from spark_jobs.cli import (
     tables,
 )
 from spark_jobs.cli.console import configure_logging
-from spark_jobs.errors import DriverDied, Interrupted, SigflowError
+from spark_jobs.errors import DriverDied, Interrupted, SigflowError, first_line
 from spark_jobs.ops.terminal_text import TerminalStream, terminal
 
 DESCRIPTION = "sigflow: the command line every DAG task and every runbook step uses."
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a failure no check foresaw: one line, its traceback behind -v
         if args.verbose:
             traceback.print_exc()
-        said = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        print(f"sigflow: error: {type(exc).__name__}: {terminal(said[:500])}", file=sys.stderr)
+        print(f"sigflow: error: {type(exc).__name__}: {terminal(first_line(exc)[:500])}", file=sys.stderr)
         print("sigflow: hint: sigflow does not explain this failure yet; `sigflow -v` shows its traceback",
               file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from spark_jobs.contracts.tables import (
     TableSpec,
     key_constraint,
 )
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import SigflowError, first_line
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.waiting import wait_until
 
@@ -108,10 +108,9 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: d
 
 
 def _not_a_table(uri: str, spec: TableSpec, exc: Exception) -> SigflowError:
-    said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
     return SigflowError(
         f"table {spec.name} cannot be created at {uri}, and no other job's creation of it finished "
-        f"within {CREATOR_WAIT_S:.0f} s: {said[:300]}",
+        f"within {CREATOR_WAIT_S:.0f} s: {first_line(exc)[:300]}",
         "where the location holds files but no Delta table (a copy made by hand, a creation cut off "
         "before its first commit), move them aside, then start the job again: it creates the table",
     )

@@ -192,9 +192,11 @@ def explain(job: str, exc: Exception) -> Exception:
             "fix the storage (space, permissions), then rerun the job: it redoes the batch "
             "from its checkpoint, exactly once (docs/runbooks/job-crashed.md)",
         )
-    first = _python_error(text) or next((line for line in text.splitlines() if line.strip()), text)
-    root = _innermost_cause(exc)
-    said = first if not root or root in first else f"{first.rstrip()}; caused by {root}"
+    said = _python_error(text)  # the batch's own Python code raised it: that error is the cause
+    if said is None:
+        first = next((line for line in text.splitlines() if line.strip()), text)
+        root = _innermost_cause(exc)
+        said = first if not root or root in first else f"{first.rstrip()}; caused by {root}"
     return SigflowError(f"job {job} failed: {said[:700]}", "see the log above for the batch that failed")
 
 

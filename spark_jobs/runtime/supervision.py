@@ -20,7 +20,13 @@ from py4j.protocol import Py4JNetworkError
 from pyspark.errors import StreamingQueryException
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import BrokerUnavailable, DataLossError, DriverDied, SigflowError
+from spark_jobs.errors import (
+    BrokerUnavailable,
+    DataLossError,
+    DriverDied,
+    SigflowError,
+    first_line,
+)
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.metrics.summary import RunSummary
@@ -194,9 +200,8 @@ def explain(job: str, exc: Exception) -> Exception:
         )
     said = _python_error(text)  # the batch's own Python code raised it: that error is the cause
     if said is None:
-        first = next((line for line in text.splitlines() if line.strip()), text)
-        root = _innermost_cause(exc)
-        said = first if not root or root in first else f"{first.rstrip()}; caused by {root}"
+        first, root = first_line(exc), _innermost_cause(exc)
+        said = first if not root or root in first else f"{first}; caused by {root}"
     return SigflowError(f"job {job} failed: {said[:700]}", "see the log above for the batch that failed")
 
 

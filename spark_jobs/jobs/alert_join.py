@@ -23,6 +23,7 @@ from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
+from spark_jobs.jobs.batch_values import batch_timestamp
 from spark_jobs.jobs.event_time import (
     DEDUP_BY_DEVICE,
     behind_watermark,
@@ -80,7 +81,7 @@ def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, waterma
     """
     events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms)
     alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0].where(
-        F.col("alert_time") <= F.timestamp_millis(F.lit(watermark_ms))
+        F.col("alert_time") <= batch_timestamp(watermark_ms)
     )
     return events.withColumn("missed", F.lit("event time at or behind the watermark: joined with no alert")).unionByName(
         alerts.select(

@@ -10,8 +10,9 @@ value's string is cast after a ``coalesce`` with a null Spark cannot compute whi
 (the partition's id is never negative): the same code whatever the value
 (docs/streaming-facts.md, "Code generated anew").
 
-Use these in projections only. A condition Spark cannot evaluate is also one it does not push
-into a table's scan, so a filter keeps ``F.lit``.
+Use these in projections, and in a condition only where no scan could take it (a column the
+plan computes): a condition Spark cannot evaluate is also one it does not push into a table's
+scan, so a filter on a table's own column keeps ``F.lit``.
 """
 
 from __future__ import annotations

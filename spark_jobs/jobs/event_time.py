@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.events import parse_device_events, records_maybe_at_or_before
+from spark_jobs.jobs.batch_values import batch_timestamp
 
 
 def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
@@ -87,6 +88,8 @@ def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_
     kept whole or dropped whole, never counted in some of its windows only.
     """
     candidates = records_maybe_at_or_before(records, watermark_ms)
-    return valid_events(settings, candidates).where(F.col("event_time") <= F.timestamp_millis(F.lit(watermark_ms))).withColumns(
+    # the bound as the same code whatever the watermark (batch_values.py): this read runs in
+    # most stateful batches, and no scan could take the condition (event_time is parsed)
+    return valid_events(settings, candidates).where(F.col("event_time") <= batch_timestamp(watermark_ms)).withColumns(
         {"record_kind": F.lit("event"), "missed": F.lit("event time at or behind the watermark")}
     )

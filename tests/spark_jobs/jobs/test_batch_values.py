@@ -56,3 +56,22 @@ def test_ingest_and_the_commit_s_stamps_generate_the_same_code_for_every_batch(s
                           "device_status", "stamped"}
     assert all(first[name] for name in first)  # Spark generated code for each
     assert first == second
+
+
+def test_the_late_rules_generate_the_same_code_whatever_the_watermark(spark, settings):
+    # Every stateful batch that dropped rows reads its records again under its job's late
+    # rule: a watermark compiled into that code would make it new in every such batch.
+    from spark_jobs.jobs.alert_join import dropped_by_the_join
+    from spark_jobs.jobs.event_time import behind_watermark
+
+    streaming = settings.streaming
+    records = spark.createDataFrame(
+        [(b"d-1", event_payload("e-1", "d-1", 1_764_583_200_000, 0.5), streaming.events_topic,
+          0, 0, datetime(2026, 12, 1, 10, 0, 1), 0)],
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+        "timestampType int")
+    for rule in (behind_watermark, dropped_by_the_join):
+        first, second = (java_code(rule(streaming, records, watermark_ms))
+                         for watermark_ms in (1_764_583_100_000, 1_764_583_110_000))
+        assert first, rule.__name__  # Spark generated code for it
+        assert first == second, rule.__name__

@@ -5,8 +5,10 @@ from datetime import datetime
 from pyspark.sql import functions as F
 
 from spark_jobs.contracts.tables import DEVICE_EVENTS
+from spark_jobs.jobs.alert_join import dropped_by_the_join
 from spark_jobs.jobs.base import BatchContext
 from spark_jobs.jobs.batch_values import batch_bigint, batch_timestamp
+from spark_jobs.jobs.event_time import behind_watermark
 from spark_jobs.jobs.ingest import split_ingest_batch
 from spark_jobs.local.simulate import event_payload
 from spark_jobs.runtime.commit import _stamped
@@ -61,9 +63,6 @@ def test_ingest_and_the_commit_s_stamps_generate_the_same_code_for_every_batch(s
 def test_the_late_rules_generate_the_same_code_whatever_the_watermark(spark, settings):
     # Every stateful batch that dropped rows reads its records again under its job's late
     # rule: a watermark compiled into that code would make it new in every such batch.
-    from spark_jobs.jobs.alert_join import dropped_by_the_join
-    from spark_jobs.jobs.event_time import behind_watermark
-
     streaming = settings.streaming
     records = spark.createDataFrame(
         [(b"d-1", event_payload("e-1", "d-1", 1_764_583_200_000, 0.5), streaming.events_topic,

@@ -201,6 +201,30 @@ def settings(tmp_path, embedded_broker) -> Settings:
     return s
 
 
+
+@pytest.fixture(params=["observed by the batch's plan", "read again"])
+def late_events_found(request, monkeypatch):
+    """How a batch's late events are found: observed by the batch's own plan, which then
+    never reads its records again; or, where the plan cannot judge its rows (its tasks carry
+    no watermark), by reading them again."""
+    from spark_jobs.jobs.late_rows import LATE_WATERMARK_PROPERTY
+    from spark_jobs.runtime.commit import BatchCommit
+    from spark_jobs.runtime.kafka.source import KafkaRecords
+    from spark_jobs.runtime.replay.source import RawRecords
+
+    if request.param == "read again":
+        monkeypatch.setattr(BatchCommit, "_late_watermark_for_tasks",
+                            lambda self, previous: self.spark.sparkContext.setLocalProperty(LATE_WATERMARK_PROPERTY, None))
+        yield request.param
+        return
+
+    def read_again(*_):
+        raise AssertionError("a batch's records were read again to find its late events")
+
+    monkeypatch.setattr(KafkaRecords, "range", read_again)
+    monkeypatch.setattr(RawRecords, "range", read_again)
+    yield request.param
+
 # The other files that take minutes, longest first (measured: docs/testing.md, "Where the
 # suite's time goes"). Groups go to the two workers in collection order; starting the long
 # ones first lets both workers end together instead of one running a long file alone.

@@ -32,6 +32,7 @@ from spark_jobs.contracts.contract import (
 
 PARSER_CLASS = "io.sigflow.contract.FlatRecordParser"
 SURELY_AFTER_CLASS = "io.sigflow.contract.TimeSurelyAfter"
+AT_OR_BEHIND_CLASS = "io.sigflow.contract.AtOrBehindBatchWatermark"
 
 
 def parsed_schema(contract: Contract) -> StructType:
@@ -71,6 +72,16 @@ def time_surely_after(field: str, epoch_ms: int) -> Column | None:
     return _on_value(jvm, getattr(jvm, SURELY_AFTER_CLASS)(field, epoch_ms).asUdf())
 
 
+def at_or_behind_batch_watermark(time_micros: Column, property_name: str) -> Column | None:
+    """Whether ``time_micros`` is at or behind the watermark the running batch's tasks carry in
+    the local property ``property_name`` (as Spark's stateful operators compare it); null where
+    a task carries none. None when the JVM has no parser's JAR."""
+    jvm = _jvm_with(AT_OR_BEHIND_CLASS)
+    if jvm is None:
+        return None
+    return _applied(jvm, getattr(jvm, AT_OR_BEHIND_CLASS)(property_name).asUdf(), time_micros)
+
+
 def _jvm_with(class_name: str):
     """The JVM, when it can load the class (from the parser's JAR); else None."""
     from pyspark import SparkContext
@@ -84,6 +95,10 @@ def _jvm_with(class_name: str):
 
 
 def _on_value(jvm, udf) -> Column:
+    return _applied(jvm, udf, F.col("value"))
+
+
+def _applied(jvm, udf, column: Column) -> Column:
     from pyspark.sql.classic.column import Column as JvmColumn
 
-    return JvmColumn(udf.apply(jvm.PythonUtils.toSeq([F.col("value")._jc])))  # noqa: SLF001
+    return JvmColumn(udf.apply(jvm.PythonUtils.toSeq([column._jc])))  # noqa: SLF001

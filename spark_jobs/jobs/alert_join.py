@@ -23,13 +23,13 @@ from spark_jobs.contracts.events import parse_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.batch_values import batch_timestamp
 from spark_jobs.jobs.event_time import (
     DEDUP_BY_DEVICE,
     behind_watermark,
     deduplicate,
-    valid_events,
+    observed_events,
 )
+from spark_jobs.jobs.late_rows import LateRule
 
 ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
 
@@ -38,13 +38,14 @@ def alerts_with_signal(settings: StreamingSettings, alert_records: DataFrame, ev
     # An alert_id is one alert: a producer that re-sends (at-least-once) must not make it
     # join, or be reported without telemetry, twice. Same rule as events, on the alerts' delay.
     alerts = (
-        parse_device_alerts(alert_records, settings.max_clock_ahead)[0].select(*ALERT_COLUMNS)
+        UNREPORTED_ALERT.observed(parse_device_alerts(alert_records, settings.max_clock_ahead)[0])
+        .select(*ALERT_COLUMNS)
         .withWatermark("alert_time", settings.alert_watermark_delay.spark)
         .dropDuplicatesWithinWatermark(["alert_id"])
     )
     # A re-sent event would join every alert in its range once more: events are deduplicated
     # first, as in the dedup job, so each (alert, event) pair is one row.
-    events = deduplicate(settings, valid_events(settings, event_records)).select(
+    events = deduplicate(settings, observed_events(settings, event_records, UNJOINED_EVENT)).select(
         F.col("device_id").alias("event_device_id"), "event_id", "event_time", "signal"
     )
     return alerts.join(events, in_context(settings), "leftOuter").select(*ALERT_COLUMNS, "event_id", "event_time", "signal")
@@ -69,29 +70,24 @@ def build(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     )
 
 
-def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, watermark_ms: int) -> DataFrame:
-    """Rows the join drops as late: on each side, event time at or behind the query watermark.
+# Spark keeps one watermark per query (``multiple_watermark_policy`` combines the two sides'
+# delays) and filters each side's input with it on its own time column; the range condition
+# only decides when buffered rows are evicted. Pinned against Spark's own
+# ``numRowsDroppedByWatermark`` by the alert-join tests. A dropped alert is listed with its
+# ``alert_id`` as ``event_id`` and ``alert_time`` as ``event_time``, ``record_kind`` "alert".
+UNJOINED_EVENT = LateRule("event", "event_time", "event_id",
+                          "event time at or behind the watermark: joined with no alert")
+UNREPORTED_ALERT = LateRule("alert", "alert_time", "alert_id",
+                            "alert time at or behind the watermark: neither joined nor reported", signal=None)
 
-    Spark keeps one watermark per query (``multiple_watermark_policy`` combines the two
-    sides' delays) and filters each side's input with it on its own time column; the range
-    condition only decides when buffered rows are evicted. Pinned against Spark's own
-    ``numRowsDroppedByWatermark`` by the alert-join tests. A dropped alert is listed with
-    its ``alert_id`` as ``event_id`` and ``alert_time`` as ``event_time``, ``record_kind``
-    "alert".
-    """
-    events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms)
-    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0].where(
-        F.col("alert_time") <= batch_timestamp(watermark_ms)
-    )
-    return events.withColumn("missed", F.lit("event time at or behind the watermark: joined with no alert")).unionByName(
-        alerts.select(
-            F.lit("alert").alias("record_kind"), F.col("alert_id").alias("event_id"), "device_id", F.col("alert_time").alias("event_time"),
-            F.lit(None).cast("double").alias("signal"),
-            F.lit("alert time at or behind the watermark: neither joined nor reported").alias("missed"),
-            "topic", "partition", "offset",
-        ),
-        allowMissingColumns=True,
-    )
+
+def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, watermark_ms: int) -> DataFrame:
+    """Rows the join drops as late, among ``records`` read again: on each side, time at or
+    behind the query watermark."""
+    events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms,
+                              UNJOINED_EVENT)
+    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0]
+    return events.unionByName(UNREPORTED_ALERT.selected(alerts, watermark_ms))
 
 
 def split(settings: StreamingSettings, joined: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:

@@ -12,7 +12,7 @@ from spark_jobs.jobs.event_time import (
     DEDUP_BY_DEVICE,
     behind_watermark,
     deduplicate,
-    valid_events,
+    observed_events,
 )
 
 
@@ -24,7 +24,7 @@ DEDUP = StreamingJob(
     name="dedup",
     summary="device events without repeats of a device's event_id -> device_events_deduplicated",
     topics=lambda settings: [settings.events_topic],
-    build=lambda settings, records: deduplicate(settings, valid_events(settings, records)),
+    build=lambda settings, records: deduplicate(settings, observed_events(settings, records)),
     split=split,
     tables=JOB_TABLES["dedup"],
     late_rule=behind_watermark,

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.events import parse_device_events, records_maybe_at_or_before
-from spark_jobs.jobs.batch_values import batch_timestamp
+from spark_jobs.jobs.late_rows import LateRule
 
 
 def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
@@ -81,15 +81,20 @@ def flatten_window(df: DataFrame) -> DataFrame:
     ).drop("window")
 
 
-def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_ms: int) -> DataFrame:
-    """The events deduplication drops as late: event time at or behind the watermark.
+# The events deduplication drops as late: event time at or behind the watermark. Every
+# windowed job deduplicates first, so this is also their lateness rule: an event is kept
+# whole or dropped whole, never counted in some of its windows only.
+LATE_EVENT = LateRule("event", "event_time", "event_id", "event time at or behind the watermark")
 
-    Every windowed job deduplicates first, so this is also their lateness rule: an event is
-    kept whole or dropped whole, never counted in some of its windows only.
-    """
+
+def observed_events(settings: StreamingSettings, records: DataFrame, rule: LateRule = LATE_EVENT) -> DataFrame:
+    """The valid events of a stateful job, its plan observing which of each batch's are late."""
+    return rule.observed(valid_events(settings, records))
+
+
+def behind_watermark(settings: StreamingSettings, records: DataFrame, watermark_ms: int,
+                     rule: LateRule = LATE_EVENT) -> DataFrame:
+    """The late events among ``records`` read again, as ``rule`` gives them. Only the records
+    that may be at or behind the watermark are parsed (``records_maybe_at_or_before``)."""
     candidates = records_maybe_at_or_before(records, watermark_ms)
-    # the bound as the same code whatever the watermark (batch_values.py): this read runs in
-    # most stateful batches, and no scan could take the condition (event_time is parsed)
-    return valid_events(settings, candidates).where(F.col("event_time") <= batch_timestamp(watermark_ms)).withColumns(
-        {"record_kind": F.lit("event"), "missed": F.lit("event time at or behind the watermark")}
-    )
+    return rule.selected(valid_events(settings, candidates), watermark_ms)

@@ -19,9 +19,9 @@ from spark_jobs.jobs.event_time import (
     behind_watermark,
     deduplicate,
     flatten_window,
+    observed_events,
     signal_stats,
     tumbling,
-    valid_events,
 )
 
 
@@ -48,7 +48,7 @@ FLEET_ROLLUP = StreamingJob(
     name="fleet-rollup",
     summary="fleet-wide rollup chained on per-device windows -> fleet_signal_rollups",
     topics=lambda settings: [settings.events_topic],
-    build=lambda settings, records: fleet_signal_rollups(settings, valid_events(settings, records)),
+    build=lambda settings, records: fleet_signal_rollups(settings, observed_events(settings, records)),
     split=lambda settings, rows, batch: {FLEET_SIGNAL_ROLLUPS.name: rows},
     tables=JOB_TABLES["fleet-rollup"],
     late_rule=behind_watermark,

@@ -39,7 +39,7 @@ from spark_jobs.jobs.base import BatchContext, StreamingJob
 from spark_jobs.jobs.event_time import (
     behind_watermark,
     drop_repeats,
-    valid_events,
+    observed_events,
     with_event_watermark,
 )
 
@@ -222,7 +222,7 @@ SESSIONS = StreamingJob(
     summary="per-device activity sessions closed once the watermark passes last event + gap -> device_sessions; "
             "each device's latest session, open or closed -> device_status",
     topics=lambda settings: [settings.events_topic],
-    build=lambda settings, records: device_sessions(settings, valid_events(settings, records)),
+    build=lambda settings, records: device_sessions(settings, observed_events(settings, records)),
     split=split,
     tables=JOB_TABLES["sessions"],
     late_rule=behind_watermark,

@@ -26,10 +26,10 @@ from spark_jobs.jobs.event_time import (
     behind_watermark,
     deduplicate,
     flatten_window,
+    observed_events,
     signal_stats,
     sliding,
     tumbling,
-    valid_events,
 )
 
 PANE_SUM = "_pane_signal_sum"  # a pane's exact sum, for merging; never written
@@ -122,7 +122,7 @@ WINDOWED_AVERAGES = StreamingJob(
     summary="per-device avg/min/max signal per tumbling and sliding window -> device_signal_averages; "
             "each device's last final window -> device_status",
     topics=lambda settings: [settings.events_topic],
-    build=lambda settings, records: device_signal_averages(settings, valid_events(settings, records)),
+    build=lambda settings, records: device_signal_averages(settings, observed_events(settings, records)),
     split=split,
     tables=JOB_TABLES["windowed-averages"],
     late_rule=behind_watermark,

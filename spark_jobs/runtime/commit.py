@@ -7,7 +7,9 @@
    again before each table's commit (step 4).
 2. **Offsets.** Batch N's entry of the offset log and N-1's: its Kafka range, the watermark
    it ran with, and whether an earlier query planned it. Only such a batch can be a replay
-   (the lease admits one run, so a batch this query planned is new by construction).
+   (the lease admits one run, so a batch this query planned is new by construction). N-1's
+   watermark, the one its stateful operators drop late rows by, goes to the batch's tasks
+   (a local property), so its plan can tell its late rows as it reads them.
 3. **Split.** The job's pure split of the batch into rows per table (``StreamingJob.split``).
 4. **Appends.** Every table with rows, at once, one commit each. Each row is stamped with
    the checkpoint id and batch id that wrote it (what a rewind deletes by); each commit carries the batch's
@@ -19,9 +21,10 @@
    split gave no table, or a replay its tables already hold, still runs its plan to the
    end, where its stateful operators commit their state.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
-   own count): the batch's range read again from where the query reads (Kafka, or
-   device_events_raw in a replay) and the job's lateness rule applied, the rows collected
-   and appended to late_events through delta-rs, once as in step 4 (``DeltaSink.append_held``).
+   own count): the rows the plan observed as late (``late_events.observed``), or, where it
+   could not judge them, the batch's range read again from where the query reads (Kafka, or
+   device_events_raw in a replay) and the job's lateness rule applied; appended to
+   late_events through delta-rs, once as in step 4 (``DeltaSink.append_held``).
 6. **Metrics row.** The batch's pipeline_metrics row (``MetricsRecorder``), appended under
    its own application transaction: its presence says every table of the batch was written.
 7. **Spark's commit.** Returning lets Spark write ``commits/N``. A crash anywhere before it
@@ -37,14 +40,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import LATE_EVENTS, TableSpec
 from spark_jobs.jobs.base import BatchContext, StreamingJob
-from spark_jobs.jobs.batch_values import batch_bigint, batch_timestamp
-from spark_jobs.runtime import failpoints
+from spark_jobs.jobs.batch_values import batch_bigint
+from spark_jobs.jobs.late_rows import LATE_WATERMARK_PROPERTY
+from spark_jobs.runtime import failpoints, late_events
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import concurrent_writes
@@ -111,6 +116,7 @@ class BatchCommit:
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
         self._note_offsets(offsets, previous)
         context = self._context(batch_id, offsets, previous)
+        self._late_watermark_for_tasks(previous)
         info = CommitInfo(job=self.job.name, checkpoint_id=self.checkpoint_id, app_id=self.app_id, batch_id=batch_id,
                           watermark_ms=context.watermark_ms, kafka_end_offsets=context.kafka_end_offsets)
         write_tasks = self._write_tasks(offsets, previous)
@@ -143,6 +149,13 @@ class BatchCommit:
         # 6. metrics row
         self._record(batch_id, info, written)
         # 7. Spark's commit: on return
+
+    def _late_watermark_for_tasks(self, previous) -> None:
+        """The watermark this batch's stateful operators drop late rows by, for the tasks of
+        every job the batch runs (its writes' threads inherit it): how its plan tells its
+        late rows (jobs/late_rows.py). None where it has none yet."""
+        watermark_ms = previous.watermark_ms if previous else 0
+        self.spark.sparkContext.setLocalProperty(LATE_WATERMARK_PROPERTY, str(watermark_ms) if watermark_ms > 0 else None)
 
     def _note_offsets(self, offsets, previous) -> None:
         if not self.settings.kafka.fail_on_data_loss and offsets and previous:
@@ -243,39 +256,39 @@ class BatchCommit:
             failpoints.hit("between_tables", batch_id, self.job.name)
 
     def _append_late(self, batch: BatchContext, previous, info: CommitInfo) -> int | None:
-        """Step 5's rows, collected (a batch's late events are few, at most its records, as
-        the device_status rows a merge collects) and appended through delta-rs."""
+        """Step 5's rows (a batch's late events are few, at most its records, as the
+        device_status rows a merge collects), appended through delta-rs."""
         self.lease.check()
-        rows = self.late_events(batch, previous).toArrow()
+        rows = self.batch_late_events(batch, previous)
         written = self.sink.append_held(rows, LATE_EVENTS, info, batch.batch_id <= self.replayable_upto,
                                         still_held=self.lease.check)
         if rows.num_rows:
             self._committed(batch.batch_id)
         return written
 
-    def late_events(self, batch: BatchContext, previous) -> DataFrame:
+    def batch_late_events(self, batch: BatchContext, previous) -> pa.Table:
         """The valid events of this batch that the job's stateful operators dropped as late.
 
-        The offset log gives the batch's exact Kafka range (end of entry N-1 to end of N), so
-        the same records are read again (from Kafka, or from raw in a replay) and the job's
-        lateness rule applied: only for a batch whose operators dropped rows as late
-        (``_dropped_late``), since the rule selects
-        exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py). Measured on
-        Spark 4.2: stateful operators drop late rows using the watermark of entry N-1
-        (``previous``, the batch before's offsets) and evict state with entry N's
-        (docs/semantics.md, what Spark does underneath).
+        Measured on Spark 4.2: stateful operators drop late rows using the watermark of entry
+        N-1 (``previous``, the batch before's offsets) and evict state with entry N's
+        (docs/semantics.md, what Spark does underneath). The batch's plan observed them
+        (``late_events.observed``: it judged its rows by that watermark, which step 2 gave
+        its tasks). Where it could not, the offset log gives the batch's exact Kafka range
+        (end of entry N-1 to end of N), so the same records are read again (from Kafka, or
+        from raw in a replay) and the job's lateness rule applied. Either way only for a
+        batch whose operators dropped rows as late (``_dropped_late``), since the rule
+        selects exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py).
         """
         late_watermark_ms = previous.watermark_ms if previous else 0
-        if late_watermark_ms <= 0 or not batch.kafka_end_offsets:
-            return self.spark.createDataFrame([], LATE_EVENTS.schema)
-        records = self.records.range(previous.sources[0], batch.kafka_end_offsets)
-        late = self.job.late_rule(self.settings.streaming, records, late_watermark_ms)
-        return late.select(
-            F.lit(self.job.name).alias("job"), "record_kind", "event_id", "device_id", "event_time", "signal",
-            "missed", batch_timestamp(late_watermark_ms).alias("watermark"),
-            batch_bigint(batch.batch_id).alias("batch_id"), "topic", "partition", "offset",
-            F.lit(self.checkpoint_id).alias("checkpoint_id"),
-        )
+        rows = late_events.LATE_ROW.empty_table()
+        if late_watermark_ms > 0 and batch.kafka_end_offsets:
+            rows = late_events.observed(self.spark, metrics.query_name(self.job.name))
+            if rows is None:
+                log.info("%s batch %d: its plan could not tell its late events; reading its records again",
+                         self.job.name, batch.batch_id)
+                records = self.records.range(previous.sources[0], batch.kafka_end_offsets)
+                rows = self.job.late_rule(self.settings.streaming, records, late_watermark_ms).toArrow()
+        return late_events.table_rows(rows, self.job.name, late_watermark_ms, batch.batch_id, self.checkpoint_id)
 
 
 def _read_nothing(offsets, previous) -> bool:

@@ -62,6 +62,7 @@ PROMETHEUS_CONF = {
 }
 
 
+RECENT_PROGRESS = 10  # batches whose progress a query keeps
 CODEGEN_CACHE_ENTRIES = 1000
 FAIR_SCHEDULER_POOLS = Path(__file__).with_name("fair_scheduler.xml")
 
@@ -96,6 +97,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # a batch's progress carries the late rows its plan observed (jobs/late_rows.py), kept
+        # for Spark's last 100 batches by default; the metrics recorder reads those since its
+        # last call, a batch or two (tests/spark_jobs/runtime/test_metrics.py)
+        .config("spark.sql.streaming.numRecentProgressUpdates", str(RECENT_PROGRESS))
         # Spark's cache of compiled generated code holds 100 classes by default, fewer than
         # the jobs of a session use: their classes were compiled again batch after batch
         # (docs/streaming-facts.md, "Code generated anew")

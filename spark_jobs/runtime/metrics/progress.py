@@ -12,6 +12,8 @@ from typing import Any, Iterable
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_jobs.jobs.late_rows import OBSERVATION_PREFIX
+
 QUERY_PREFIX = "sigflow_"  # query names are sigflow_<job>
 
 
@@ -52,15 +54,21 @@ def source_scans(frame) -> int:
     return max(1, sum(1 for i in range(leaves.size()) if leaves.apply(i).isStreaming()))
 
 
+def batch_in_flight(spark, query_name: str):
+    """The JVM's execution of ``query_name``'s batch in flight (its plan, and once the plan
+    has run, its metrics and observations); None when the query or its plan is not found."""
+    jvm_session = spark._jsparkSession  # noqa: SLF001
+    queries = jvm_session.streams().active()
+    query = next((q for q in queries if q.name() == query_name), None)
+    return query.streamingQuery().lastExecution() if query is not None else None
+
+
 def rows_dropped_by_watermark(spark, query_name: str) -> int | None:
     """The rows the stateful operators of ``query_name``'s batch in flight dropped as late,
     once that batch's plan has run: Spark's own ``numRowsDroppedByWatermark``, read from the
     batch's executed plan (the figure its progress reports after the batch). None when the
     query or its plan is not found."""
-    jvm_session = spark._jsparkSession  # noqa: SLF001
-    queries = jvm_session.streams().active()
-    query = next((q for q in queries if q.name() == query_name), None)
-    execution = query.streamingQuery().lastExecution() if query is not None else None
+    execution = batch_in_flight(spark, query_name)
     if execution is None:
         return None
     dropped, found, nodes = 0, False, [execution.executedPlan()]
@@ -107,19 +115,37 @@ def progress_row(
         "duration_ms": int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
         "input_rows_per_second": float(progress.get("inputRowsPerSecond") or 0.0) / counting.scans,
         "processed_rows_per_second": float(progress.get("processedRowsPerSecond") or 0.0) / counting.scans,
-        "progress_json": json.dumps(progress),
+        "progress_json": json.dumps(_late_rows_counted(progress)),
     }
 
 
-def progress_dicts(query) -> Iterable[dict[str, Any]]:
-    """Progress of the batches that ran (idle reports, without addBatch, are skipped)."""
-    for progress in query.recentProgress:
-        # StreamingQueryProgress objects carry their JSON; plain dicts may hold UUIDs
-        parsed = json.loads(progress.json) if hasattr(progress, "json") else json.loads(
-            json.dumps(progress, default=str)
-        )
+def _late_rows_counted(progress: dict[str, Any]) -> dict[str, Any]:
+    """The progress with each late-rows observation's rows as their number: the rows are in
+    late_events, and would make each metrics row as large as the batch's late events."""
+    observed = progress.get("observedMetrics") or {}
+    if not any(name.startswith(OBSERVATION_PREFIX) for name in observed):
+        return progress
+    counted = {name: {**values, "rows": len(values.get("rows") or [])} if name.startswith(OBSERVATION_PREFIX) else values
+               for name, values in observed.items()}
+    return {**progress, "observedMetrics": counted}
+
+
+def progress_dicts(query, after_batch: int = -1) -> Iterable[dict[str, Any]]:
+    """Progress of the batches after ``after_batch`` that ran (idle reports, without addBatch,
+    are skipped). Only those are turned into JSON: a batch's progress carries the late rows
+    its plan observed (jobs/late_rows.py), too many to read again at every batch."""
+    for progress in query._jsq.recentProgress():  # noqa: SLF001
+        if progress.batchId() <= after_batch:
+            continue
+        parsed = json.loads(progress.json())
         if "addBatch" in (parsed.get("durationMs") or {}):
             yield parsed
+
+
+def last_batch_id(query) -> int:
+    """The newest progress's batch id, without reading any progress whole (-1: none yet)."""
+    latest = query._jsq.lastProgress()  # noqa: SLF001
+    return -1 if latest is None else int(latest.batchId())
 
 
 def progress_line(job: str, progress: dict[str, Any], counting: Counting = Counting()) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import (
     Counting,
+    last_batch_id,
     progress_dicts,
     progress_row,
     reached_latest,
@@ -64,10 +65,10 @@ class MetricsRecorder:
         # Most calls come between batches, with nothing new: they must cost nothing, since
         # reading every progress and the table's log twice a second took CPU from the batch
         # in flight (a real-time run's p95 latency, docs/streaming-facts.md).
-        if _last_batch_id(query) <= self.examined_through:
+        if last_batch_id(query) <= self.examined_through:
             return
         fresh, examined = [], self.examined_through
-        for progress in progress_dicts(query):
+        for progress in progress_dicts(query, self.examined_through):
             batch_id = int(progress["batchId"])
             examined = max(examined, batch_id)
             if batch_id in self.rows or (self.skip_empty and not progress.get("numInputRows")):
@@ -133,12 +134,6 @@ class MetricsRecorder:
             return {"final_through": None, "final_column": None}
         return {"final_through": spec.finality.final_through(seen, self.streaming),
                 "final_column": spec.finality.column}
-
-
-def _last_batch_id(query) -> int:
-    """The newest progress's batch id, without reading every recent progress (-1: none yet)."""
-    latest = query.lastProgress
-    return -1 if latest is None else int(latest["batchId"])
 
 
 def _sink_output_rows(progress: dict) -> int:

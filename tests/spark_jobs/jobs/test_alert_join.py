@@ -72,7 +72,8 @@ def test_join_state_stays_bounded_while_both_streams_advance(spark, settings):
 
 
 @pytest.mark.parametrize("policy, expected", [("min", [("a3", "e_late")]), ("max", [])])
-def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, settings, policy, expected):
+def test_different_delays_per_side_and_the_policy_decide_what_is_late(spark, settings, policy, expected,
+                                                                       late_events_found):
     """Events wait 2 minutes, alerts 20. Under `min` the slower side's watermark governs the
     join, so an event 10 minutes behind its own side is still joined; under `max` the faster
     side's governs, and both that event and an alert 8 minutes behind are dropped, and listed

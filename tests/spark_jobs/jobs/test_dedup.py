@@ -69,10 +69,11 @@ def test_the_run_summary_says_why_no_event_was_dropped_late(spark, settings):
     assert "0 dropped late (none behind the watermark)" in run_job(spark, s, "dedup").line()
 
 
-def test_partitions_added_between_runs_are_read_once_and_late_events_still_listed(spark, settings):
+def test_partitions_added_between_runs_are_read_once_and_late_events_still_listed(spark, settings,
+                                                                                  late_events_found):
     """Scaling a topic, as operators do: the job carries on over the new partitions, writes
-    every event once, and still finds the late ones (their re-read spans old and new
-    partitions)."""
+    every event once, and still finds the late ones in old and new partitions, whether the
+    batch's plan observed them or its records were read again."""
     from spark_jobs.runtime.kafka import admin as kafka_admin
     s = settings.replace(events_topic=settings.streaming.events_topic + "-grown", topic_partitions=2)
     kafka_admin.create_topics(s.kafka.bootstrap_servers, [s.streaming.events_topic], 2, s.kafka.topic_retention_ms)

@@ -3,6 +3,7 @@
 import json
 import logging
 
+import pandas as pd
 import pytest
 
 from spark_jobs.local.simulate import generate_alerts, generate_events
@@ -124,12 +125,17 @@ def test_the_sentence_for_people_says_counts_rate_state_and_lag():
     )
 
 
+SENT_WHOLE = ("event", "duplicate", "late", "out_of_order")  # the simulator's kinds of valid events
+
+
 @pytest.mark.parametrize("job", ["dedup", "windowed-averages", "fleet-rollup", "sessions"])
-def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, settings, job):
+def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, settings, job, late_events_found):
     """The simulator knows which records are re-sent duplicates: every job that deduplicates
     counts each exactly once (windowed-averages has one dedup, its sliding windows merged from
     panes; with other window settings one per window kind), and the rows
-    Spark reports dropped by the watermark are exactly the job's late_events rows."""
+    Spark reports dropped by the watermark are exactly the job's late_events rows, each with
+    the values its record was sent with, whether the batch's plan observed them or its
+    records were read again."""
     records = generate_events(900, devices=5, seed=31, malformed_ratio=0.0, late_ratio=0.05, duplicate_ratio=0.05)
     produce(settings, records)
     s = settings.replace(max_offsets_per_trigger=300)  # three batches: the later two see late records
@@ -142,6 +148,10 @@ def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, 
     assert duplicates_sent > 20 and len(late) > 10
     assert metrics.duplicates_dropped.sum() == summary.duplicates_dropped == duplicates_sent
     assert metrics.rows_dropped_by_watermark.sum() == summary.rows_dropped_by_watermark == len(late)
+    sent = {(e["device_id"], e["event_id"]): e for e in (json.loads(r.value) for r in records if r.kind in SENT_WHOLE)}
+    assert all(sent[row.device_id, row.event_id]["signal"] == row.signal
+               and pd.Timestamp(sent[row.device_id, row.event_id]["event_time"]) == row.event_time
+               for row in late.itertuples())
     per_batch_late = late.groupby("batch_id").size()
     by_batch = metrics.set_index("batch_id")
     assert all(by_batch.rows_dropped_by_watermark[b] == n for b, n in per_batch_late.items())

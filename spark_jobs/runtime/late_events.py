@@ -8,13 +8,12 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.jobs.late_rows import OBSERVATION_PREFIX
+from spark_jobs.jobs.late_rows import OBSERVATION_PREFIX, ROW_FIELDS
 from spark_jobs.runtime.metrics.progress import batch_in_flight
 
-# a late row as the rule gives it (late_rows.ROW_FIELDS), its time in microseconds
-LATE_ROW = pa.schema([("record_kind", pa.string()), ("event_id", pa.string()), ("device_id", pa.string()),
-                      ("event_time_us", pa.int64()), ("signal", pa.float64()), ("missed", pa.string()),
-                      ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+# a late row as the rule gives it, its time in microseconds
+LATE_ROW = pa.schema(list(zip(ROW_FIELDS, (pa.string(), pa.string(), pa.string(), pa.int64(), pa.float64(),
+                                           pa.string(), pa.string(), pa.int32(), pa.int64()), strict=True)))
 
 
 def observed(spark, query_name: str) -> pa.Table | None:

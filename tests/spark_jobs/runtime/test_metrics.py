@@ -6,6 +6,7 @@ import logging
 import pandas as pd
 import pytest
 
+from spark_jobs.jobs.late_rows import OBSERVATION_PREFIX
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime.metrics.progress import progress_line, progress_sentence
 from spark_jobs.runtime.waiting import wait_until
@@ -152,6 +153,11 @@ def test_job_counts_duplicates_and_late_rows_once_whatever_its_operators(spark, 
     assert all(sent[row.device_id, row.event_id]["signal"] == row.signal
                and pd.Timestamp(sent[row.device_id, row.event_id]["event_time"]) == row.event_time
                for row in late.itertuples())
+    # a metrics row keeps the number of rows the plan observed as late, not the rows
+    observed = [json.loads(p).get("observedMetrics") or {} for p in metrics.progress_json]
+    counted = [v["rows"] for o in observed for name, v in o.items() if name.startswith(OBSERVATION_PREFIX)]
+    assert all(isinstance(n, int) for n in counted)
+    assert sum(counted) == (len(late) if late_events_found == "observed by the batch's plan" else 0)
     per_batch_late = late.groupby("batch_id").size()
     by_batch = metrics.set_index("batch_id")
     assert all(by_batch.rows_dropped_by_watermark[b] == n for b, n in per_batch_late.items())

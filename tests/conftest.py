@@ -201,7 +201,6 @@ def settings(tmp_path, embedded_broker) -> Settings:
     return s
 
 
-
 @pytest.fixture(params=["observed by the batch's plan", "read again"])
 def late_events_found(request, monkeypatch):
     """How a batch's late events are found: observed by the batch's own plan, which then

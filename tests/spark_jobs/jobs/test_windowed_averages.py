@@ -93,6 +93,6 @@ def test_randomised_stream_with_restarts_matches_the_oracle(spark, settings):
     assert counted + open_events + len(oracle.duplicates) + len(late) == len(sent)
     metrics = table(s, "pipeline_metrics")
     # Spark's own count of what its operators dropped, counted once though each window kind
-    # deduplicates on its own, against the late_events rows sigflow re-read from Kafka
+    # deduplicates on its own, against the late_events rows
     assert metrics.rows_dropped_by_watermark.sum() == len(late) > 0
     assert json.loads(metrics.sort_values("batch_id").progress_json.iloc[-1])["batchId"] == metrics.batch_id.max()

@@ -213,7 +213,7 @@ def late_events_found(request, monkeypatch):
 
     if request.param == "read again":
         monkeypatch.setattr(BatchCommit, "_late_watermark_for_tasks",
-                            lambda self, previous: self.spark.sparkContext.setLocalProperty(LATE_WATERMARK_PROPERTY, None))
+                            lambda self, watermark_ms: self.spark.sparkContext.setLocalProperty(LATE_WATERMARK_PROPERTY, None))
         yield request.param
         return
 

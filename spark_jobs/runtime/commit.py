@@ -116,7 +116,7 @@ class BatchCommit:
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
         self._note_offsets(offsets, previous)
         context = self._context(batch_id, offsets, previous)
-        self._late_watermark_for_tasks(previous)
+        self._late_watermark_for_tasks(context.previous_watermark_ms)
         info = CommitInfo(job=self.job.name, checkpoint_id=self.checkpoint_id, app_id=self.app_id, batch_id=batch_id,
                           watermark_ms=context.watermark_ms, kafka_end_offsets=context.kafka_end_offsets)
         write_tasks = self._write_tasks(offsets, previous)
@@ -150,11 +150,10 @@ class BatchCommit:
         self._record(batch_id, info, written)
         # 7. Spark's commit: on return
 
-    def _late_watermark_for_tasks(self, previous) -> None:
-        """The watermark this batch's stateful operators drop late rows by, for the tasks of
-        every job the batch runs (its writes' threads inherit it): how its plan tells its
-        late rows (jobs/late_rows.py). None where it has none yet."""
-        watermark_ms = previous.watermark_ms if previous else 0
+    def _late_watermark_for_tasks(self, watermark_ms: int) -> None:
+        """The watermark this batch's stateful operators drop late rows by (N-1's), for the
+        tasks of every job the batch runs (its writes' threads inherit it): how its plan tells
+        its late rows (jobs/late_rows.py). None where it has none yet."""
         self.spark.sparkContext.setLocalProperty(LATE_WATERMARK_PROPERTY, str(watermark_ms) if watermark_ms > 0 else None)
 
     def _note_offsets(self, offsets, previous) -> None:
@@ -279,7 +278,7 @@ class BatchCommit:
         batch whose operators dropped rows as late (``_dropped_late``), since the rule
         selects exactly the rows Spark counted (tests/spark_jobs/runtime/test_metrics.py).
         """
-        late_watermark_ms = previous.watermark_ms if previous else 0
+        late_watermark_ms = batch.previous_watermark_ms
         rows = late_events.LATE_ROW.empty_table()
         if late_watermark_ms > 0 and batch.kafka_end_offsets:
             rows = late_events.observed(self.spark, metrics.query_name(self.job.name))

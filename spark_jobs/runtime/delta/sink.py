@@ -154,24 +154,39 @@ class DeltaSink:
     def append_rows(
         self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, info: CommitInfo
     ) -> int | None:
-        """Append rows the driver already holds (a run's pipeline_metrics rows) with delta-rs,
-        under the same application transaction as ``append``. Returns the rows written, or
-        None when (app id, version) is already in the table.
+        """Append rows the driver already holds with delta-rs, under the same application
+        transaction as ``append``. Returns the rows written, or None when (app id, version)
+        is already in the table."""
+        return self.append_unwritten(rows, spec, app_id, info, batch_of=lambda row: version)
+
+    def append_unwritten(self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, info: CommitInfo,
+                         batch_of: Callable[[dict[str, Any]], int]) -> int | None:
+        """Append those of ``rows`` (a run's pipeline_metrics or table_status rows) whose batch,
+        ``batch_of``, is past the one the table's application transaction of ``app_id``
+        holds, under a transaction of the newest of them, with delta-rs. Returns the rows
+        written, or None when every one was written before.
 
         A Spark write of a few rows cost one to two seconds per batch, most of it Delta
         rebuilding the table state to look up the transaction (docs/streaming-facts.md);
-        delta-rs reads the transaction from the log it has already loaded."""
+        delta-rs reads the transaction from the log it has already loaded. Each attempt reads
+        the table once, for the transaction and the append alike: a read replays the JSON
+        commits since the table's last checkpoint, up to 99, and the three reads a batch made
+        of each table took 35 to 50 ms of CPU each (docs/benchmarks.md)."""
         # delta-rs takes an append for a read of every file, so another writer's delete (a
         # rewind removing one job's rows from pipeline_metrics) fails it, though its rows
         # depend on nothing it read (Spark's Delta lets such a blind append through). Each
         # attempt reads the table afresh and checks the transaction again.
         for attempt in _commit_again(tenacity.retry_if_exception_type(table_access.CommitConflict)):
             with attempt:
-                if self._already_committed(spec, app_id, version, self.committed_version(spec, app_id)):
+                table = table_access.open_table(self.uri(spec))
+                done = table.transaction_version(app_id)
+                unwritten = [row for row in rows if done is None or batch_of(row) > done]
+                if not unwritten:
+                    log.info("%s: batches to %s already committed by %s, skipped", spec.name, done, app_id)
                     return None
-                table_access.append(self.uri(spec), pa.Table.from_pylist(rows, schema=schema.arrow_schema(spec)),
-                                    info.user_metadata(), (app_id, version))
-        return len(rows)
+                table_access.append(table, pa.Table.from_pylist(unwritten, schema=schema.arrow_schema(spec)),
+                                    info.user_metadata(), (app_id, max(batch_of(row) for row in unwritten)))
+        return len(unwritten)
 
 
 def _commit_again(retry: tenacity.retry_base, attempts: int = 10) -> tenacity.Retrying:

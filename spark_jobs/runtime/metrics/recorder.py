@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import threading
 from datetime import datetime, timezone
+from operator import itemgetter
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -82,11 +83,7 @@ class MetricsRecorder:
             self.complete_as_of[batch_id] = self.newest_complete or self._promised_before_run
             fresh.append({**row, "checkpoint_id": self.checkpoint_id})
         if fresh:  # a failure here leaves the rows unrecorded, so the next call retries them
-            done = self.sink.committed_version(PIPELINE_METRICS, self.app_id)
-            unwritten = [r for r in fresh if done is None or r["batch_id"] > done]
-            if unwritten:
-                last = max(r["batch_id"] for r in unwritten)
-                self.sink.append_rows(unwritten, PIPELINE_METRICS, self.app_id, last, CommitInfo(job=self.job))
+            self.sink.append_unwritten(fresh, PIPELINE_METRICS, self.app_id, CommitInfo(job=self.job), batch_of=_batch)
             self._record_status(fresh)
         self.examined_through = examined
         for row in fresh:
@@ -114,16 +111,13 @@ class MetricsRecorder:
         a batch max_offsets_per_trigger cut short repeats the last time that held."""
         if not self.tables:
             return
-        done = self.sink.committed_version(TABLE_STATUS, self.app_id)
         now = datetime.now(timezone.utc)
         rows = [{"table_name": spec.name, "job": self.job, "checkpoint_id": self.checkpoint_id,
                  "batch_id": row["batch_id"], "batch_time": self.complete_as_of.get(row["batch_id"]),
                  **self._finality(spec, row["watermark"]),
                  "rows_written": self.table_rows.get(row["batch_id"], {}).get(spec.name, 0), "recorded_at": now}
-                for row in fresh if done is None or row["batch_id"] > done for spec in self.tables]
-        if rows:
-            last = max(row["batch_id"] for row in rows)
-            self.sink.append_rows(rows, TABLE_STATUS, self.app_id, last, CommitInfo(job=self.job))
+                for row in fresh for spec in self.tables]
+        self.sink.append_unwritten(rows, TABLE_STATUS, self.app_id, CommitInfo(job=self.job), batch_of=_batch)
 
 
     def _finality(self, spec: TableSpec, watermark) -> dict:
@@ -134,6 +128,9 @@ class MetricsRecorder:
             return {"final_through": None, "final_column": None}
         return {"final_through": spec.finality.final_through(seen, self.streaming),
                 "final_column": spec.finality.column}
+
+
+_batch = itemgetter("batch_id")  # a pipeline_metrics or table_status row's batch
 
 
 def _sink_output_rows(progress: dict) -> int:

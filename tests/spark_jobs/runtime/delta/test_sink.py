@@ -1,5 +1,6 @@
 """The Delta sink: tables created and migrated, each batch written exactly once."""
 
+from operator import itemgetter
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.delta.table_access import (
     commit_metadata,
     count_matching,
+    read_arrow,
     read_pandas,
 )
 from tests.helpers import produce, run_job
@@ -113,6 +115,29 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     assert sink._append(batch, READINGS, "app", 3, '{"try": 2}') is None  # the replay
     assert sink._append(batch, READINGS, "app", 2, '{"try": 3}') is None  # an older batch
     assert count_matching(settings.table_uri("readings")) == 1
+
+
+BATCH_ROWS = TableSpec("batch_rows", "batch_id BIGINT, value DOUBLE", "test table of per-batch rows")
+
+
+def test_rows_offered_again_after_a_restart_are_written_once_each(spark, settings):
+    """A run's recorder offers the rows of every batch whose progress it holds; after a
+    restart that includes batches an earlier run wrote. Only those past the table's
+    transaction are appended, once, under the newest of them."""
+    sink = DeltaSink(spark, settings)
+    sink.ensure_table(BATCH_ROWS)
+    batch = itemgetter("batch_id")
+
+    def rows(*batches):
+        return [{"batch_id": b, "value": float(b)} for b in batches]
+
+    assert sink.append_unwritten(rows(0, 1, 2), BATCH_ROWS, "app", _info("app", 2), batch) == 3
+    assert sink.append_unwritten(rows(1, 2, 3, 4), BATCH_ROWS, "app", _info("app", 4), batch) == 2
+    assert sink.append_unwritten(rows(3, 4), BATCH_ROWS, "app", _info("app", 4), batch) is None
+    assert sink.committed_version(BATCH_ROWS, "app") == 4
+    assert sink.append_unwritten(rows(0, 1), BATCH_ROWS, "other", _info("other", 1), batch) == 2  # another app's own
+    written = read_arrow(settings.table_uri("batch_rows"))
+    assert sorted(written["batch_id"].to_pylist()) == [0, 0, 1, 1, 2, 3, 4]
 
 
 def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_others(spark, settings):

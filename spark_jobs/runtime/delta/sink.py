@@ -171,7 +171,7 @@ class DeltaSink:
         delta-rs reads the transaction from the log it has already loaded. Each attempt reads
         the table once, for the transaction and the append alike: a read replays the JSON
         commits since the table's last checkpoint, up to 99, and the three reads a batch made
-        of each table took 35 to 50 ms of CPU each (docs/benchmarks.md)."""
+        of each table took 36 to 51 ms of CPU each (docs/benchmarks.md)."""
         # delta-rs takes an append for a read of every file, so another writer's delete (a
         # rewind removing one job's rows from pipeline_metrics) fails it, though its rows
         # depend on nothing it read (Spark's Delta lets such a blind append through). Each

@@ -151,20 +151,13 @@ class DeltaSink:
         writer.save(uri)
         return _rows_committed(uri, commit_info)
 
-    def append_rows(
-        self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, version: int, info: CommitInfo
-    ) -> int | None:
-        """Append rows the driver already holds with delta-rs, under the same application
-        transaction as ``append``. Returns the rows written, or None when (app id, version)
-        is already in the table."""
-        return self.append_unwritten(rows, spec, app_id, info, batch_of=lambda row: version)
-
     def append_unwritten(self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, info: CommitInfo,
                          batch_of: Callable[[dict[str, Any]], int]) -> int | None:
-        """Append those of ``rows`` (a run's pipeline_metrics or table_status rows) whose batch,
-        ``batch_of``, is past the one the table's application transaction of ``app_id``
-        holds, under a transaction of the newest of them, with delta-rs. Returns the rows
-        written, or None when every one was written before.
+        """Append those of ``rows``, held by the driver (a run's pipeline_metrics or
+        table_status rows), whose batch, ``batch_of``, is past the one the table's application
+        transaction of ``app_id`` holds (the transaction ``append`` commits under), under a
+        transaction of the newest of them, with delta-rs. Returns the rows written, or None
+        when every one was written before.
 
         A Spark write of a few rows cost one to two seconds per batch, most of it Delta
         rebuilding the table state to look up the transaction (docs/streaming-facts.md);

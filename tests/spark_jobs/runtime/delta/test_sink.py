@@ -147,9 +147,9 @@ def test_driver_rows_are_written_once_per_transaction_and_both_engines_see_each_
     sink.ensure_table(READINGS)
     assert sink.append(spark.createDataFrame([("d1", 1.0)], READINGS.schema), READINGS, _info("app", 0)) == 1
     rows = [{"device_id": "d2", "value": 2.0}, {"device_id": "d3", "value": 3.0}]
-    assert sink.append_rows(rows, READINGS, "app", 0, _info("app", 0)) is None  # Spark's commit holds 0
-    assert sink.append_rows(rows, READINGS, "app", 1, _info("app", 1)) == 2
-    assert sink.append_rows(rows, READINGS, "app", 1, _info("app", 1)) is None  # the replay
+    assert sink.append_unwritten(rows, READINGS, "app", _info("app", 0), lambda row: 0) is None  # Spark's commit holds 0
+    assert sink.append_unwritten(rows, READINGS, "app", _info("app", 1), lambda row: 1) == 2
+    assert sink.append_unwritten(rows, READINGS, "app", _info("app", 1), lambda row: 1) is None  # the replay
     assert sink.committed_version(READINGS, "app") == 1
     assert sink.append(spark.createDataFrame([("d4", 4.0)], READINGS.schema), READINGS, _info("app", 1)) is None
     read_by_spark = spark.read.format("delta").load(settings.table_uri("readings"))
@@ -240,7 +240,7 @@ def test_driver_rows_appended_while_another_writer_deletes_rows_are_all_committe
     deleting = threading.Thread(target=rewinds)
     deleting.start()
     try:
-        written = [sink.append_rows([{"device_id": "mine", "value": float(v)}], READINGS, "app", v, _info("app", v))
+        written = [sink.append_unwritten([{"device_id": "mine", "value": float(v)}], READINGS, "app", _info("app", v), lambda row: v)
                    for v in range(25)]
     finally:
         stop.set()

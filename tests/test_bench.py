@@ -71,6 +71,20 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
 
 
 @pytest.mark.bench
+def test_the_bookkeeping_bench_appends_every_batch_at_both_intervals_and_checkpoints_as_each_says(capsys):
+    from bench import bookkeeping
+
+    assert bookkeeping.main(["--batches", "100", "--tries", "1"]) == 0
+    out = capsys.readouterr().out
+    runs = re.findall(r"^bookkeeping interval=(\d+): first 50 batches \d+ ms a batch, last 50 \d+, all (\d+) "
+                      r"\S+ CPU-s; table_status checkpoints: (\d+)$", out, re.M)
+    # the warm-up's 50 batches, then each interval's 100: a checkpoint at each multiple of the
+    # interval among the table's versions (its creation, its key constraint, then a batch each)
+    assert runs == [("100", "50", "0"), ("100", "100", "1"), ("10", "100", "10")], out
+    assert re.search(r"^bookkeeping: 100 batches' appends, median of 1: \S+ CPU-s at interval 100, \S+ CPU-s "
+                     r"at interval 10 \(\d\.\d\dx\)$", out, re.M), out
+
+@pytest.mark.bench
 @pytest.mark.slow
 def test_the_reconcile_bench_counts_the_late_events_whose_windows_are_final(tmp_path, capsys):
     from bench import reconcile as bench_reconcile

@@ -56,16 +56,23 @@ def _data_type(text: str) -> DataType:
     return simple[text]
 
 
-# Delta table properties every sigflow table is created with, and migrated to where the
-# table does not set them. A Delta checkpoint is a state rebuild and a parquet write inside
-# a commit: at Delta's default of one every 10 commits, the ingest batch that
-# checkpointed took 6.6 s where its neighbours took 1.1 to 2.0 s (docs/streaming-facts.md).
-# At 100, a batch in a hundred pays it, and a reader starting cold replays up to 99 small
-# JSON commits after the checkpoint instead of 9.
+# A Delta checkpoint is a state rebuild and a parquet write inside a commit: at Delta's default
+# of one every 10 commits, the ingest batch that checkpointed took 6.6 s where its neighbours
+# took 1.1 to 2.0 s (docs/streaming-facts.md). At 100, a batch in a hundred pays it, and a
+# reader starting cold replays up to 99 small JSON commits after the checkpoint instead of 9.
+CHECKPOINT_INTERVAL = 100
+# The tables only a job's driver commits to (delta-rs, a small commit a batch) read their log
+# at each commit's start, and there replaying up to 99 JSON commits costs more than
+# checkpointing a small table every 10: a job's appends over 600 batches took half the CPU
+# (`python -m bench.bookkeeping`, docs/benchmarks.md).
+DRIVER_CHECKPOINT_INTERVAL = 10
+# Values sigflow itself set on every table before a table's properties were its own: migration
+# replaces them with the table's (any other value is an operator's, and stays).
+FORMER_DEFAULTS = {"delta.checkpointInterval": ("100",)}
 # The change data feed is on for every table from its creation (and turned on by deploy for
 # tables made before): a reader follows inserts and deletes, a rewind's included
 # (docs/consumers.md).
-TABLE_PROPERTIES = {"delta.checkpointInterval": "100", "delta.enableChangeDataFeed": "true"}
+CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,14 @@ class TableSpec:
     finality: Finality | None = None
     # renamed columns' former names, still written (docs/consumers.md, "Renamed columns")
     kept_names: tuple[KeptName, ...] = ()
+    # commits between the table's Delta checkpoints (``CHECKPOINT_INTERVAL``)
+    checkpoint_interval: int = CHECKPOINT_INTERVAL
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The Delta properties the table is created with, and migrated to where it does not
+        set them (runtime/delta/schema.py)."""
+        return {"delta.checkpointInterval": str(self.checkpoint_interval), **CHANGE_DATA_FEED}
 
     @property
     def column_meanings(self) -> dict[str, str]:
@@ -337,7 +352,8 @@ DEVICE_STATUS = TableSpec(
         ("session_event_count", "how many distinct events its latest session holds so far"),
         ("session_avg_signal", f"the mean signal of its latest session so far, {SIGNAL}"),
         ("session_closed", "true once its latest session is closed (written to device_sessions); false while it is open"),
-    )
+    ),
+    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
 )
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
@@ -470,7 +486,8 @@ LATE_EVENTS = TableSpec(
         ("signal", f"the event's signal, {SIGNAL}; null for an alert"),
         ("missed", "what the record missed by being late, in words"),
         ("watermark", "the watermark that dropped it, UTC (event time)"),
-    )
+    ),
+    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
 )
 LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
@@ -520,7 +537,8 @@ PIPELINE_METRICS = TableSpec(
         ("input_rows_per_second", "records per second arriving, as Spark measured it over the batch"),
         ("processed_rows_per_second", "records per second the batch processed"),
         ("progress_json", "Spark's progress report of the batch, as JSON"),
-    )
+    ),
+    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
 )
 
 def _final_column_backfill() -> str:
@@ -553,7 +571,8 @@ TABLE_STATUS = TableSpec(
         ("rows_written", "rows the batch wrote to the table"),
         ("recorded_at", "when this row was written, UTC (the driver's clock)"),
         ("final_column", "the table's column final_through is compared with (window_end, session_end, alert_time); null with final_through"),
-    )
+    ),
+    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
 )
 DQ_RESULTS = TableSpec(
     "dq_results",

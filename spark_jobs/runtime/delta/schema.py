@@ -13,8 +13,8 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from spark_jobs.contracts.tables import (
+    FORMER_DEFAULTS,
     KEY_CONSTRAINT,
-    TABLE_PROPERTIES,
     TableSpec,
     key_constraint,
 )
@@ -66,7 +66,7 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec, propertie
                .comment(spec.description))
     # delta-spark takes the key constraint as a property of the creating commit
     constraint = {f"delta.constraints.{KEY_CONSTRAINT}": key_constraint(spec)} if spec.key else {}
-    for key, value in {**TABLE_PROPERTIES, **properties, **constraint}.items():
+    for key, value in {**spec.properties, **properties, **constraint}.items():
         builder = builder.property(key, value)
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)
@@ -81,10 +81,10 @@ def create_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = 
 
 def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
     # delta-rs refuses a property of its own (sigflow.*) in the creating commit: version 1 sets them
-    delta = {key: value for key, value in {**TABLE_PROPERTIES, **properties}.items() if key.startswith("delta.")}
+    delta = {key: value for key, value in {**spec.properties, **properties}.items() if key.startswith("delta.")}
     table_access.create(uri, commented_arrow_schema(spec), list(spec.partition_by) or None, delta,
                         spec.description)
-    if len(delta) < len(TABLE_PROPERTIES) + len(properties):
+    if len(delta) < len({**spec.properties, **properties}):
         table_access.set_properties(uri, {key: value for key, value in properties.items() if key not in delta})
 
 
@@ -122,19 +122,20 @@ def _table_exists(uri: str) -> bool:
 
 def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
     """Additive migration: the spec's columns the table lacks are added (nullable, as every
-    column is) and filled by the spec's backfill expressions, and ``TABLE_PROPERTIES`` the
-    table does not set are set (a value an operator chose stays), as are ``properties`` (the
+    column is) and filled by the spec's backfill expressions, and the spec's ``properties`` the
+    table does not set are set (a value an operator chose stays; a value sigflow set
+    before, ``FORMER_DEFAULTS``, is not one), as are ``properties`` (the
     settings' retention) where the table holds another value. Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
     table = table_access.open_table(uri)
-    unset = _unset_properties(table, properties or {})
+    unset = _unset_properties(table, spec, properties or {})
     if unset:
         try:
             table.alter.set_table_properties(unset, raise_if_not_exists=False)
         except Exception:
             table = table_access.open_table(uri)
-            if _unset_properties(table, properties or {}):  # not a second driver migrating the same table at once
+            if _unset_properties(table, spec, properties or {}):  # not a second driver migrating the same table at once
                 raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
     done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
@@ -201,9 +202,14 @@ def _describe(uri: str, spec: TableSpec) -> str:
     return f", described {len(said)} column(s)" + "".join(f" and {what}" for what in described)
 
 
-def _unset_properties(table, properties: dict[str, str]) -> dict[str, str]:
+def _unset_properties(table, spec: TableSpec, properties: dict[str, str]) -> dict[str, str]:
     configuration = table.metadata().configuration
-    return {**{key: value for key, value in TABLE_PROPERTIES.items() if key not in configuration},
+
+    def unset(key: str, value: str) -> bool:
+        held = configuration.get(key)
+        return held is None or (held != value and held in FORMER_DEFAULTS.get(key, ()))
+
+    return {**{key: value for key, value in spec.properties.items() if unset(key, value)},
             **{key: value for key, value in properties.items() if configuration.get(key) != value}}
 
 

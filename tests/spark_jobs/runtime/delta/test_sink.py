@@ -10,6 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from spark_jobs.contracts.tables import (
     ALL_TABLES,
     DEVICE_SIGNAL_AVERAGES,
+    DRIVER_CHECKPOINT_INTERVAL,
     LATE_EVENTS,
     LATE_EVENTS_RECONCILED,
     QUARANTINED_EVENTS,
@@ -75,6 +76,35 @@ def test_sigflow_tables_take_a_delta_checkpoint_every_100_commits_not_every_10(s
     assert {uri: DeltaTable(uri).metadata().configuration.get("delta.checkpointInterval")
             for uri in (plain_uri, made_by_delta_rs, chosen_uri)} == {
         plain_uri: "100", made_by_delta_rs: "100", chosen_uri: "50"}
+
+
+
+DRIVER_ROWS = TableSpec("driver_rows", "batch_id BIGINT, value DOUBLE", "test table",
+                        checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL)
+
+
+def test_a_table_drivers_commit_to_each_batch_checkpoints_every_10_commits_and_sigflows_former_100_moves(
+        spark, settings):
+    """A table whose every commit is a driver's few rows (pipeline_metrics, table_status) is
+    read whole at each commit's start: it checkpoints every 10 commits. A table sigflow made
+    with its former interval for every table moves to the table's own; an operator's stays."""
+    sink = DeltaSink(spark, settings)
+    made = settings.table_uri("driver_rows")
+    assert create_table(made, DRIVER_ROWS) == "created"
+    for batch in range(1, 11):
+        assert sink.append_unwritten([{"batch_id": batch, "value": 1.0}], DRIVER_ROWS, "app", _info("app", batch),
+                                     itemgetter("batch_id")) == 1
+    assert DeltaTable(made).version() == 10
+    assert len(_checkpoints(made)) == 1  # delta-rs writes it with the commit before a multiple of 10
+
+    former, chosen = settings.table_uri("table_status_former"), settings.table_uri("table_status_chosen")
+    for uri, interval in ((former, "100"), (chosen, "50")):
+        DeltaTable.create(uri, schema=arrow_schema(TABLE_STATUS),
+                          configuration={"delta.checkpointInterval": interval, "delta.enableChangeDataFeed": "true"})
+    assert create_table(former, TABLE_STATUS).startswith("exists, set delta.checkpointInterval=10,")
+    assert not create_table(chosen, TABLE_STATUS).startswith("exists, set delta.checkpointInterval")
+    assert {uri: DeltaTable(uri).metadata().configuration["delta.checkpointInterval"] for uri in (former, chosen)} == {
+        former: "10", chosen: "50"}
 
 
 def test_a_replayed_batch_is_written_once(spark, settings):

@@ -67,14 +67,16 @@ airflow: install  # Airflow standalone with the DAGs on 127.0.0.1:8080 (SIGFLOW_
 # (JVM start, Airflow scheduling), so two workers halve the time. Groups go out in
 # collection order, the longest first (tests/conftest.py). The 25 slowest are listed at the end:
 # where the suite's time goes, in every CI log. The bench's own runs (marked bench) are make
-# bench's first step instead. docs/testing.md: what runs where.
+# bench's first step instead. A worker that dies fails the run at once, naming its test: xdist
+# 3.8's loadgroup never schedules the rest of a replaced worker's group, so the run would hang.
+# docs/testing.md: what runs where.
 test: install
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 -m "not bench"
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --max-worker-restart=0 --durations=25 -m "not bench"
 
 # The tests not marked slow: the jobs' semantics in one warm session, contracts, settings,
 # DAG parsing, docs; about a third of the suite's time (docs/testing.md). `make test` runs the rest too.
 test-fast: install
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --max-worker-restart=0 -m "not slow"
 
 bench: install
 	@# each section end to end at a toy size first (about ten minutes): a broken one fails here

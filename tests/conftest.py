@@ -9,6 +9,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
+import multiprocessing
 import os
 import secrets
 import subprocess
@@ -103,6 +104,10 @@ def airflow_home(tmp_path_factory):
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
     })
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+    # The provider emits a DAG run's events from a process pool, thread or not: forked, each of
+    # its processes is a copy of this one, its JVM gateway, delta-rs' runtime and pytest-xdist's
+    # channel included (a worker died mid-suite with one about). Spawned, they start afresh.
+    multiprocessing.set_start_method("spawn", force=True)
     return home
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import tenacity
 
 from spark_jobs.config import Settings, load_settings
 from spark_jobs.errors import SigflowError
@@ -24,6 +25,8 @@ from spark_jobs.runtime.spark import ensure_java
 from spark_jobs.runtime.waiting import wait_until
 
 TRAINING_EVENTS = 300
+TRIES = 2
+PIPELINE_TIMEOUT_S = 900  # the training pipeline takes about a minute here
 
 
 @dataclass(frozen=True)
@@ -46,20 +49,31 @@ def build(settings: Settings) -> ArchiveResult:
         return ArchiveResult(archive, None)
     archive.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="sigflow-class-data-") as work:
-        written = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
-        try:
-            _train(settings, Path(work), written)
-            class_archive.adopt(written, archive)
-        finally:
-            written.unlink(missing_ok=True)
+    written = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    # A whole pipeline and a broker on a loaded machine: once more before giving up, since
+    # without the archive every driver here starts a third slower. The log of the last try
+    # stays beside the archive for whoever reads the failure.
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(TRIES), reraise=True,
+                                 retry=tenacity.retry_if_exception_type(SigflowError))
+    try:
+        for attempt in retrying:
+            with attempt, tempfile.TemporaryDirectory(prefix="sigflow-class-data-") as work:
+                _train(settings, Path(work), written, build_log(archive))
+        class_archive.adopt(written, archive)
+    finally:
+        written.unlink(missing_ok=True)
     for older in archive.parent.glob("spark-driver-*.jsa*"):  # another Java's or pyspark's
         if older.name not in (archive.name, f"{archive.name}.json") and ".partial" not in older.name:
             older.unlink()
     return ArchiveResult(archive, time.monotonic() - began)
 
 
-def _train(settings: Settings, work: Path, written: Path) -> None:
+def build_log(archive: Path) -> Path:
+    """What the last build's pipeline printed."""
+    return archive.with_name("build.log")
+
+
+def _train(settings: Settings, work: Path, written: Path, log: Path) -> None:
     own = load_settings(env={}, overrides={"data_dir": str(work), "broker_port": 0, "jit": "quick",
                                            "jars_dir": str(settings.jars_path)})
     info = broker.start(own)
@@ -75,12 +89,18 @@ def _train(settings: Settings, work: Path, written: Path) -> None:
         env.update(SIGFLOW_DATA_DIR=str(work), KAFKA_BOOTSTRAP_SERVERS=info.bootstrap_servers,
                    SIGFLOW_JARS_DIR=str(settings.jars_path), SIGFLOW_JIT="quick", SIGFLOW_CLASS_DATA_SHARING="false",
                    SIGFLOW_JVM_OPTIONS=class_archive.dump_options(written))
-        log = work / "pipeline.log"
         with log.open("w") as out:
-            ran = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "pipeline"], env=env, stdout=out,
-                                 stderr=subprocess.STDOUT, timeout=900)
+            try:
+                ran = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "pipeline"], env=env, stdout=out,
+                                     stderr=subprocess.STDOUT, timeout=PIPELINE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                for process in _writers(written):  # its driver's JVM, which outlives the Python killed
+                    process.kill()
+                raise SigflowError(f"the pipeline that builds the class archive ran past {PIPELINE_TIMEOUT_S} s"
+                                   f" (its output: {log})", "run `sigflow jars archive` again, or set"
+                                   " SIGFLOW_CLASS_DATA_SHARING=false") from None
         if ran.returncode != 0:
-            raise SigflowError(f"the pipeline that builds the class archive failed: {log.read_text()[-500:]}",
+            raise SigflowError(f"the pipeline that builds the class archive failed (its output: {log})",
                                "run `sigflow jars archive` again, or set SIGFLOW_CLASS_DATA_SHARING=false")
     finally:
         broker.stop(own)
@@ -91,8 +111,10 @@ def _train(settings: Settings, work: Path, written: Path) -> None:
 
 
 def _writing(written: Path) -> bool:
+    return bool(_writers(written))
+
+
+def _writers(written: Path) -> list[psutil.Process]:
+    """The JVMs that write ``written`` as they exit."""
     option = f"-XX:ArchiveClassesAtExit={written}"
-    for process in psutil.process_iter(["cmdline"]):
-        if option in (process.info["cmdline"] or ()):
-            return True
-    return False
+    return [process for process in psutil.process_iter(["cmdline"]) if option in (process.info["cmdline"] or ())]

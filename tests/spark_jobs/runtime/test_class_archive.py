@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from spark_jobs.config import default_jars_dir
+from spark_jobs.local import class_archive_build
 from spark_jobs.runtime import class_archive
 from spark_jobs.runtime.spark import ensure_java
 from tests.helpers import REPO, cli_env
@@ -27,7 +28,9 @@ spark.range(3).write.format("delta").save(sys.argv[1])
 def test_a_driver_loads_sparks_and_deltas_classes_from_the_archive_make_install_built(tmp_path):
     ensure_java()
     archive = class_archive.archive_path(default_jars_dir(), os.environ["JAVA_HOME"])
-    assert class_archive.usable(archive), f"no class archive at {archive}: make install builds it"
+    log = class_archive_build.build_log(archive)
+    assert class_archive.usable(archive), f"no class archive at {archive}: make install builds it" + (
+        f"; its last build printed:\n{log.read_text()[-3000:]}" if log.is_file() else "")
     loaded = tmp_path / "class-load.log"
     env = cli_env(None, {"SIGFLOW_JVM_OPTIONS": f"-Xlog:class+load=info:file={loaded}"})
     ran = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "table")], env=env, cwd=REPO,

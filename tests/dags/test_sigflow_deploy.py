@@ -21,7 +21,7 @@ from tests.helpers import jars_with, json_lines, produce, table, topic_records
 pytestmark = pytest.mark.slow  # real DAG runs (dag.test), each task its jobs
 
 
-@pytest.mark.timeout(600)  # 166 s in the suite here: two deploys, each a table setup and six jobs' first runs
+@pytest.mark.timeout(600)  # 117 s in the suite here, three times that in a slow CI: two deploys, each with six jobs' first runs
 def test_deploying_twice_sets_up_once_and_changes_nothing_the_second_time(settings, dag_env, monkeypatch, tmp_path,
                                                                          capfd, airflow_home):
     # the jobs' lineage beside Airflow's own (tests/conftest.py: airflow_home)

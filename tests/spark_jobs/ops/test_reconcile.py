@@ -134,7 +134,7 @@ def play(spark, s, events) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # six reconciles (one a CLI process), 13 job runs: 225 s alone, 430 in the suite, past 600 in a slow CI
+@pytest.mark.timeout(1200)  # six reconciles (one a CLI process), 13 job runs: 195 s in the suite here, past 600 in a slow CI
 def test_late_events_are_counted_once_when_their_rows_are_final_and_again_changes_nothing(spark, settings):
     s = single_partition(settings).replace(late_horizon=HORIZON)
     play(spark, s, ON_TIME)

@@ -71,6 +71,7 @@ def test_the_scale_section_measures_each_command_in_a_process_of_its_own(tmp_pat
 
 
 @pytest.mark.bench
+@pytest.mark.slow
 def test_the_bookkeeping_bench_appends_every_batch_at_both_intervals_and_checkpoints_as_each_says(capsys):
     from bench import bookkeeping
 

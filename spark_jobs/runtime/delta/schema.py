@@ -81,11 +81,12 @@ def create_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = 
 
 def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
     # delta-rs refuses a property of its own (sigflow.*) in the creating commit: version 1 sets them
-    delta = {key: value for key, value in {**spec.properties, **properties}.items() if key.startswith("delta.")}
+    wanted = {**spec.properties, **properties}
+    delta = {key: value for key, value in wanted.items() if key.startswith("delta.")}
     table_access.create(uri, commented_arrow_schema(spec), list(spec.partition_by) or None, delta,
                         spec.description)
-    if len(delta) < len({**spec.properties, **properties}):
-        table_access.set_properties(uri, {key: value for key, value in properties.items() if key not in delta})
+    if len(delta) < len(wanted):
+        table_access.set_properties(uri, {key: value for key, value in wanted.items() if key not in delta})
 
 
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: dict[str, str]) -> str:

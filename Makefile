@@ -100,6 +100,8 @@ bench: install
 	$(BIN)/python -m bench.capacity
 	$(BIN)/python -m bench.capacity --fleet-sizes 1000 10000 100000 --rates 1000 --shapes one \
 	  --jobs ingest windowed-averages sessions
+	@# what one batch more costs the whole pipeline, beside what its events cost (docs/benchmarks.md)
+	$(BIN)/python -m bench.batch_cost
 
 up:  # the production-like stack; needs Docker (see docs/deploy.md)
 	@test -f .env || (echo "copy .env.example to .env and set its secrets first" && exit 1)

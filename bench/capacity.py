@@ -4,7 +4,9 @@ Both deployment shapes: ``one`` (``sigflow pipeline --processing-time``: every m
 job as a query of one Spark application) and ``per-job`` (``sigflow run JOB
 --processing-time`` per job, one application each, as the deploy DAG's other shape starts
 them). Per shape one pipeline runs while ``sigflow simulate`` offers each rate in turn for
---seconds; then the traffic stops and the bench waits for every job to drain. A job keeps up
+--settle-seconds and then the --seconds measured (a fleet's steady traffic, not the batches
+that met its change of rate); then the traffic stops and the bench waits for every job to
+drain. A job keeps up
 at a rate when its lag is gone within two triggers of the traffic stopping; the steps end at
 the first rate where one does not.
 
@@ -27,7 +29,7 @@ each job's batch p50 with the first count's: whether a batch's cost grows with t
 SQL execution's plan and each stage's task CPU, by job and batch, while a step runs.
 
     python -m bench.capacity [--shapes one per-job] [--rates 1000 2000 5000] [--devices 10000]
-                             [--seconds 90] [--trigger "10 seconds"] [--jobs JOB ...]
+                             [--settle-seconds 60] [--seconds 90] [--trigger "10 seconds"] [--jobs JOB ...]
     python -m bench.capacity --fleet-sizes 1000 10000 100000 --rates 2000 --shapes one
                              --jobs ingest windowed-averages sessions
 """
@@ -76,7 +78,8 @@ WARM_RATE, WARM_CHUNK_S, JIT_SETTLED = 50, 60.0, 0.2
 class Step:
     rate: float
     devices: int
-    began: float
+    began: float  # the measured part's start, after the rate's first settled_s
+    settled_s: float = 0.0
     stopped: float = 0.0
     drained_s: float | None = None  # None: not drained in time
     sent: int = 0
@@ -238,22 +241,31 @@ def events_sent(settings: Settings) -> int:
     return sum(end for _, end in bounds.values())
 
 
-def offer(deployment: Deployment, rate: float, devices: int, seconds: float, trigger_s: float) -> Step:
-    """``rate`` events/s from ``devices`` for ``seconds`` through ``sigflow simulate``, then
-    the wait for every job's lag to be gone (up to six triggers or two minutes)."""
-    step = Step(rate, devices, time.time())
-    before = events_sent(deployment.settings)
-    meter, broker_before = deployment.cpu_meter(), cpu_seconds(deployment.broker_pid)
-    step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
+def offer(deployment: Deployment, rate: float, devices: int, seconds: float, trigger_s: float,
+          settle_s: float = 0.0) -> Step:
+    """``rate`` events/s from ``devices`` for ``settle_s`` + ``seconds`` through ``sigflow
+    simulate``, then the wait for every job's lag to be gone (up to six triggers or two
+    minutes). The step measures from ``settle_s`` on: the pipeline as it runs at that rate,
+    past the batches that met the change of rate and the code its JIT compiled for them."""
+    step = Step(rate, devices, time.time(), settled_s=settle_s)
     with (deployment.logs / "simulate.log").open("a") as log:
         simulator = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.cli", "simulate", "--rate", str(rate), "--duration", str(seconds),
-             "--devices", str(devices), "--malformed", "0.005", "--duplicates", "0.02"],
+            [sys.executable, "-m", "spark_jobs.cli", "simulate", "--rate", str(rate), "--duration",
+             str(settle_s + seconds), "--devices", str(devices), "--malformed", "0.005", "--duplicates", "0.02"],
             env=deployment.env, stdout=log, stderr=subprocess.STDOUT)
+        while time.time() < step.began + settle_s:
+            deployment.check_alive()
+            step.peak_mb = max(step.peak_mb, deployment.memory_mb())
+            time.sleep(min(SAMPLE_S, max(0.0, step.began + settle_s - time.time())))
+        step.began = time.time()
+        before = events_sent(deployment.settings)
+        meter, broker_before = deployment.cpu_meter(), cpu_seconds(deployment.broker_pid)
+        simulator_before = cpu_seconds(simulator.pid) if simulator.poll() is None else 0.0
+        step.cpu_s["simulator"] = 0.0  # what it spent, as last sampled while it ran
 
         def sample() -> dict[str, int]:
             if simulator.poll() is None:  # its last figure before it exits
-                step.cpu_s["simulator"] = cpu_seconds(simulator.pid)
+                step.cpu_s["simulator"] = cpu_seconds(simulator.pid) - simulator_before
             deployment.check_alive()
             meter.sample()
             lag = deployment.lag()
@@ -328,7 +340,8 @@ def run_shape(shape: str, args, rates: list[float], devices: int, say=print) -> 
                 f"{warmed_s:.0f} s at {WARM_RATE} events/s, its JIT compilers at {jit_share:.0%} of a core over the "
                 f"last {chunk_s:.0f} s of it ({peak_mb / 1024:.1f} GB)")
             for rate in rates:
-                step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds)
+                step = offer(deployment, rate, devices, args.seconds, settings.streaming.trigger_interval.seconds,
+                             args.settle_seconds)
                 steps.append(step)
                 step.batches = batch_durations(settings, args.jobs, step.began, step.stopped)
                 step.fresh = freshness(settings, step.began, step.stopped + (step.drained_s or 0))
@@ -352,7 +365,7 @@ def say_step(shape: str, step: Step, trigger_s: float, say=print) -> None:
                "fell behind (" + ("not drained" if step.drained_s is None else f"drained after {step.drained_s:.0f} s")
                + f", more than two {trigger_s:g} s triggers)")
     say(f"{SHAPES[shape]}, {step.rate:,.0f} events/s offered from {step.devices:,} devices "
-        f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s): {verdict}; memory {step.peak_mb / 1024:.1f} GB "
+        f"({step.sent / seconds:,.0f}/s sent over {seconds:.0f} s after {step.settled_s:.0f} s at it): {verdict}; memory {step.peak_mb / 1024:.1f} GB "
         "(proportional set size, peak)")
     elapsed = seconds + (step.drained_s or 0)
     say(f"  CPU over the step and its drain ({elapsed:.0f} s, {elapsed * (os.cpu_count() or 1):.0f} core-seconds): "
@@ -399,7 +412,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rates", nargs="+", type=float, default=[1000, 2000, 5000])
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--fleet-sizes", nargs="+", type=int, help="devices per run, each its own pipeline")
-    parser.add_argument("--seconds", type=float, default=90)
+    parser.add_argument("--seconds", type=float, default=90, help="each rate's measured traffic")
+    parser.add_argument("--settle-seconds", type=float, default=60,
+                        help="each rate's traffic before its measured part")
     parser.add_argument("--warm-seconds", type=float, default=45, help="the least warm-up")
     parser.add_argument("--warm-max-seconds", type=float, default=900,
                         help="the most warm-up, when the drivers' JIT compilers have not settled before")

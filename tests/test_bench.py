@@ -10,6 +10,8 @@ test` leaves them out."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -154,10 +156,10 @@ def test_the_capacity_section_refuses_options_the_settings_refuse_before_startin
 def test_the_capacity_section_runs_the_pipeline_as_deployed_and_times_each_row_from_its_send(capsys):
     from bench import capacity
 
-    assert capacity.main(["--shapes", "one", "--rates", "100", "--seconds", "10", "--warm-seconds", "5",
-                          "--warm-max-seconds", "5", "--devices", "50", "--jobs", "ingest"]) == 0
+    assert capacity.main(["--shapes", "one", "--rates", "100", "--settle-seconds", "5", "--seconds", "10",
+                          "--warm-seconds", "5", "--warm-max-seconds", "5", "--devices", "50", "--jobs", "ingest"]) == 0
     out = capsys.readouterr().out
-    step = re.search(r"^one application, 100 events/s offered from 50 devices \(([\d,]+)/s sent over (\d+) s\): "
+    step = re.search(r"^one application, 100 events/s offered from 50 devices \(([\d,]+)/s sent over (\d+) s after 5 s at it\): "
                      r"(kept up|fell behind)", out, re.M)
     assert step and 0 < int(step[1].replace(",", "")) <= 110, out
     (ingest,) = re.findall(r"^  ingest\s+(\d+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$", out, re.M)
@@ -241,3 +243,29 @@ def test_the_capacity_sections_cpu_meter_keeps_what_an_exited_worker_spent():
         parent.kill()
     spent = meter.spent()
     assert spent["python"] >= 0.6 and min(spent.values()) >= 0.0, spent
+
+
+@pytest.mark.bench
+@pytest.mark.slow
+def test_the_batch_cost_section_parts_a_batchs_cost_from_its_events(tmp_path):
+    # a process of its own: the section starts its session with Spark's UI, which the
+    # suite's session has off
+    done = subprocess.run([sys.executable, "-m", "bench.batch_cost", "--events", "3000", "--devices", "100",
+                           "--records", "500", "1500", "--tries", "1", "--warm-runs", "1"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = re.findall(r"^ +([\d,]+) records a batch: (\d+) batches, [\d.]+ s, JVM [\d.]+ CPU-s "
+                      r"\(jit [\d.-]+, gc [\d.-]+, tasks [\d.-]+, rest [\d.-]+\), Python [\d.]+, its workers [\d.]+$", done.stdout, re.M)
+    assert [records for records, _ in runs] == ["500", "500", "1,500"], done.stdout
+    # the same records in smaller batches: more of them, for every job
+    assert int(runs[1][1]) > int(runs[2][1]) > 0, done.stdout
+    assert re.search(r"^a batch more: jit \S+, gc \S+, tasks \S+, rest \S+, python \S+, workers \S+ CPU-s; \S+ in all$",
+                     done.stdout, re.M), done.stdout
+    assert re.search(r"^the 3,000 events beside their batches: -?[\d.]+ CPU-s, -?[\d.]+ ms each$", done.stdout, re.M)
+    jobs = re.search(r"^Spark jobs a batch \(batches of 500\): (.+)$", done.stdout, re.M)
+    assert jobs and [part.split()[0] for part in jobs[1].split(", ")] == [
+        "ingest", "dedup", "windowed-averages", "fleet-rollup", "sessions", "alert-join"], done.stdout
+    assert all(float(part.split()[1]) >= 1 for part in jobs[1].split(", ")), done.stdout
+    for records in ("500", "1,500"):
+        spent = re.search(rf"^tasks' CPU-s a batch \(batches of {records}\): (.+)$", done.stdout, re.M)
+        assert spent and all(float(part.split()[1]) > 0 for part in spent[1].split(", ")), done.stdout

@@ -6,9 +6,8 @@ job as a query of one Spark application) and ``per-job`` (``sigflow run JOB
 them). Per shape one pipeline runs while ``sigflow simulate`` offers each rate in turn for
 --settle-seconds and then the --seconds measured (a fleet's steady traffic, not the batches
 that met its change of rate); then the traffic stops and the bench waits for every job to
-drain. A job keeps up
-at a rate when its lag is gone within two triggers of the traffic stopping; the steps end at
-the first rate where one does not.
+drain. A job keeps up at a rate when its lag is gone within two triggers of the traffic
+stopping; the steps end at the first rate where one does not.
 
 Per step: each job's batch p50/p95 (pipeline_metrics, batches that read records), each
 table's freshness p50/p95, each job's peak lag, the peak memory of every process of the

@@ -161,8 +161,14 @@ class TableSpec:
     finality: Finality | None = None
     # renamed columns' former names, still written (docs/consumers.md, "Renamed columns")
     kept_names: tuple[KeptName, ...] = ()
-    # commits between the table's Delta checkpoints (``CHECKPOINT_INTERVAL``)
-    checkpoint_interval: int = CHECKPOINT_INTERVAL
+    # only jobs' drivers commit to it, a few rows a batch through delta-rs (runtime/delta/sink.py):
+    # it checkpoints every ``DRIVER_CHECKPOINT_INTERVAL`` commits and is created by delta-rs
+    driver_commits: bool = False
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """Commits between the table's Delta checkpoints."""
+        return DRIVER_CHECKPOINT_INTERVAL if self.driver_commits else CHECKPOINT_INTERVAL
 
     @property
     def properties(self) -> dict[str, str]:
@@ -353,7 +359,7 @@ DEVICE_STATUS = TableSpec(
         ("session_avg_signal", f"the mean signal of its latest session so far, {SIGNAL}"),
         ("session_closed", "true once its latest session is closed (written to device_sessions); false while it is open"),
     ),
-    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
+    driver_commits=True,
 )
 DEVICE_EVENTS_DEDUPLICATED = TableSpec(
     "device_events_deduplicated",
@@ -487,7 +493,7 @@ LATE_EVENTS = TableSpec(
         ("missed", "what the record missed by being late, in words"),
         ("watermark", "the watermark that dropped it, UTC (event time)"),
     ),
-    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
+    driver_commits=True,
 )
 LATE_EVENTS_RECONCILED = TableSpec(
     "late_events_reconciled",
@@ -538,7 +544,7 @@ PIPELINE_METRICS = TableSpec(
         ("processed_rows_per_second", "records per second the batch processed"),
         ("progress_json", "Spark's progress report of the batch, as JSON"),
     ),
-    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
+    driver_commits=True,
 )
 
 def _final_column_backfill() -> str:
@@ -572,7 +578,7 @@ TABLE_STATUS = TableSpec(
         ("recorded_at", "when this row was written, UTC (the driver's clock)"),
         ("final_column", "the table's column final_through is compared with (window_end, session_end, alert_time); null with final_through"),
     ),
-    checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL,
+    driver_commits=True,
 )
 DQ_RESULTS = TableSpec(
     "dq_results",

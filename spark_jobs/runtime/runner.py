@@ -102,10 +102,10 @@ class JobRun:
         checkpoint_guards.check_settings_compatible(self.checkpoint, job, settings)
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
-        kafka_admin.check_reachable(self.kafka)
-        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic)
+        answered = kafka_admin.check_reachable(self.kafka)  # asked again below, not reconnected
+        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic, client=answered)
                            for topic in job.topics(settings.streaming)}
-        self._check_topics(job, settings)
+        self._check_topics(job, settings, answered)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=self._slots_needed())
         configure_session(self.spark, settings)
         self._check_session(job, settings)
@@ -132,9 +132,9 @@ class JobRun:
             return settings.replace(starting_offsets=recovered_start)
         return settings
 
-    def _check_topics(self, job: StreamingJob, settings: Settings) -> None:
+    def _check_topics(self, job: StreamingJob, settings: Settings, admin: kafka_admin.AdminClient) -> None:
         checkpoint_guards.check_broker_time(job, settings, kafka_admin.timestamp_types(
-            self.kafka, job.topics(settings.streaming)))
+            self.kafka, job.topics(settings.streaming), client=admin))
 
     def _slots_needed(self) -> int:
         return 0  # a micro-batch job runs in whatever slots it has

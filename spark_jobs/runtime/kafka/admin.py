@@ -55,9 +55,11 @@ def is_reachable(target: Target, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def check_reachable(target: Target, timeout_s: float = 5.0) -> None:
+def check_reachable(target: Target, timeout_s: float = 5.0) -> AdminClient:
     """Fail fast with one actionable line: no broker answers, or one refuses us (the
-    credentials, the certificate, the protocol), naming the setting to fix."""
+    credentials, the certificate, the protocol), naming the setting to fix. Returns the
+    client that was answered, for the caller's next questions: each new client connects
+    anew, about 55 ms a question here."""
     conn = KafkaConnection.of(target)
     seen: list[KafkaError] = []
     heard = _Recorder()
@@ -68,7 +70,7 @@ def check_reachable(target: Target, timeout_s: float = 5.0) -> None:
     while time.monotonic() < deadline:
         try:
             client.list_topics(timeout=min(0.5, max(0.05, deadline - time.monotonic())))
-            return
+            return client
         except KafkaException:
             client.poll(0)
         refusal = _refusal(conn, seen, heard.lines)
@@ -121,10 +123,13 @@ def _refusal(conn: KafkaConnection, errors: list[KafkaError], log_lines: list[st
     return None
 
 
-def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0) -> list[int]:
+def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0,
+                     client: AdminClient | None = None) -> list[int]:
+    """The topic's partitions, asked through ``client`` when given (one ``check_reachable``
+    returned for ``target``)."""
     # Listing all topics, not asking for this one: a named metadata request makes brokers
     # with auto-creation (Tansu, default Apache Kafka) create the topic behind our back.
-    metadata = admin(target).list_topics(timeout=timeout_s)
+    metadata = (client or admin(target)).list_topics(timeout=timeout_s)
     meta = metadata.topics.get(topic)
     if not _listed(meta):
         raise SigflowError(
@@ -142,10 +147,12 @@ TIMESTAMP_TYPE = "message.timestamp.type"
 BROKER_TIME = "LogAppendTime"
 
 
-def timestamp_types(target: Target, topics: Iterable[str], timeout_s: float = 15.0) -> dict[str, str]:
-    """topic -> its ``message.timestamp.type`` (CreateTime or LogAppendTime)."""
+def timestamp_types(target: Target, topics: Iterable[str], timeout_s: float = 15.0,
+                    client: AdminClient | None = None) -> dict[str, str]:
+    """topic -> its ``message.timestamp.type`` (CreateTime or LogAppendTime), asked through
+    ``client`` when given."""
     resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
-    found, client = {}, admin(target)  # held: the futures fail once the client is collected
+    found, client = {}, client or admin(target)  # held: the futures fail once the client is collected
     for resource, future in client.describe_configs(resources).items():
         try:
             found[resource.name] = future.result(timeout=timeout_s)[TIMESTAMP_TYPE].value

@@ -1,5 +1,6 @@
 """Jobs started at once create the tables they share: one creates, the others wait for its
-first commit; a location that never becomes a table is refused with one clear line."""
+first commit; a location that never becomes a table is refused with one clear line. A table
+only drivers commit to is created by delta-rs, one Spark appends to by Spark."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import threading
 
 import pytest
 
-from spark_jobs.contracts.tables import LATE_EVENTS
+from spark_jobs.contracts.tables import KEY_CONSTRAINT, LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.delta import schema, table_access
+from spark_jobs.runtime.delta.sink import DeltaSink
 
 
 def _creation_under_way(uri) -> None:
@@ -44,3 +46,32 @@ def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark,
     assert refused.value.message.startswith(f"table late_events cannot be created at {uri}")
     assert "move them aside" in refused.value.hint
     assert "\n" not in str(refused.value)
+
+
+def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_table(spark, settings):
+    """The one-application-per-job shape: six drivers start at once and each ensures
+    pipeline_metrics (delta-rs creates it). One creates it; the others find it and go on.
+    delta-rs retried a losing creation at the next version: a second CREATE TABLE."""
+    start, said, failed = threading.Barrier(6), [], []
+
+    def driver() -> None:
+        start.wait()
+        try:
+            said.append(DeltaSink(spark, settings).ensure_table(PIPELINE_METRICS))
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            failed.append(exc)
+
+    drivers = [threading.Thread(target=driver) for _ in range(6)]
+    for thread in drivers:
+        thread.start()
+    for thread in drivers:
+        thread.join()
+
+    assert failed == [] and said.count("created") == 1 and len(said) == 6
+    table = table_access.open_table(settings.table_uri(PIPELINE_METRICS.name))
+    assert [entry["operation"] for entry in table.history()].count("CREATE TABLE") == 1
+    assert table.schema().to_arrow().names == list(PIPELINE_METRICS.columns)
+    configuration = table.metadata().configuration
+    assert configuration["delta.checkpointInterval"] == str(PIPELINE_METRICS.checkpoint_interval) == "10"
+    assert f"delta.constraints.{KEY_CONSTRAINT.lower()}" in {key.lower() for key in configuration}
+    assert spark.read.format("delta").load(settings.table_uri(PIPELINE_METRICS.name)).count() == 0

@@ -10,7 +10,6 @@ from deltalake import DeltaTable, write_deltalake
 from spark_jobs.contracts.tables import (
     ALL_TABLES,
     DEVICE_SIGNAL_AVERAGES,
-    DRIVER_CHECKPOINT_INTERVAL,
     LATE_EVENTS,
     LATE_EVENTS_RECONCILED,
     QUARANTINED_EVENTS,
@@ -79,8 +78,7 @@ def test_sigflow_tables_take_a_delta_checkpoint_every_100_commits_not_every_10(s
 
 
 
-DRIVER_ROWS = TableSpec("driver_rows", "batch_id BIGINT, value DOUBLE", "test table",
-                        checkpoint_interval=DRIVER_CHECKPOINT_INTERVAL)
+DRIVER_ROWS = TableSpec("driver_rows", "batch_id BIGINT, value DOUBLE", "test table", driver_commits=True)
 
 
 def test_a_table_drivers_commit_to_each_batch_checkpoints_every_10_commits_and_sigflows_former_100_moves(

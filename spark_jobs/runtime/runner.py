@@ -103,8 +103,7 @@ class JobRun:
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
         answered = kafka_admin.check_reachable(self.kafka)  # asked again below, not reconnected
-        self.partitions = {topic: kafka_admin.topic_partitions(self.kafka, topic, client=answered)
-                           for topic in job.topics(settings.streaming)}
+        self.partitions = kafka_admin.topics_partitions(self.kafka, job.topics(settings.streaming), client=answered)
         self._check_topics(job, settings, answered)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=self._slots_needed())
         configure_session(self.spark, settings)

@@ -125,18 +125,26 @@ def _refusal(conn: KafkaConnection, errors: list[KafkaError], log_lines: list[st
 
 def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0,
                      client: AdminClient | None = None) -> list[int]:
-    """The topic's partitions, asked through ``client`` when given (one ``check_reachable``
-    returned for ``target``)."""
-    # Listing all topics, not asking for this one: a named metadata request makes brokers
+    return topics_partitions(target, [topic], timeout_s, client)[topic]
+
+
+def topics_partitions(target: Target, topics: Iterable[str], timeout_s: float = 10.0,
+                      client: AdminClient | None = None) -> dict[str, list[int]]:
+    """Each topic's partitions, from one listing, asked through ``client`` when given (one
+    ``check_reachable`` returned for ``target``)."""
+    # Listing all topics, not asking for these: a named metadata request makes brokers
     # with auto-creation (Tansu, default Apache Kafka) create the topic behind our back.
     metadata = (client or admin(target)).list_topics(timeout=timeout_s)
-    meta = metadata.topics.get(topic)
-    if not _listed(meta):
-        raise SigflowError(
-            f"Kafka topic {topic!r} does not exist at {target}",
-            "create it with `sigflow topics create` (or the sigflow_deploy DAG)",
-        )
-    return sorted(meta.partitions)
+    found = {}
+    for topic in topics:
+        meta = metadata.topics.get(topic)
+        if not _listed(meta):
+            raise SigflowError(
+                f"Kafka topic {topic!r} does not exist at {target}",
+                "create it with `sigflow topics create` (or the sigflow_deploy DAG)",
+            )
+        found[topic] = sorted(meta.partitions)
+    return found
 
 
 # Which clock stamps a record: the broker's when it appends it (LogAppendTime), or the

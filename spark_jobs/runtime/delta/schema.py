@@ -1,6 +1,7 @@
 """A table's schema in place: created when missing, migrated additively when the contract
 grew. Deploy does it before any job runs (``create_table``, delta-rs, no Spark needed), and
-a job once more before its first batch (``ensure_with_spark``), so a job started right after
+a job once more before its first batch (``DeltaSink.ensure_table``: ``ensure_with_spark`` for
+a table Spark appends to, ``create_table`` for one only drivers commit to), so a job started right after
 a contract change writes to a table that has its columns. Nothing here writes rows but a
 migration's backfill."""
 

@@ -47,10 +47,9 @@ def open_table(uri: str, version: int | None = None):
 
 def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str],
            description: str | None = None) -> None:
-    """Create the table when missing (a table already there is left as it is). Raises when
-    another writer created it meanwhile: delta-rs would otherwise retry the creating commit
-    at the next version, over the other's, a second CREATE TABLE with a table id of its own
-    (measured with six threads at once)."""
+    """Create the table, once: raises when it exists, or when another writer created it
+    meanwhile. delta-rs would otherwise retry a losing creation at the next version, a
+    second CREATE TABLE over the other's (six threads at once left two to four)."""
     from deltalake import CommitProperties, DeltaTable
 
     DeltaTable.create(uri, schema=schema, partition_by=partition_by, mode="error", configuration=configuration,

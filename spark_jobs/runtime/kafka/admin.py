@@ -58,8 +58,8 @@ def is_reachable(target: Target, timeout_s: float = 5.0) -> bool:
 def check_reachable(target: Target, timeout_s: float = 5.0) -> AdminClient:
     """Fail fast with one actionable line: no broker answers, or one refuses us (the
     credentials, the certificate, the protocol), naming the setting to fix. Returns the
-    client that was answered, for the caller's next questions: each new client connects
-    anew, about 55 ms a question here."""
+    client Kafka answered, for the caller's next questions: a new client connects anew,
+    about 55 ms a question here."""
     conn = KafkaConnection.of(target)
     seen: list[KafkaError] = []
     heard = _Recorder()

@@ -223,7 +223,7 @@ def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
         return ""
     required = spec.required
     try:
-        table_access.open_table(uri).alter.add_constraint({KEY_CONSTRAINT: key_constraint(spec)})
+        table_access.add_constraint(uri, KEY_CONSTRAINT, key_constraint(spec))
     except Exception:
         if _has_key_constraint(table_access.open_table(uri)):
             return ""  # a second driver migrating the same table at once added it

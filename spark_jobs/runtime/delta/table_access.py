@@ -56,6 +56,22 @@ def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configur
                       description=description, commit_properties=CommitProperties(max_commit_retries=0))
 
 
+def add_constraint(uri: str, name: str, expression: str) -> None:
+    """Add the CHECK constraint ``name`` unless the table has it. Drivers creating or
+    migrating one table at once change its metadata at once: a commit that lost to another's
+    is made again on the table as it now is."""
+    import tenacity
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
+                                     wait=tenacity.wait_random(0.05, 0.3), stop=tenacity.stop_after_attempt(5),
+                                     reraise=True):
+        with attempt:
+            table = open_table(uri)
+            if f"delta.constraints.{name.lower()}" not in table.metadata().configuration:
+                table.alter.add_constraint({name: expression})
+
+
 def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:
     from deltalake import Field
 

@@ -223,7 +223,8 @@ def _add_key_constraint(uri: str, spec: TableSpec, logged: bool = True) -> str:
         return ""
     required = spec.required
     try:
-        table_access.add_constraint(uri, KEY_CONSTRAINT, key_constraint(spec))
+        if not table_access.add_constraint(uri, KEY_CONSTRAINT, key_constraint(spec)):
+            return ""  # a second driver creating or migrating the same table at once added it
     except Exception:
         if _has_key_constraint(table_access.open_table(uri)):
             return ""  # a second driver migrating the same table at once added it

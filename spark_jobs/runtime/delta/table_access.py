@@ -56,10 +56,10 @@ def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configur
                       description=description, commit_properties=CommitProperties(max_commit_retries=0))
 
 
-def add_constraint(uri: str, name: str, expression: str) -> None:
-    """Add the CHECK constraint ``name`` unless the table has it. Drivers creating or
-    migrating one table at once change its metadata at once: a commit that lost to another's
-    is made again on the table as it now is."""
+def add_constraint(uri: str, name: str, expression: str) -> bool:
+    """Add the CHECK constraint ``name`` unless the table has it: whether this call added it.
+    Drivers creating or migrating one table at once change its metadata at once: a commit
+    that lost to another's is made again on the table as it now is."""
     import tenacity
     from deltalake.exceptions import CommitFailedError
 
@@ -68,8 +68,10 @@ def add_constraint(uri: str, name: str, expression: str) -> None:
                                      reraise=True):
         with attempt:
             table = open_table(uri)
-            if f"delta.constraints.{name.lower()}" not in table.metadata().configuration:
-                table.alter.add_constraint({name: expression})
+            if f"delta.constraints.{name.lower()}" in table.metadata().configuration:
+                return False
+            table.alter.add_constraint({name: expression})
+    return True
 
 
 def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:

@@ -8,7 +8,12 @@ import threading
 
 import pytest
 
-from spark_jobs.contracts.tables import KEY_CONSTRAINT, LATE_EVENTS, PIPELINE_METRICS
+from spark_jobs.contracts.tables import (
+    DEVICE_STATUS,
+    KEY_CONSTRAINT,
+    LATE_EVENTS,
+    PIPELINE_METRICS,
+)
 from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.delta import schema, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
@@ -48,16 +53,18 @@ def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark,
     assert "\n" not in str(refused.value)
 
 
-def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_table(spark, settings):
+@pytest.mark.parametrize("spec", [PIPELINE_METRICS, DEVICE_STATUS], ids=lambda spec: spec.name)
+def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_table(spark, settings, spec):
     """The one-application-per-job shape: six drivers start at once and each ensures
-    pipeline_metrics (delta-rs creates it). One creates it; the others find it and go on.
-    delta-rs retried a losing creation at the next version: a second CREATE TABLE."""
+    the table (delta-rs creates it). One creates it; the others find it and go on.
+    delta-rs retried a losing creation at the next version: a second CREATE TABLE; the
+    losers' key constraint lost to the creator's property commit (device_status)."""
     start, said, failed = threading.Barrier(6), [], []
 
     def driver() -> None:
         start.wait()
         try:
-            said.append(DeltaSink(spark, settings).ensure_table(PIPELINE_METRICS))
+            said.append(DeltaSink(spark, settings).ensure_table(spec))
         except Exception as exc:  # noqa: BLE001 - the assertion below names it
             failed.append(exc)
 
@@ -68,10 +75,11 @@ def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_tabl
         thread.join()
 
     assert failed == [] and said.count("created") == 1 and len(said) == 6
-    table = table_access.open_table(settings.table_uri(PIPELINE_METRICS.name))
+    assert sum("added constraint" in line for line in said) <= 1  # said only by the driver that added it
+    table = table_access.open_table(settings.table_uri(spec.name))
     assert [entry["operation"] for entry in table.history()].count("CREATE TABLE") == 1
-    assert table.schema().to_arrow().names == list(PIPELINE_METRICS.columns)
+    assert table.schema().to_arrow().names == list(spec.columns)
     configuration = table.metadata().configuration
-    assert configuration["delta.checkpointInterval"] == str(PIPELINE_METRICS.checkpoint_interval) == "10"
+    assert configuration["delta.checkpointInterval"] == str(spec.checkpoint_interval) == "10"
     assert f"delta.constraints.{KEY_CONSTRAINT.lower()}" in {key.lower() for key in configuration}
-    assert spark.read.format("delta").load(settings.table_uri(PIPELINE_METRICS.name)).count() == 0
+    assert spark.read.format("delta").load(settings.table_uri(spec.name)).count() == 0

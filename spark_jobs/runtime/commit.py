@@ -11,7 +11,8 @@
    watermark, the one its stateful operators drop late rows by, goes to the batch's tasks
    (a local property), so its plan can tell its late rows as it reads them.
 3. **Split.** The job's pure split of the batch into rows per table (``StreamingJob.split``).
-4. **Appends.** Every table with rows, at once, one commit each. Each row is stamped with
+4. **Appends.** Once the run's tables exist (it creates them while its query starts, and
+   the batches before have their metrics rows), every table with rows, at once, one commit each. Each row is stamped with
    the checkpoint id and batch id that wrote it (what a rewind deletes by); each commit carries the batch's
    ``CommitInfo`` (job, checkpoint id, app id, batch id, watermark, Kafka end offsets). A
    batch that may be a replay is checked against the table and appended under Delta's
@@ -86,6 +87,8 @@ class CommitContext:
     checkpoint_id: str
     summary: RunSummary
     recorder: MetricsRecorder
+    # waits until the run's tables exist: it creates them while its query starts (JobRun._prepare)
+    tables_created: Callable[[], object] = lambda: None
 
 
 class BatchCommit:
@@ -98,6 +101,7 @@ class BatchCommit:
         self.records = context.records
         self.app_id, self.checkpoint_id = context.app_id, context.checkpoint_id
         self.summary, self.recorder = context.summary, context.recorder
+        self.tables_created = context.tables_created
         self.before_batch = before_batch  # the recorder catching up on the batches before
         self.replayable_upto = -1  # the last batch an earlier query planned
 
@@ -110,7 +114,6 @@ class BatchCommit:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         # 1. lease
         self.lease.check()
-        self.before_batch()
         # 2. offsets
         offsets = self.checkpoint.offsets(batch_id)
         previous = self.checkpoint.offsets(batch_id - 1) if batch_id > 0 else None
@@ -125,6 +128,8 @@ class BatchCommit:
         try:
             # 3. split
             outputs = self.job.split(self.settings.streaming, batch_df, context)
+            self.tables_created()
+            self.before_batch()
             failpoints.hit("before_delta_commit", batch_id, self.job.name, self.spark)
             # 4. appends
             job_tables = [spec for spec in self.tables if spec is not LATE_EVENTS]

@@ -17,6 +17,7 @@ where raw ends, then Kafka from there, on the same checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -87,11 +88,15 @@ class JobRun:
         # ``shared`` with other jobs' in one application is stopped by request (lease.py).
         self.lease = Lease(self.checkpoint, job.name, settings.operations.lease_ttl.seconds, shared=shared)
         self.lease.acquire()
+        self.tables_created: concurrent_writes.Begun | None = None
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
             checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
             self._prepare(job, settings, spark)
         except BaseException:
+            if self.tables_created is not None:  # none goes on once the lease is released
+                with contextlib.suppress(Exception):
+                    self.tables_created.wait()
             self.lease.release()
             raise
 
@@ -112,14 +117,17 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
-        # at once (concurrent_writes): each creation is a Delta commit of its own, mostly fixed cost
-        concurrent_writes.run_all(self.spark, {spec.name: partial(self.sink.ensure_table, spec)
-                                               for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
-        fence_after_takeover(settings, job.name, self.tables, self.lease)  # before this run's first write
+        # at once (concurrent_writes), each a Delta commit of its own, mostly fixed cost, and
+        # while the run goes on to start its query: waited for before anything is written
+        # (``_start``, and ``BatchCommit`` before a batch's first write)
+        self.tables_created = concurrent_writes.begin(self.spark, {
+            spec.name: partial(self.sink.ensure_table, spec) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
+        fence_after_takeover(settings, job.name, self.tables, self.lease,  # before this run's first write
+                             tables_created=self.tables_created.wait)
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self._wire(job, settings)
-        self.supervisor = Supervisor(job.name, settings, self.kafka, self.lease, self.summary, self.start,
+        self.supervisor = Supervisor(job.name, settings, self.kafka, self.lease, self.summary, self._start,
                                      self.record_metrics, self._await_progress_lines)
         self.query = None
 
@@ -151,7 +159,7 @@ class JobRun:
         self.commit_context = CommitContext(
             job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka,
             kafka_source.KafkaRecords(self.spark, settings, self.kafka, job.topics(settings.streaming)),
-            self.tables, self.app_id, self.checkpoint_id, self.summary, self.recorder)
+            self.tables, self.app_id, self.checkpoint_id, self.summary, self.recorder, self.tables_created.wait)
         self.commit_batch = BatchCommit(self.commit_context, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
 
@@ -168,6 +176,18 @@ class JobRun:
     def _catch_up(self) -> None:
         if self.query is not None:  # the batches before this one have their progress by now
             self.recorder.record(self.query)
+
+    def _start(self, trigger_interval: str):
+        """The query started while the run's tables may still be being created (``_prepare``),
+        returned once they are: a creation that failed is raised here, before any drive, as
+        it would have been before the query."""
+        query = self.start(trigger_interval)
+        try:
+            self.tables_created.wait()
+        except BaseException:
+            query.stop()
+            raise
+        return query
 
     def start(self, trigger_interval: str):
         self.commit_batch.query_starting()

@@ -6,13 +6,14 @@ independent, so their appends overlap instead of queueing. Spark runs jobs from 
 driver threads at once; under the FAIR scheduler (``spark.scheduler.mode``, set by
 ``get_spark``) the writes share the executors, in a pool served before the queries' own
 stages (``WRITES_POOL``, declared in runtime/fair_scheduler.xml). A run's start creates its
-missing tables the same way (``JobRun._prepare``): each creation is a commit of its own too.
+missing tables the same way, each creation a commit of its own too, while its query starts
+(``begin``; ``JobRun._prepare``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
@@ -30,27 +31,44 @@ def run_all(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> dict[str,
     must not commit the batch, while a write is still in flight or after one failed."""
     if len(tasks) <= 1:
         return {name: _in_writes_pool(spark, task) for name, task in tasks.items()}
-    results: dict[str, T] = {}
-    failures: dict[str, BaseException] = {}
+    return begin(spark, tasks).wait()
 
-    def work(name: str, task: Callable[[], T]) -> None:
+
+def begin(spark: SparkSession, tasks: dict[str, Callable[[], T]]) -> "Begun[T]":
+    """Start every task in a driver thread of its own and return at once: what the caller
+    does meanwhile overlaps them (a run's start creating its tables, ``JobRun._prepare``)."""
+    return Begun(spark, tasks)
+
+
+class Begun(Generic[T]):
+    """Tasks running in driver threads of their own (``begin``)."""
+
+    def __init__(self, spark: SparkSession, tasks: dict[str, Callable[[], T]]):
+        self.names = list(tasks)
+        self.results: dict[str, T] = {}
+        self.failures: dict[str, BaseException] = {}
+        # InheritableThread: PySpark's pinned-thread mode gives each a JVM thread that inherits
+        # the caller's local properties (job group, description) and cleans up after it.
+        self.threads = [InheritableThread(target=self._work, args=(spark, name, task), name=f"sigflow-write-{name}")
+                        for name, task in tasks.items()]
+        for thread in self.threads:
+            thread.start()
+
+    def _work(self, spark: SparkSession, name: str, task: Callable[[], T]) -> None:
         try:
-            results[name] = _in_writes_pool(spark, task)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            failures[name] = exc
+            self.results[name] = _in_writes_pool(spark, task)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the waiting thread
+            self.failures[name] = exc
 
-    # InheritableThread: PySpark's pinned-thread mode gives each a JVM thread that inherits
-    # the caller's local properties (job group, description) and cleans up after it.
-    threads = [InheritableThread(target=work, args=(name, task), name=f"sigflow-write-{name}")
-               for name, task in tasks.items()]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for name in tasks:
-        if name in failures:
-            raise failures[name]
-    return results
+    def wait(self) -> dict[str, T]:
+        """Wait for every task to end: their results, or the first failure (in the tasks'
+        order) raised once all have ended. Any thread may wait, any number of times."""
+        for thread in self.threads:
+            thread.join()
+        for name in self.names:
+            if name in self.failures:
+                raise self.failures[name]
+        return self.results
 
 
 def _in_writes_pool(spark: SparkSession, task: Callable[[], T]) -> T:

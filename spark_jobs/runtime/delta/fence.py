@@ -18,7 +18,7 @@ whole takeover, before its Delta transaction began (docs/semantics.md).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from spark_jobs.runtime.delta import table_access
 
@@ -31,12 +31,16 @@ log = logging.getLogger("sigflow.lease")
 FENCE_PROPERTY = "sigflow.fenced_by.{job}"  # the run (lease owner) that took over last
 
 
-def fence_after_takeover(settings: Settings, job: str, tables: Iterable[TableSpec], lease: Lease) -> list[str]:
+def fence_after_takeover(settings: Settings, job: str, tables: Iterable[TableSpec], lease: Lease,
+                         tables_created: Callable[[], object] = lambda: None) -> list[str]:
     """Fence the ``tables`` that ``job`` appends to (not those kept by merge, whose replay
     changes nothing) when ``lease`` was taken over from a holder on another host that did
-    not release it: the tables fenced (none otherwise)."""
+    not release it: the tables fenced (none otherwise). ``tables_created`` waits for the
+    run's creation of its tables, still under way (``JobRun._prepare``), which a fence
+    follows."""
     if lease.taken_over is None or lease.taken_over.on_this_host():
         return []
+    tables_created()
     fenced = [spec.name for spec in tables if not spec.merge_key and fence(settings.table_uri(spec.name), job, lease.owner)]
     if fenced:
         log.warning("%s: took the lease over from %s; fenced %s so none of its writes under way can land",

@@ -94,9 +94,6 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: d
     if not _table_exists(uri):
         try:
             create()
-            # delta-rs refuses a constraint in its creating commit: version 1 adds it
-            _add_key_constraint(uri, spec, logged=False)
-            return "created"
         except Exception as exc:
             # Jobs start at once and share tables: another driver may have committed
             # version 0 between our check and our create (on object storage the log store
@@ -106,6 +103,10 @@ def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: d
             if not wait_until(lambda: _table_exists(uri), timeout_s=CREATOR_WAIT_S, every_s=0.25):
                 raise _not_a_table(uri, spec, exc) from exc
             log.debug("%s: created by another job at the same moment", spec.name)
+        else:
+            # delta-rs refuses a constraint in its creating commit: version 1 adds it
+            _add_key_constraint(uri, spec, logged=False)
+            return "created"
     return migrate_table(uri, spec, properties)
 
 

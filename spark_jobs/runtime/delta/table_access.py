@@ -56,16 +56,21 @@ def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configur
                       description=description, commit_properties=CommitProperties(max_commit_retries=0))
 
 
-def add_constraint(uri: str, name: str, expression: str) -> bool:
-    """Add the CHECK constraint ``name`` unless the table has it: whether this call added it.
-    Drivers creating or migrating one table at once change its metadata at once: a commit
-    that lost to another's is made again on the table as it now is."""
+def _metadata_commit() -> Any:
+    """Retrying for a metadata-only commit. Drivers creating or migrating one table at once
+    change its metadata at once: a commit that lost to another's is made again on the table
+    as it now is."""
     import tenacity
     from deltalake.exceptions import CommitFailedError
 
-    for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
-                                     wait=tenacity.wait_random(0.05, 0.3), stop=tenacity.stop_after_attempt(5),
-                                     reraise=True):
+    return tenacity.Retrying(retry=tenacity.retry_if_exception_type(CommitFailedError),
+                             wait=tenacity.wait_random(0.05, 0.3), stop=tenacity.stop_after_attempt(5), reraise=True)
+
+
+def add_constraint(uri: str, name: str, expression: str) -> bool:
+    """Add the CHECK constraint ``name`` unless the table has it: whether this call added it
+    (made again on the table as it now is after losing to another's metadata change)."""
+    for attempt in _metadata_commit():
         with attempt:
             table = open_table(uri)
             if f"delta.constraints.{name.lower()}" in table.metadata().configuration:
@@ -82,8 +87,11 @@ def add_nullable_columns(uri: str, fields: list[pa.Field]) -> None:
 
 def set_properties(uri: str, properties: dict[str, str]) -> None:
     """Set table properties, sigflow's own among them (not Delta's, so not checked as Delta's
-    are): a metadata-only commit."""
-    open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
+    are): a metadata-only commit, made again on the table as it now is after losing to
+    another's metadata change."""
+    for attempt in _metadata_commit():
+        with attempt:
+            open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
 
 
 def append(target: str | Any, rows: pa.Table, user_metadata: str | None = None,

@@ -1,22 +1,35 @@
 """Jobs started at once create the tables they share: one creates, the others wait for its
 first commit; a location that never becomes a table is refused with one clear line. A table
-only drivers commit to is created by delta-rs, one Spark appends to by Spark."""
+only drivers commit to is created by delta-rs, one Spark appends to by Spark. A run creates
+its tables while its query starts, and no batch writes before they exist."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 import threading
+import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from spark_jobs.contracts.tables import (
+    DEVICE_EVENTS,
+    DEVICE_EVENTS_RAW,
     DEVICE_STATUS,
     KEY_CONSTRAINT,
     LATE_EVENTS,
     PIPELINE_METRICS,
 )
 from spark_jobs.errors import SigflowError
+from spark_jobs.jobs.ingest import INGEST
+from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta import schema, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.metrics.progress import query_name
+from tests.helpers import produce, run_job, table
 
 
 def _creation_under_way(uri) -> None:
@@ -74,7 +87,7 @@ def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_tabl
     for thread in drivers:
         thread.join()
 
-    assert failed == [] and said.count("created") == 1 and len(said) == 6
+    assert failed == [] and said.count("created") == 1 and len(said) == 6, " | ".join(s[:50] for s in said)
     assert sum("added constraint" in line for line in said) <= 1  # said only by the driver that added it
     table = table_access.open_table(settings.table_uri(spec.name))
     assert [entry["operation"] for entry in table.history()].count("CREATE TABLE") == 1
@@ -83,3 +96,60 @@ def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_tabl
     assert configuration["delta.checkpointInterval"] == str(spec.checkpoint_interval) == "10"
     assert f"delta.constraints.{KEY_CONSTRAINT.lower()}" in {key.lower() for key in configuration}
     assert spark.read.format("delta").load(settings.table_uri(spec.name)).count() == 0
+
+
+def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_table_once_created(spark, settings):
+    """A run creates its tables while its query starts: a first batch ready to write before
+    one of its tables exists waits for that creation, instead of letting its Spark append
+    create a table without the key constraint and properties sigflow declares."""
+    records = generate_events(40, seed=21, malformed_ratio=0)
+    produce(settings, records)
+    uri = Path(settings.table_uri(DEVICE_EVENTS.name))
+    _creation_under_way(uri)  # another job's, landing only once the batch is ready to write
+    batch_split = threading.Event()
+
+    def split(*args):
+        tables = INGEST.split(*args)
+        batch_split.set()
+        return tables
+
+    def other_job() -> None:
+        batch_split.wait(120)
+        time.sleep(5.0)  # a batch that did not wait would have written meanwhile
+        schema.create_table(str(uri), DEVICE_EVENTS)
+
+    creator = threading.Thread(target=other_job)
+    creator.start()
+    try:
+        run_job(spark, settings, dataclasses.replace(INGEST, split=split))
+    finally:
+        batch_split.set()
+        creator.join()
+
+    events = table_access.open_table(str(uri)); print("HIST", [(e["version"], e["operation"], e["timestamp"]) for e in events.history()])
+    assert [entry["operation"] for entry in sorted(events.history(), key=lambda e: e["version"])][0] == "CREATE TABLE"
+    assert f"delta.constraints.{KEY_CONSTRAINT.lower()}" in {key.lower() for key in events.metadata().configuration}
+    assert sorted(table(settings, DEVICE_EVENTS.name)["event_id"]) == sorted(json.loads(r.value)["event_id"] for r in records)
+
+
+def test_a_run_whose_table_cannot_be_created_stops_with_one_line_and_writes_nothing(spark, settings, monkeypatch):
+    """The creation's refusal is the run's error, raised once its query has stopped: no
+    batch of it wrote a row, its lease is free, and once the location is cleared the next
+    run writes every record once."""
+    monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
+    records = generate_events(40, seed=22, malformed_ratio=0)
+    produce(settings, records)
+    blocked = Path(settings.table_uri(DEVICE_EVENTS.name))
+    _creation_under_way(blocked)
+
+    with pytest.raises(SigflowError, match=f"table {DEVICE_EVENTS.name} cannot be created") as refused:
+        run_job(spark, settings, "ingest")
+
+    assert "move them aside" in refused.value.hint
+    assert query_name("ingest") not in {query.name for query in spark.streams.active}
+    assert len(table(settings, DEVICE_EVENTS_RAW.name)) == 0  # created beside it, written to by no batch
+    shutil.rmtree(blocked)
+    run_job(spark, settings, "ingest")  # refused while another run of ingest holds the lease
+    raw = Counter(bytes(value) for value in table(settings, DEVICE_EVENTS_RAW.name)["value"])
+    assert raw == Counter(r.value for r in records)
+    assert len(table(settings, DEVICE_EVENTS.name)) == len(records)

@@ -4,7 +4,7 @@ In one run, on one broker: producer rates (kafka-python, confluent-kafka); three
 over the same topic: confluent-kafka, Kafka's own JVM consumer (ConsumerPerformance) and
 Spark's Kafka source alone (count only); the job a user would write by hand from Spark's and
 Delta's docs for the same tables (bench/handwritten.py, which says what each does) beside
-each job, measured alike (``side_by_side``: both warmed by a full-size run into throwaway
+each job, measured alike (``side_by_side``: both warmed by three full-size runs into throwaway
 tables, then --tries runs of each, alternating which goes first, each from a fresh
 checkpoint; the medians compared, every rate printed): each job's end-to-end events per
 second, its ratio to its hand-written job (alert-join and sessions: to the plain ingest job)
@@ -54,6 +54,11 @@ from spark_jobs.runtime.kafka.producer import produce_records
 from tests.helpers import confluent_produce
 
 JOBS = ("ingest", "dedup", "windowed-averages", "alert-join", "sessions")
+# Each side's full-size runs before the measured ones. Measured alike, a job's first runs in a
+# JVM are its JIT's: ingest's took 12.1, 4.1, 3.6, 3.2 s (its JIT compiling 17.0, 5.0, 4.3,
+# 3.7 s in each), and settled from the fifth at 2.5 to 3.1 s (1.9 to 2.5 s of JIT); the
+# hand-written job's settled from its third. A long-running query is measured warm.
+WARM_UP_RUNS = 3
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
@@ -146,9 +151,9 @@ def source_into_spark(spark, settings, topic: str) -> int:
 def side_by_side(spark, settings, job: str, kind: str, events: int, data: Path, tries: int,
                  warm: bool = True) -> tuple[list[float], list[float]]:
     """events/s of sigflow's ``job`` and of the hand-written ``kind``, measured alike: each side
-    first warmed by one full-size run into throwaway tables (unless ``warm`` is off), then
-    ``tries`` runs of each, alternating which goes first, every run from a fresh checkpoint
-    into fresh tables over the same records."""
+    first warmed by ``WARM_UP_RUNS`` full-size runs into throwaway tables (unless ``warm`` is
+    off), then ``tries`` runs of each, both alternating which goes first, every run from a
+    fresh checkpoint into fresh tables over the same records."""
     from spark_jobs.jobs.registry import get_job
     from spark_jobs.runtime.runner import JobRun
 
@@ -161,14 +166,16 @@ def side_by_side(spark, settings, job: str, kind: str, events: int, data: Path, 
     def theirs(tag: str) -> float:
         return bench_handwritten.rate(spark, settings, kind, events, data / tag)
 
+    def in_turn(attempt: int):
+        return (("ours", ours), ("theirs", theirs)) if attempt % 2 == 0 else (("theirs", theirs), ("ours", ours))
+
     slug = job.replace("-", "_")
-    if warm:
-        ours(f"{slug}-warm-ours")
-        theirs(f"{slug}-warm-theirs")
+    for attempt in range(WARM_UP_RUNS if warm else 0):
+        for side, run in in_turn(attempt):
+            run(f"{slug}-warm-{side}-{attempt}")
     measured: dict[str, list[float]] = {"ours": [], "theirs": []}
     for attempt in range(tries):
-        order = (("ours", ours), ("theirs", theirs)) if attempt % 2 == 0 else (("theirs", theirs), ("ours", ours))
-        for side, run in order:
+        for side, run in in_turn(attempt):
             measured[side].append(run(f"{slug}-{side}-{attempt}"))
     return measured["ours"], measured["theirs"]
 

@@ -11,16 +11,17 @@
    watermark, the one its stateful operators drop late rows by, goes to the batch's tasks
    (a local property), so its plan can tell its late rows as it reads them.
 3. **Split.** The job's pure split of the batch into rows per table (``StreamingJob.split``).
-4. **Appends.** Once the run's tables exist (it creates them while its query starts, and
-   the batches before have their metrics rows), every table with rows, at once, one commit each. Each row is stamped with
-   the checkpoint id and batch id that wrote it (what a rewind deletes by); each commit carries the batch's
-   ``CommitInfo`` (job, checkpoint id, app id, batch id, watermark, Kafka end offsets). A
-   batch that may be a replay is checked against the table and appended under Delta's
-   application transaction (txnAppId = app id, txnVersion = N), so Delta itself refuses a
-   second copy; a new batch skips that lookup, which rebuilds the table's state on every
-   append (``sink.DeltaSink.append``). A table without rows gets no commit. A batch whose
-   split gave no table, or a replay its tables already hold, still runs its plan to the
-   end, where its stateful operators commit their state.
+4. **Appends.** Once the run's tables exist (it creates them while its query starts) and
+   the batches before have their metrics rows: every table with rows, at once, one commit
+   each. Each row is stamped with the checkpoint id and batch id that wrote it (what a
+   rewind deletes by); each commit carries the batch's ``CommitInfo`` (job, checkpoint id,
+   app id, batch id, watermark, Kafka end offsets). A batch that may be a replay is checked
+   against the table and appended under Delta's application transaction (txnAppId = app
+   id, txnVersion = N), so Delta itself refuses a second copy; a new batch skips that
+   lookup, which rebuilds the table's state on every append (``sink.DeltaSink.append``). A
+   table without rows gets no commit. A batch whose split gave no table, or a replay its
+   tables already hold, still runs its plan to the end, where its stateful operators commit
+   their state.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
    own count): the rows the plan observed as late (``late_events.observed``), or, where it
    could not judge them, the batch's range read again from where the query reads (Kafka, or

@@ -95,7 +95,7 @@ class JobRun:
             self._prepare(job, settings, spark)
         except BaseException:
             if self.tables_created is not None:  # none goes on once the lease is released
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(BaseException):  # the run's own failure is raised
                     self.tables_created.wait()
             self.lease.release()
             raise

@@ -13,10 +13,12 @@ import tenacity
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED, LATE_EVENTS
 from spark_jobs.errors import JobAlreadyRunning, LeaseLost
 from spark_jobs.jobs.registry import get_job
+from spark_jobs.runtime.checkpoint import lease as leases
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import fence, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.runner import JobRun
 from tests.helpers import REPO, cli_env, table, wait_for
 from tests.spark_jobs.runtime.delta.gated_batch import INFO, ROWS, batch_rows, late_rows
 
@@ -178,3 +180,26 @@ def test_held_rows_of_a_run_that_lost_its_lease_stop_at_the_fence(spark, setting
     with pytest.raises(LeaseLost):
         sink.append_held(rows, LATE_EVENTS, INFO, replay_possible=False, still_held=lost)
     assert len(table(settings, LATE_EVENTS.name)) == 0
+
+
+def test_a_run_taking_over_a_foreign_holder_fences_the_tables_its_start_is_still_creating(spark, settings,
+                                                                                       monkeypatch):
+    """A run creates its tables while its query starts; one that takes the lease over from a
+    holder on another host waits for them before fencing, so a table it was still creating
+    is fenced too (fresh tables: none exists when the run begins)."""
+    monkeypatch.setattr(leases, "this_machine", lambda: "another-host/its-boot/its-pid-namespace")
+    stale = Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 1.0)
+    stale.acquire()
+    stale._stop.set()  # cut off from the lease's storage: no renewal lands from here on
+    monkeypatch.undo()  # this run's host is this one again
+    taking = tenacity.Retrying(retry=tenacity.retry_if_exception_type(JobAlreadyRunning),
+                               wait=tenacity.wait_fixed(0.5), stop=tenacity.stop_after_delay(60), reraise=True)
+    dedup = get_job("dedup")
+    run = taking(JobRun, dedup, settings, spark)  # once the holder's renewal is ttl plus the clock skew old
+    try:
+        assert run.lease.taken_over is not None and not run.lease.taken_over.on_this_host()
+        fenced_by = {spec.name: table_access.open_table(settings.table_uri(spec.name)).metadata().configuration.get(
+            fence.FENCE_PROPERTY.format(job="dedup")) for spec in run.tables if not spec.merge_key}
+        assert fenced_by == {DEVICE_EVENTS_DEDUPLICATED.name: run.lease.owner, LATE_EVENTS.name: run.lease.owner}
+    finally:
+        run.lease.release()

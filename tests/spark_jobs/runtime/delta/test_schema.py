@@ -126,7 +126,7 @@ def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_ta
         batch_split.set()
         creator.join()
 
-    events = table_access.open_table(str(uri)); print("HIST", [(e["version"], e["operation"], e["timestamp"]) for e in events.history()])
+    events = table_access.open_table(str(uri))
     assert [entry["operation"] for entry in sorted(events.history(), key=lambda e: e["version"])][0] == "CREATE TABLE"
     assert f"delta.constraints.{KEY_CONSTRAINT.lower()}" in {key.lower() for key in events.metadata().configuration}
     assert sorted(table(settings, DEVICE_EVENTS.name)["event_id"]) == sorted(json.loads(r.value)["event_id"] for r in records)

@@ -131,20 +131,13 @@ def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None =
     settings' retention) where the table holds another value. Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
-    table = table_access.open_table(uri)
-    unset = _unset_properties(table, spec, properties or {})
+    unset = table_access.set_missing_properties(uri, lambda table: _unset_properties(table, spec, properties or {}))
     if unset:
-        try:
-            table.alter.set_table_properties(unset, raise_if_not_exists=False)
-        except Exception:
-            table = table_access.open_table(uri)
-            if _unset_properties(table, spec, properties or {}):  # not a second driver migrating the same table at once
-                raise
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
     done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
     # the constraint after the columns: it may name a key column this migration adds; the
     # comments last, for the columns added too
-    return done + _add_columns(uri, spec, table) + _add_key_constraint(uri, spec) + _describe(uri, spec)
+    return done + _add_columns(uri, spec, table_access.open_table(uri)) + _add_key_constraint(uri, spec) + _describe(uri, spec)
 
 
 def _add_columns(uri: str, spec: TableSpec, table) -> str:
@@ -178,7 +171,6 @@ def _describe(uri: str, spec: TableSpec) -> str:
     metadata commit of its own; jobs starting at once may set the same words, so a commit
     that fails is tried again on the table as it then is."""
     import tenacity
-
 
     def differing(table) -> tuple[bool, dict[str, str]]:
         present = {field.name: (field.metadata or {}).get("comment") for field in table.schema().fields}

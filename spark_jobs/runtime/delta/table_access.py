@@ -10,7 +10,7 @@ import atexit
 import functools
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.runtime.delta.commit_info import METADATA_KEY, CommitInfo
@@ -92,6 +92,19 @@ def set_properties(uri: str, properties: dict[str, str]) -> None:
     for attempt in _metadata_commit():
         with attempt:
             open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
+
+
+def set_missing_properties(uri: str, missing: Callable[[Any], dict[str, str]]) -> dict[str, str]:
+    """Set the properties ``missing`` finds the table lacking: what was set. A commit that
+    lost to another's metadata change is made again with what the table as it now is lacks,
+    so drivers migrating one table at once each set only what is still missing."""
+    for attempt in _metadata_commit():
+        with attempt:
+            table = open_table(uri)
+            properties = missing(table)
+            if properties:
+                table.alter.set_table_properties(properties, raise_if_not_exists=False)
+    return properties
 
 
 def append(target: str | Any, rows: pa.Table, user_metadata: str | None = None,

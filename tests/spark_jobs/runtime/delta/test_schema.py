@@ -26,7 +26,7 @@ from spark_jobs.contracts.tables import (
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.ingest import INGEST
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.runtime.delta import schema, table_access
+from spark_jobs.runtime.delta import properties, schema, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import query_name
 from tests.helpers import produce, run_job, table
@@ -64,6 +64,34 @@ def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark,
     assert refused.value.message.startswith(f"table late_events cannot be created at {uri}")
     assert "move them aside" in refused.value.hint
     assert "\n" not in str(refused.value)
+
+
+def test_a_migration_whose_property_commit_loses_to_another_drivers_sets_what_the_table_still_lacks(
+        tmp_path, settings, monkeypatch):
+    """Drivers starting at once migrate one table at once. Another driver's property commit
+    lands between this migration's read of the table and its own commit (a creator setting
+    the table's own properties after its version 0): this migration's commit fails, and is
+    made again with what the table as it then is still lacks."""
+    uri = str(tmp_path / LATE_EVENTS.name)
+    table_access.create(uri, schema.commented_arrow_schema(LATE_EVENTS), None, {}, LATE_EVENTS.description)
+    reads = []
+
+    def read_then_another_drivers_commit(*args, **kwargs):
+        read = real_open(*args, **kwargs)
+        if not reads:
+            reads.append(read)
+            real_open(uri).alter.set_table_properties(LATE_EVENTS.properties, raise_if_not_exists=False)
+        return read
+
+    real_open = table_access.open_table
+    monkeypatch.setattr(table_access, "open_table", read_then_another_drivers_commit)
+    retention = properties.follower_properties(settings)
+
+    said = schema.migrate_table(uri, LATE_EVENTS, retention)
+
+    assert all(f"set {key}={value}" in said for key, value in retention.items()), said
+    configuration = real_open(uri).metadata().configuration
+    assert {**LATE_EVENTS.properties, **retention}.items() <= configuration.items()
 
 
 @pytest.mark.parametrize("spec", [PIPELINE_METRICS, DEVICE_STATUS], ids=lambda spec: spec.name)

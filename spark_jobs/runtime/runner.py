@@ -312,7 +312,9 @@ class _StopRequests:
 def run_lineage(run: "JobRun", tables: dict[str, str], topics_out: list[str] = ()) -> RunLineage:
     """The lineage of a run being prepared: its job's topics in, its tables or topics out,
     the Airflow task run that submitted it (from its Spark properties) as the parent."""
-    conf = run.spark.sparkContext.getConf()
+    # asked one by one: the session's copy of the Spark properties holds them, and
+    # ``SparkContext.getConf`` would copy every property through py4j, two calls each
+    conf = run.spark.conf
     properties = {key: value for key in (f"spark.openlineage.{name}" for name in PARENT_PROPERTIES)
                   if (value := conf.get(key, None))}
     return RunLineage(run.settings, run.job.name,

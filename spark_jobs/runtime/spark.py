@@ -65,6 +65,7 @@ PROMETHEUS_CONF = {
 RECENT_PROGRESS = 10  # batches whose progress a query keeps
 CODEGEN_CACHE_ENTRIES = 1000
 FAIR_SCHEDULER_POOLS = Path(__file__).with_name("fair_scheduler.xml")
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"  # read by PySpark, once per process
 
 
 def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 0,
@@ -109,6 +110,11 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         # pool served first: FAIR shares the executors between them instead of queueing
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", str(FAIR_SCHEDULER_POOLS))
+        # PySpark's DataFrame debugging captures the Python call site of every column function
+        # and hands it to the JVM, five round trips more per call: a column by name took 0.72
+        # against 0.21 ms, and an ingest batch builds thousands. Off, an error in an expression
+        # still comes with the Python traceback of the code that built it (docs/streaming-facts.md).
+        .config(DATAFRAME_DEBUGGING, "false")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win
         builder = builder.master(settings.spark.master_with_slots(local_slots))

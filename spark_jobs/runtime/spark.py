@@ -112,8 +112,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config("spark.scheduler.allocation.file", str(FAIR_SCHEDULER_POOLS))
         # PySpark's DataFrame debugging captures the Python call site of every column function
         # and hands it to the JVM, five round trips more per call: a column by name took 0.72
-        # against 0.21 ms, and an ingest batch builds thousands. Off, an error in an expression
-        # still comes with the Python traceback of the code that built it (docs/streaming-facts.md).
+        # against 0.21 ms, and an ingest batch builds hundreds. What it adds, the Python line
+        # behind an error while rows are computed, is not worth that (docs/streaming-facts.md).
         .config(DATAFRAME_DEBUGGING, "false")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master and --jars win

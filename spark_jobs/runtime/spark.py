@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, object_store, on_local_disk
 from spark_jobs.errors import ConfigError, SigflowError
-from spark_jobs.runtime import class_archive
+from spark_jobs.runtime import class_archive, pyspark_logs
 from spark_jobs.runtime.jvm_options import java_options_conf
 from spark_jobs.runtime.lineage_events import spark_listener_conf
 
@@ -79,6 +79,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
     settings of a new session (the catalog's, the SQL endpoint's).
     """
     ensure_java()
+    pyspark_logs.route_into_sigflow_log()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Python workers inherit this: PySpark 4.2's own pandas code (applyInPandasWithState)
     # prints a pandas FutureWarning per worker on every sessions run, which nobody can act on.

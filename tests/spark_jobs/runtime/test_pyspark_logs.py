@@ -17,6 +17,14 @@ def _sigflow_records(caplog) -> list[logging.LogRecord]:
     return [record for record in caplog.records if record.name == pyspark_logs.LOGGER]
 
 
+@pytest.fixture(autouse=True)
+def _only_the_capturing_handler(caplog, monkeypatch):
+    """sigflow's log here is pytest's capture alone: a handler another test of this worker
+    left on the root logger may write to a stream already closed, and logging reports that
+    on stderr."""
+    monkeypatch.setattr(logging.getLogger(), "handlers", [caplog.handler])
+
+
 def test_a_handled_spark_error_prints_nothing_of_its_own_on_stderr(spark, capfd, caplog):
     caplog.set_level(logging.INFO)  # the console's level without -v
 

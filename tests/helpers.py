@@ -18,6 +18,7 @@ from spark_jobs.config import Settings
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import SimRecord, event_payload
+from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.table_access import read_pandas
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -125,6 +126,23 @@ def run_job(spark, settings: Settings, job: "str | StreamingJob" = "ingest") -> 
     """One available-now run in the shared session: a restart from the job's checkpoint."""
     job = job if isinstance(job, StreamingJob) else get_job(job)
     return JobRun(job, settings, spark).run_available_now()
+
+
+def another_commit_after_the_first_read(monkeypatch, commit) -> None:
+    """Another writer's ``commit`` lands right after the first read of a table through
+    ``table_access.open_table``, before the commit built on that read: the window between a
+    writer's read and its commit. Later reads (the commit's own among them) go through."""
+    reads = []
+
+    def read_then_another_commit(*args, **kwargs):
+        read = real_open(*args, **kwargs)
+        if not reads:
+            reads.append(read)
+            commit()
+        return read
+
+    real_open = table_access.open_table
+    monkeypatch.setattr(table_access, "open_table", read_then_another_commit)
 
 
 def table(settings: Settings, name: str) -> pd.DataFrame:

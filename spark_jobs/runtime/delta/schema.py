@@ -131,13 +131,13 @@ def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None =
     settings' retention) where the table holds another value. Nothing is dropped or
     retyped: readers of older versions keep working, and so does a rewind to a version
     before it."""
-    unset = table_access.set_missing_properties(uri, lambda table: _unset_properties(table, spec, properties or {}))
+    unset, table = table_access.set_missing_properties(uri, lambda read: _unset_properties(read, spec, properties or {}))
     if unset:
         log.info("%s: set %s", spec.name, ", ".join(f"{k}={v}" for k, v in unset.items()))
     done = "exists" + "".join(f", set {key}={value}" for key, value in unset.items())
     # the constraint after the columns: it may name a key column this migration adds; the
     # comments last, for the columns added too
-    return done + _add_columns(uri, spec, table_access.open_table(uri)) + _add_key_constraint(uri, spec) + _describe(uri, spec)
+    return done + _add_columns(uri, spec, table) + _add_key_constraint(uri, spec) + _describe(uri, spec)
 
 
 def _add_columns(uri: str, spec: TableSpec, table) -> str:

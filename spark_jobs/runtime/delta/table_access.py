@@ -89,22 +89,21 @@ def set_properties(uri: str, properties: dict[str, str]) -> None:
     """Set table properties, sigflow's own among them (not Delta's, so not checked as Delta's
     are): a metadata-only commit, made again on the table as it now is after losing to
     another's metadata change."""
-    for attempt in _metadata_commit():
-        with attempt:
-            open_table(uri).alter.set_table_properties(properties, raise_if_not_exists=False)
+    set_missing_properties(uri, lambda _table: properties)
 
 
-def set_missing_properties(uri: str, missing: Callable[[Any], dict[str, str]]) -> dict[str, str]:
-    """Set the properties ``missing`` finds the table lacking: what was set. A commit that
-    lost to another's metadata change is made again with what the table as it now is lacks,
-    so drivers migrating one table at once each set only what is still missing."""
+def set_missing_properties(uri: str, missing: Callable[[Any], dict[str, str]]) -> tuple[dict[str, str], Any]:
+    """Set the properties ``missing`` finds the table lacking: what was set, and the table as
+    this call left it. A commit that lost to another's metadata change is made again with
+    what the table as it now is lacks, so drivers migrating one table at once each set only
+    what is still missing."""
     for attempt in _metadata_commit():
         with attempt:
             table = open_table(uri)
             properties = missing(table)
             if properties:
                 table.alter.set_table_properties(properties, raise_if_not_exists=False)
-    return properties
+    return properties, table
 
 
 def append(target: str | Any, rows: pa.Table, user_metadata: str | None = None,

@@ -19,7 +19,13 @@ from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import fence, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.runner import JobRun
-from tests.helpers import REPO, cli_env, table, wait_for
+from tests.helpers import (
+    REPO,
+    another_commit_after_the_first_read,
+    cli_env,
+    table,
+    wait_for,
+)
 from tests.spark_jobs.runtime.delta.gated_batch import INFO, ROWS, batch_rows, late_rows
 
 STALE_WRITER = """
@@ -139,17 +145,7 @@ def test_a_run_that_lost_its_lease_stops_at_the_fence(spark, settings, tmp_path)
 def _fenced_after_the_read(monkeypatch, uri: str) -> None:
     """The fence lands once the held rows' commit has read the table, before it commits:
     the window a fence must close for the late events a batch appends through delta-rs."""
-    reads = []
-
-    def read_then_fenced(*args, **kwargs):
-        table = real_open(*args, **kwargs)
-        if not reads:
-            reads.append(table)
-            fence.fence(uri, "sessions", "another-run")
-        return table
-
-    real_open = table_access.open_table
-    monkeypatch.setattr(table_access, "open_table", read_then_fenced)
+    another_commit_after_the_first_read(monkeypatch, lambda: fence.fence(uri, "sessions", "another-run"))
 
 
 def test_held_rows_whose_commit_a_fence_failed_are_appended_again_while_the_lease_is_held(spark, settings,

@@ -29,7 +29,7 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta import properties, schema, table_access
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import query_name
-from tests.helpers import produce, run_job, table
+from tests.helpers import another_commit_after_the_first_read, produce, run_job, table
 
 
 def _creation_under_way(uri) -> None:
@@ -74,23 +74,13 @@ def test_a_migration_whose_property_commit_loses_to_another_drivers_sets_what_th
     made again with what the table as it then is still lacks."""
     uri = str(tmp_path / LATE_EVENTS.name)
     table_access.create(uri, schema.commented_arrow_schema(LATE_EVENTS), None, {}, LATE_EVENTS.description)
-    reads = []
-
-    def read_then_another_drivers_commit(*args, **kwargs):
-        read = real_open(*args, **kwargs)
-        if not reads:
-            reads.append(read)
-            real_open(uri).alter.set_table_properties(LATE_EVENTS.properties, raise_if_not_exists=False)
-        return read
-
-    real_open = table_access.open_table
-    monkeypatch.setattr(table_access, "open_table", read_then_another_drivers_commit)
+    another_commit_after_the_first_read(monkeypatch, lambda: table_access.set_properties(uri, LATE_EVENTS.properties))
     retention = properties.follower_properties(settings)
 
     said = schema.migrate_table(uri, LATE_EVENTS, retention)
 
     assert all(f"set {key}={value}" in said for key, value in retention.items()), said
-    configuration = real_open(uri).metadata().configuration
+    configuration = table_access.open_table(uri).metadata().configuration
     assert {**LATE_EVENTS.properties, **retention}.items() <= configuration.items()
 
 

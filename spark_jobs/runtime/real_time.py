@@ -63,10 +63,10 @@ class RealTimeRun(JobRun):
                               "set it to 5 seconds or more: it is how often offsets are committed, not a latency")
         return settings
 
-    def _check_topics(self, job: RealTimeJob, settings: Settings, admin: kafka_admin.AdminClient) -> None:
+    def _check_topics(self, job: RealTimeJob, settings: Settings, answered: kafka_admin.Answer) -> None:
         self.output_topic = job.output_topic(settings.streaming)
         try:
-            kafka_admin.topic_partitions(self.kafka, self.output_topic, client=admin)
+            kafka_admin.topic_partitions(self.kafka, self.output_topic, listing=answered.listing)
         except SigflowError:
             raise ConfigError(
                 f"{job.name}: its output topic {self.output_topic!r} does not exist at {self.kafka}",

@@ -108,7 +108,8 @@ class JobRun:
         self.settings = settings
         self.kafka = kafka_address.connection(settings)
         answered = kafka_admin.check_reachable(self.kafka)  # asked again below, not reconnected
-        self.partitions = kafka_admin.topics_partitions(self.kafka, job.topics(settings.streaming), client=answered)
+        self.partitions = kafka_admin.topics_partitions(self.kafka, job.topics(settings.streaming),
+                                                        listing=answered.listing)
         self._check_topics(job, settings, answered)
         self.spark = spark or get_spark(settings, f"sigflow-{job.name}", local_slots=self._slots_needed())
         configure_session(self.spark, settings)
@@ -139,9 +140,9 @@ class JobRun:
             return settings.replace(starting_offsets=recovered_start)
         return settings
 
-    def _check_topics(self, job: StreamingJob, settings: Settings, admin: kafka_admin.AdminClient) -> None:
+    def _check_topics(self, job: StreamingJob, settings: Settings, answered: kafka_admin.Answer) -> None:
         checkpoint_guards.check_broker_time(job, settings, kafka_admin.timestamp_types(
-            self.kafka, job.topics(settings.streaming), client=admin))
+            self.kafka, job.topics(settings.streaming), client=answered.client))
 
     def _slots_needed(self) -> int:
         return 0  # a micro-batch job runs in whatever slots it has

@@ -37,6 +37,15 @@ def test_unreachable_broker_fails_fast_with_what_to_do():
     assert "sigflow broker start" in err.value.hint
 
 
+def test_the_topics_a_reachability_check_listed_give_a_runs_partitions(settings):
+    bootstrap, topic = settings.kafka.bootstrap_servers, settings.streaming.events_topic
+    answer = kafka_admin.check_reachable(bootstrap)
+    assert kafka_admin.topics_partitions(bootstrap, [topic], listing=answer.listing) == \
+        {topic: kafka_admin.topic_partitions(bootstrap, topic)}
+    with pytest.raises(SigflowError, match="does not exist"):
+        kafka_admin.topics_partitions(bootstrap, [topic, "no-such-topic-" + topic], listing=answer.listing)
+
+
 def test_missing_topic_says_how_to_create_it(settings):
     with pytest.raises(SigflowError, match="does not exist") as err:
         kafka_admin.topic_partitions(settings.kafka.bootstrap_servers, "no-such-topic-" + settings.streaming.events_topic)

@@ -26,6 +26,7 @@ from spark_jobs.contracts.contract import (  # noqa: F401 - the contracts, re-ex
     EVENT_CONTRACT,
     MAX_BEHIND_DAYS,
     MAX_PAYLOAD_BYTES,
+    OVERSIZED_TEXT_BYTES,
     ZONED_ISO,
     Contract,
 )
@@ -277,10 +278,17 @@ def _split(
     valid = checked.where(F.col("reason").isNull()).select(*columns, "extras", *coordinates)
     quarantined = checked.where(F.col("reason").isNotNull()).select(
         "reason_code", "reason",
-        F.expr("make_valid_utf8(CAST(value AS STRING))").alias("payload_text"),
+        _payload_text().alias("payload_text"),
         "key", "value", *coordinates, _named_device().alias("device_id"),
     )
     return valid, quarantined
+
+
+def _payload_text() -> Column:
+    """A quarantined record's value as text for people (invalid UTF-8 replaced): whole, or the
+    first ``OVERSIZED_TEXT_BYTES`` of a payload over the size limit."""
+    shown = f"CASE WHEN length(value) <= {MAX_PAYLOAD_BYTES} THEN value ELSE substring(value, 1, {OVERSIZED_TEXT_BYTES}) END"
+    return F.expr(f"make_valid_utf8(CAST({shown} AS STRING))")
 
 
 def _named_device() -> Column:

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.contract import SEVERITIES
+from spark_jobs.contracts.contract import (
+    MAX_PAYLOAD_BYTES,
+    OVERSIZED_TEXT_BYTES,
+    SEVERITIES,
+)
 from spark_jobs.contracts.dictionary import (
     CLOSED_BY_GAP,
     QUARANTINE_REASONS,
@@ -294,7 +298,9 @@ QUARANTINED_EVENTS = TableSpec(
     meanings=(
         ("reason_code", f"why the record was quarantined, {QUARANTINE_REASONS} (docs/event-contract.md)"),
         ("reason", "the reason in words, naming the field and the value that broke the contract"),
-        ("payload_text", "the record's value as UTF-8 text (invalid bytes replaced), for reading; value holds the bytes"),
+        ("payload_text", "the record's value as UTF-8 text (invalid bytes replaced), for reading: its first "
+                         f"{OVERSIZED_TEXT_BYTES:,} bytes when over the {MAX_PAYLOAD_BYTES // 1024} KiB limit; "
+                         "value holds every byte"),
         ("job", "the job that read and quarantined the record"),
         ("device_id", "the record's device_id where the record is JSON with device_id a string; null otherwise, "
                       "and in rows quarantined before this column"),

@@ -119,3 +119,19 @@ def test_a_time_at_most_max_clock_ahead_after_kafka_is_kept_and_one_beyond_is_qu
     value = f'{{"event_id": "e", "device_id": "d", "event_time": "{event_time}", "signal": 1}}'
     valid, quarantined = parse_device_events(kafka_rows(spark, [value]), MAX_AHEAD)
     assert (valid.count(), quarantined.count()) == ((1, 0) if ahead_allowed else (0, 1))
+
+
+def test_a_quarantined_record_keeps_every_byte_and_shows_its_text_or_an_oversized_ones_first_bytes(spark):
+    # at the size limit, a payload is checked; one byte more and it is quarantined for its size
+    at_limit = ('{"event_id": "e", "blob": "' + "y" * (256 * 1024 - 30)).encode()
+    at_limit += b'"' * (256 * 1024 - len(at_limit))
+    broken = b'{"event_id": "e1", "device_id": "\xff'
+    records = [HUGE.encode(), at_limit, broken]
+    _, quarantined = parse_device_events(kafka_rows(spark, records), MAX_AHEAD)
+    rows = {row.offset: row for row in quarantined.select("offset", "reason_code", "value", "payload_text").collect()}
+    assert {offset: row.reason_code for offset, row in rows.items()} == \
+        {0: "payload_too_large", 1: "not_json", 2: "not_json"}
+    assert [bytes(rows[offset].value) for offset in range(3)] == records  # nothing lost
+    assert rows[0].payload_text == HUGE[:4096]  # for people: what it is, not 300 KB of it
+    assert rows[1].payload_text == at_limit.decode()
+    assert rows[2].payload_text == '{"event_id": "e1", "device_id": "\ufffd'

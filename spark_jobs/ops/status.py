@@ -6,8 +6,10 @@ Read from the checkpoints, the pipeline_metrics table and Kafka only (no Spark n
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
@@ -162,15 +164,30 @@ def read_metrics(settings: Settings, summed: tuple[str, ...] = ("rows_dropped_by
     return MetricsTotals(settings, summed).refresh()
 
 
-def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]]) -> dict[str, int]:
+TopicOffsets = Callable[[str], dict[int, tuple[int, int]]]  # a topic -> each partition's (earliest, end) offsets
+
+
+def topic_offsets(settings: Settings, listing: kafka_admin.ClusterMetadata | None = None) -> TopicOffsets:
+    """Each topic's partitions' earliest and end offsets, asked of Kafka once per topic: the
+    jobs of one status share their topics (six read the events). ``listing``: the topics a
+    reachability check listed. A topic that does not exist raises ``SigflowError``."""
+    bootstrap = kafka_address.connection(settings)
+
+    @functools.cache
+    def bounds(topic: str) -> dict[int, tuple[int, int]]:
+        partitions = kafka_admin.topic_partitions(bootstrap, topic, listing=listing)
+        return kafka_offsets.offset_bounds(bootstrap, topic, partitions)
+
+    return bounds
+
+
+def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]], in_kafka: TopicOffsets) -> dict[str, int]:
     """Records behind per partition of the job's topics: from the committed offsets, or from
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
-    bootstrap = kafka_address.connection(settings)
     lag = {}
     for topic in get_any_job(job).topics(settings.streaming):
-        partitions = kafka_admin.topic_partitions(bootstrap, topic)
         done = committed.get(topic, {})
-        for p, (earliest, end) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
+        for p, (earliest, end) in in_kafka(topic).items():
             lag[f"{topic}[{p}]"] = max(end - max(int(done.get(str(p), earliest)), earliest), 0)
     return lag
 
@@ -183,7 +200,8 @@ def _commit_interval_s(settings: Settings, job: str) -> float:
 
 
 def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | None = None,
-               with_lag: bool = True) -> JobStatus:
+               with_lag: bool = True, in_kafka: TopicOffsets | None = None) -> JobStatus:
+    """``in_kafka``: the topics' offsets, shared by the jobs of one status (``topic_offsets``)."""
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     running = lease is not None and lease.alive()
@@ -208,7 +226,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         status.rows_dropped_by_watermark = figures.sums["rows_dropped_by_watermark"]
     if with_lag:
         try:
-            status.lag = _lag(settings, job, committed)
+            status.lag = _lag(settings, job, committed, in_kafka or topic_offsets(settings))
             status.behind = sum(status.lag.values())
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
@@ -224,12 +242,14 @@ def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, Job
                ) -> list[JobStatus]:
     """Every job's status; ``metrics``: pipeline_metrics already read (``read_metrics``)."""
     metrics = read_metrics(settings) if metrics is None else metrics
+    in_kafka = None
     try:
         if with_lag:
-            kafka_admin.check_reachable(kafka_address.connection(settings), timeout_s=3)
+            answered = kafka_admin.check_reachable(kafka_address.connection(settings), timeout_s=3)
+            in_kafka = topic_offsets(settings, answered.listing)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
-    statuses = [job_status(settings, job, metrics, with_lag) for job in ALL_JOBS]
+    statuses = [job_status(settings, job, metrics, with_lag, in_kafka) for job in ALL_JOBS]
     late = backlog(settings)
     for status in statuses:
         status.late_backlog = late.get(status.job)

@@ -235,10 +235,10 @@ def kafka_dropped(settings: Settings, start: dict) -> dict[str, dict[int, tuple[
     """Per topic and partition, (the offset a re-run from ``start`` needs, Kafka's earliest)
     where retention already deleted records it needs; ``start`` {topic: None} means offset 0."""
     bootstrap = kafka_address.connection(settings)
-    kafka_admin.check_reachable(bootstrap)
+    listing = kafka_admin.check_reachable(bootstrap).listing
     gone: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, parts in start.items():
-        partitions = [int(p) for p in parts] if parts else kafka_admin.topic_partitions(bootstrap, topic)
+        partitions = [int(p) for p in parts] if parts else kafka_admin.topic_partitions(bootstrap, topic, listing=listing)
         for p, (earliest, _) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
             needed = int(parts[str(p)]) if parts else 0
             if earliest > needed:
@@ -249,8 +249,8 @@ def kafka_dropped(settings: Settings, start: dict) -> dict[str, dict[int, tuple[
 def kafka_bounds(settings: Settings, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """Per topic, each partition's (earliest offset, end offset) in Kafka now."""
     bootstrap = kafka_address.connection(settings)
-    kafka_admin.check_reachable(bootstrap)
-    return {topic: kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    listing = kafka_admin.check_reachable(bootstrap).listing
+    return {topic: kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic, listing=listing))
             for topic in topics}
 
 

@@ -76,7 +76,10 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
 
     run_job(spark, settings, "dedup")
     produce(settings, generate_events(30, seed=2, malformed_ratio=0))  # not processed yet
-    dedup = {s.job: s for s in status.all_status(settings)}["dedup"]
+    statuses = {s.job: s for s in status.all_status(settings)}
+    dedup = statuses["dedup"]
+    # the jobs of one status read the same topic's offsets, each from where it stands
+    assert statuses["windowed-averages"].behind == 150 and statuses["windowed-averages"].verdict.word == "NEVER RUN"
     assert dedup.running_pid is None and dedup.last_batch is not None and dedup.age_s < 600
     assert (dedup.verdict.word, dedup.behind, sum(dedup.lag.values())) == ("LAGGING", 30, 30)
     assert dedup.state_rows > 0 and dedup.watermark.endswith("Z")

@@ -232,11 +232,10 @@ class CpuMeter:
 
 
 def events_sent(settings: Settings) -> int:
-    from spark_jobs.runtime.kafka import admin as kafka_admin
     from spark_jobs.runtime.kafka import offsets as kafka_offsets
 
     bootstrap, topic = settings.kafka.bootstrap_servers, settings.streaming.events_topic
-    bounds = kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    bounds = kafka_offsets.topic_bounds(bootstrap, topic)
     return sum(end for _, end in bounds.values())
 
 

@@ -68,7 +68,7 @@ def delete_kafka_records(settings) -> None:
     from spark_jobs.runtime.kafka import offsets as kafka_offsets
 
     bootstrap, topic = settings.kafka.bootstrap_servers, settings.streaming.events_topic
-    ends = kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    ends = kafka_offsets.topic_bounds(bootstrap, topic)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_records([TopicPartition(topic, p, end) for p, (_, end) in ends.items()]).values():
         future.result(60)

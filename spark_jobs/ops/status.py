@@ -172,13 +172,7 @@ def topic_offsets(settings: Settings, listing: kafka_admin.ClusterMetadata | Non
     jobs of one status share their topics (six read the events). ``listing``: the topics a
     reachability check listed. A topic that does not exist raises ``SigflowError``."""
     bootstrap = kafka_address.connection(settings)
-
-    @functools.cache
-    def bounds(topic: str) -> dict[int, tuple[int, int]]:
-        partitions = kafka_admin.topic_partitions(bootstrap, topic, listing=listing)
-        return kafka_offsets.offset_bounds(bootstrap, topic, partitions)
-
-    return bounds
+    return functools.cache(functools.partial(kafka_offsets.topic_bounds, bootstrap, listing=listing))
 
 
 def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]], in_kafka: TopicOffsets) -> dict[str, int]:

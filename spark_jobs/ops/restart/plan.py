@@ -250,8 +250,7 @@ def kafka_bounds(settings: Settings, topics: list[str]) -> dict[str, dict[int, t
     """Per topic, each partition's (earliest offset, end offset) in Kafka now."""
     bootstrap = kafka_address.connection(settings)
     listing = kafka_admin.check_reachable(bootstrap).listing
-    return {topic: kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic, listing=listing))
-            for topic in topics}
+    return {topic: kafka_offsets.topic_bounds(bootstrap, topic, listing) for topic in topics}
 
 
 def refuse_pending_rewind(snapshot: JobSnapshot, plan: Plan) -> None:

@@ -22,7 +22,11 @@ import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark_jobs.errors import SigflowError
-from spark_jobs.runtime.kafka.admin import quiet_logger
+from spark_jobs.runtime.kafka.admin import (
+    ClusterMetadata,
+    quiet_logger,
+    topic_partitions,
+)
 from spark_jobs.runtime.kafka.connection import KafkaConnection, Target
 
 log = logging.getLogger("sigflow.runner")  # a run's log: skipped offsets are said where its batches are
@@ -93,6 +97,12 @@ def offset_bounds(
         return {p: (reported[p][0], max(ends[p], reported[p][1])) for p in partitions}
     finally:
         c.close()
+
+
+def topic_bounds(target: Target, topic: str, listing: ClusterMetadata | None = None) -> dict[int, tuple[int, int]]:
+    """Each partition of ``topic``: (earliest available offset, confirmed end offset).
+    ``listing``: the topics a reachability check listed (``admin.check_reachable``)."""
+    return offset_bounds(target, topic, topic_partitions(target, topic, listing=listing))
 
 
 def report_skipped(kafka: KafkaConnection, offsets, previous) -> None:

@@ -13,7 +13,6 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.ops import maintenance, reconcile, restart
 from spark_jobs.ops.restart.plan import PlanRefused
-from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from tests.helpers import run_job, send, sigflow, table
 from tests.spark_jobs.ops.test_reconcile import (
@@ -50,7 +49,7 @@ def delete_from_kafka(s, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
     bootstrap = s.kafka.bootstrap_servers
-    ends = kafka_offsets.offset_bounds(bootstrap, topic, kafka_admin.topic_partitions(bootstrap, topic))
+    ends = kafka_offsets.topic_bounds(bootstrap, topic)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_records([TopicPartition(topic, p, end) for p, (_, end) in ends.items()]).values():
         future.result(30)

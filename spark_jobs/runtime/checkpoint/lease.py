@@ -16,8 +16,8 @@ Each lease has a generation, in its file's name (``sigflow.lease``, then
 grow: a release marks its file released and leaves it, so the next taker goes on from it and
 a lower generation's file, whenever it appears (a renewal that stalled past a takeover and
 wrote late), is never the lease again. A taker creates the next generation's file
-exclusively (a hard link locally, a conditional put on S3): of two takers only one can, so a
-takeover is atomic. The holder renews only its own generation's file, checking before and
+exclusively (a hard link locally, a conditional put on S3) and then finds it the highest
+present: of two takers only one can, so a takeover is atomic. The holder renews only its own generation's file, checking before and
 after that no higher one exists: once a taker has made one, the old holder's every check
 fails, whatever its late writes leave behind. A holder on this host that is alive but has
 stopped renewing past its time (a stopped or hung driver) is killed by the taker before the
@@ -221,7 +221,10 @@ class Lease:
                 _fence(current)
             wanted = generations[-1] + 1 if generations else 0
             if self._create_exclusively(wanted):
-                break  # else another taker made that generation first: judge it
+                if self._still_highest(wanted):
+                    break
+                continue  # created below another taker's generation: judge that one
+            # else another taker made that generation first: judge it
         self.generation = wanted
         self.taken_over = current if current is not None and not current.released else None
         for older in (g for g in generations if g < wanted):
@@ -230,6 +233,20 @@ class Lease:
             except (FileNotFoundError, OSError):
                 pass
         self._start_heartbeat()
+
+    def _still_highest(self, generation: int) -> bool:
+        """Whether ``generation``, just created, is the highest one present. A listing taken on
+        a local disk while another taker links its generation and removes the one below may
+        show neither (readdir need not return entries added or removed while it reads), and
+        this taker then creates a generation the other has already passed: it is not the lease,
+        and is removed again."""
+        if storage.patiently()(self._generations)[-1] == generation:
+            return True
+        try:
+            self.fs.delete_file(self._path(generation))
+        except (FileNotFoundError, OSError):
+            pass
+        return False
 
     def _settled(self, generation: int) -> Holder | None:
         """The holder of ``generation``, read again for a moment when the file holds no holder

@@ -137,6 +137,23 @@ def test_of_several_takers_of_a_lapsed_lease_exactly_one_takes_it(tmp_path):
     winner.release()
 
 
+def test_a_taker_whose_listing_missed_the_generations_does_not_take_the_lease(tmp_path):
+    """A directory listing taken while another taker links its generation and removes the
+    one below may show neither (readdir does not promise entries added or removed while it
+    reads): the late taker then creates the lowest generation, which is not the lease."""
+    _forge(tmp_path, host="spark-driver-7", renewed=time.time() - 61 - CLOCK_SKEW_S)
+    winner, late = _lease(tmp_path), _lease(tmp_path)
+    winner.acquire()  # generation 1; generation 0 removed
+    torn = [[]]  # the late taker's first listing shows nothing; later ones the folder as it is
+    late._generations = lambda: torn.pop() if torn else Lease._generations(late)
+    with pytest.raises(JobAlreadyRunning, match=f"pid {os.getpid()}"):
+        late.acquire()
+    assert late.generation is None
+    assert winner.holder().owner == winner.owner
+    assert sorted(path.name for path in (tmp_path / "cp.lease").iterdir()) == [f"{LEASE_FILE}.1"]
+    winner.release()
+
+
 def test_a_renewal_after_a_takeover_fails_and_leaves_the_takers_lease(tmp_path):
     """Renewal is a compare-and-swap on the generation: a holder that lapsed and wakes up
     cannot write its lease back over its successor's."""

@@ -8,21 +8,25 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from functools import partial
 from typing import Callable
 
 import tenacity
 from pyspark import inheritable_thread_target
 
 from spark_jobs.config import Settings
+from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
 from spark_jobs.errors import ConfigError, DriverDied, JobAlreadyRunning
 from spark_jobs.jobs.base import RealTimeJob
 from spark_jobs.jobs.registry import JOBS, get_any_job, get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.delta import concurrent_writes
+from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.metrics.progress import listen, query_name
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.real_time import RealTimeRun
-from spark_jobs.runtime.runner import JobRun, stop_on_signals
+from spark_jobs.runtime.runner import JobRun, stop_on_signals, tables_written
 from spark_jobs.runtime.spark import get_spark
 
 log = logging.getLogger("sigflow.pipeline")
@@ -51,6 +55,7 @@ def run_pipeline(
     names = job_names or list(JOBS)
     spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)  # once, before the threads: each would otherwise register its own listener
+    create_shared_tables(spark, settings, names)
     interrupted = threading.Event()
 
     def run_one(name: str) -> RunSummary:
@@ -100,6 +105,7 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
     stop = stop or stop_on_signals()
     spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)
+    create_shared_tables(spark, settings, names)
     summaries: dict[str, list[RunSummary]] = {name: [] for name in names}
     failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)
 
@@ -142,6 +148,17 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
         if future.exception() is not None:
             raise future.exception()
     return [summary for name in names for summary in summaries[name]]
+
+
+def create_shared_tables(spark, settings: Settings, job_names: list[str]) -> None:
+    """Create (or migrate) the tables several of the jobs write, before their runs start:
+    started at once, every run would race to create each of them, and those that lost would
+    each wait for the winner's creation and then migrate it, adding, as if to a table made by
+    an older version, the constraint and properties the winner was still adding."""
+    written = [spec for name in job_names for spec in tables_written(get_job(name)) + (PIPELINE_METRICS, TABLE_STATUS)]
+    shared = {spec.name: spec for spec in written if sum(other.name == spec.name for other in written) > 1}
+    sink = DeltaSink(spark, settings)
+    concurrent_writes.run_all(spark, {name: partial(sink.ensure_table, spec) for name, spec in shared.items()})
 
 
 class _AskedToStop(Exception):

@@ -71,6 +71,11 @@ log = logging.getLogger("sigflow.runner")
 STOP_GRACE_S = 300
 
 
+def tables_written(job: StreamingJob) -> tuple[TableSpec, ...]:
+    """The tables a micro-batch run of ``job`` writes, besides pipeline_metrics and table_status."""
+    return job.tables + ((LATE_EVENTS,) if job.late_rule else ())
+
+
 class JobRun:
     """One job's streaming query, from its checkpoint: the checks before it starts, the
     wiring (source, trigger, checkpoint, sinks) and a graceful stop on signals; its
@@ -151,7 +156,7 @@ class JobRun:
         classpath.require_s3_log_store(settings.delta_root_uri, self.spark.conf.get("spark.delta.logStore.s3a.impl", None))
 
     def _tables_written(self, job: StreamingJob) -> tuple[TableSpec, ...]:
-        return job.tables + ((LATE_EVENTS,) if job.late_rule else ())
+        return tables_written(job)
 
     def _wire(self, job: StreamingJob, settings: Settings) -> None:
         self.summary = RunSummary(job.name, counts_late=job.late_rule is not None)

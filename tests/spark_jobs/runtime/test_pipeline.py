@@ -6,6 +6,7 @@ ones that both list late rows (all six took three minutes beside the suite)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import subprocess
@@ -39,7 +40,7 @@ JOBS_AT_ONCE = ("ingest", "dedup", "windowed-averages")
 METRIC_FIGURES = ["job", "batch_id", "input_rows", "output_rows", "late_events", "duplicates_dropped"]
 
 
-def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(spark, settings, tmp_path):
+def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(spark, settings, tmp_path, caplog):
     s = settings.replace(max_offsets_per_trigger=100)  # three batches a job: watermarks move, late rows show
     events = generate_events(300, devices=5, seed=21, late_ratio=0.05, duplicate_ratio=0.05, malformed_ratio=0.05)
     produce(s, events)
@@ -48,7 +49,11 @@ def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(sp
         run_job(spark, alone, job)
 
     ended = []
-    summaries = launch.run_pipeline(s, list(JOBS_AT_ONCE), on_job_done=lambda summary: ended.append(summary.job))
+    with caplog.at_level(logging.INFO, logger="sigflow.delta"):
+        summaries = launch.run_pipeline(s, list(JOBS_AT_ONCE), on_job_done=lambda summary: ended.append(summary.job))
+
+    # its tables were new: made whole once, none of them then "migrated" by a job that lost the race to create it
+    assert [r.getMessage() for r in caplog.records if r.name == "sigflow.delta" and r.levelno >= logging.INFO] == []
 
     assert sorted(ended) == sorted(JOBS_AT_ONCE) and [summary.job for summary in summaries] == list(JOBS_AT_ONCE)
     for name in {spec.name for job in JOBS_AT_ONCE for spec in get_job(job).tables} | {LATE_EVENTS.name}:

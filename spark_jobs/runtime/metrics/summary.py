@@ -23,8 +23,9 @@ class RunSummary:
         self.rows_written[table] = self.rows_written.get(table, 0) + rows
 
     def zero_late_reason(self) -> str:
-        """Why nothing was dropped late, when nothing was (a zero should say why)."""
-        if not self.counts_late or self.rows_dropped_by_watermark:
+        """Why nothing was dropped late, when records came and none was (a zero should say
+        why; with no record, there is nothing to explain)."""
+        if not self.counts_late or self.rows_dropped_by_watermark or not self.rows_in:
             return ""
         if self.batches_behind_a_watermark:
             return "none behind the watermark"

@@ -1,6 +1,7 @@
 """Job dedup: repeats removed within the watermark, state bounded, re-sends after expiry late."""
 
 from spark_jobs.runtime.delta.table_access import commit_metadata
+from spark_jobs.runtime.metrics.summary import summary_table
 from tests.helpers import at, run_job, send, single_partition, table
 from tests.oracle import Event
 
@@ -67,6 +68,9 @@ def test_the_run_summary_says_why_no_event_was_dropped_late(spark, settings):
     assert "; 0 duplicates removed, 1 dropped late, " in run_job(spark, s, "dedup").line()
     send(s, [Event("newer", "d1", at(10, 30), 1.0)])
     assert "0 dropped late (none behind the watermark)" in run_job(spark, s, "dedup").line()
+    idle = run_job(spark, s, "dedup")  # nothing new: no records, so no zero to explain
+    assert idle.rows_in == 0 and "0 dropped late," in idle.line()
+    assert summary_table([idle])[-1].startswith("dedup ")  # the table's row, no note under it
 
 
 def test_partitions_added_between_runs_are_read_once_and_late_events_still_listed(spark, settings,

@@ -53,9 +53,11 @@ def _keep_pipeline(args: argparse.Namespace) -> int:
 
     settings = load_settings(config_file=args.config, overrides={"trigger_interval": args.processing_time})
     names = args.jobs or list(JOBS)
-    print(f"{', '.join(names)}: one application, a batch every {settings.streaming.trigger_interval} per job, "
-          "until Ctrl-C or SIGTERM (each job's batches: its progress lines; `sigflow status`)")
-    summaries = launch.keep_pipeline(settings, names)
+    def starting() -> None:
+        print(f"{', '.join(names)}: one application, a batch every {settings.streaming.trigger_interval} per job, "
+              "until Ctrl-C or SIGTERM (each job's batches: its progress lines; `sigflow status`)", flush=True)
+
+    summaries = launch.keep_pipeline(settings, names, on_start=starting)
     print("\n".join(run_summary.summary_table(summaries)))
     return 0
 

@@ -16,7 +16,7 @@ from pyspark import inheritable_thread_target
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
-from spark_jobs.errors import ConfigError, DriverDied, JobAlreadyRunning
+from spark_jobs.errors import ConfigError, DriverDied, JobAlreadyRunning, first_line
 from spark_jobs.jobs.base import RealTimeJob
 from spark_jobs.jobs.registry import JOBS, get_any_job, get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -88,8 +88,8 @@ def run_pipeline(
     return [future.result() for future in futures]
 
 
-def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
-                  stop: threading.Event | None = None) -> list[RunSummary]:
+def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: threading.Event | None = None,
+                  on_start: Callable[[], None] | None = None) -> list[RunSummary]:
     """Every job (or those named) continuously as queries of one Spark application, each on
     its own checkpoint, lease and tables, until SIGTERM or Ctrl-C (or ``stop``) stops them all
     after their batches in flight.
@@ -98,10 +98,18 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
     doubles with each failure, while the others go on. A restart of one job (rewind,
     recover, resume) asks it to stop (``stop_running``) and it waits, its lease free, until
     that restart has been applied; the others go on. A dead driver JVM or a setting that
-    cannot work ends them all, after their batches in flight."""
+    cannot work ends them all, after their batches in flight. ``on_start`` is called once the
+    jobs are known free to run, before the application starts."""
     names = job_names or list(JOBS)
+    leases = {name: Lease(Checkpoint(settings.checkpoint_uri(name)), name, settings.operations.lease_ttl.seconds)
+              for name in names}
     for name in names:
         get_job(name)  # a micro-batch job, or refused here in one line
+        # a second application of the same jobs would only wait, a driver held idle: refused
+        # before it starts one, as a second `sigflow run` of a job is
+        leases[name].refuse_if_run_elsewhere()
+    if on_start:
+        on_start()
     stop = stop or stop_on_signals()
     spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)
@@ -110,14 +118,16 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
     failed_again = tenacity.wait_exponential(multiplier=RESTART_FIRST_S, max=RESTART_MAX_S)
 
     def keep(name: str) -> None:
-        lease = Lease(Checkpoint(settings.checkpoint_uri(name)), name, settings.operations.lease_ttl.seconds)
+        lease = leases[name]
 
         def once() -> None:
             if stop.is_set():
                 return
             if lease.stop_requested():  # until the restart that asked has been applied
                 raise _AskedToStop
-            summaries[name].append(JobRun(get_job(name), settings, spark, shared=True).run_continuous(stop))
+            run_ = JobRun(get_job(name), settings, spark, shared=True)
+            said_waiting.clear()
+            summaries[name].append(run_.run_continuous(stop))
             if not stop.is_set():
                 raise _AskedToStop
 
@@ -125,9 +135,14 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None,
             waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning))
             return LEASE_LOOK_S if waiting else failed_again(state)
 
+        said_waiting = threading.Event()  # once per wait: the lease is looked at every LEASE_LOOK_S
+
         def say(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception()
-            if isinstance(error, (_AskedToStop, JobAlreadyRunning)):
+            if isinstance(error, JobAlreadyRunning) and not said_waiting.is_set():
+                log.info("%s: waits for its lease; %s", name, first_line(error))
+                said_waiting.set()
+            elif isinstance(error, (_AskedToStop, JobAlreadyRunning)):
                 log.debug("%s: waiting for its lease (%s)", name, error or "a restart of it is being applied")
             else:
                 log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",

@@ -337,6 +337,13 @@ class Lease:
         except OSError as exc:  # not renewed any more, it lapses after lease_ttl
             log.warning("%s: could not mark its lease released (%s); it lapses after %.0f s", self.job, exc, self.ttl_s)
 
+    def refuse_if_run_elsewhere(self) -> None:
+        """Raise JobAlreadyRunning, as ``acquire`` would, while a live run of the job holds the
+        lease; a restart being applied to it (which ends by itself) is left to ``acquire``."""
+        current = self.holder()
+        if current is not None and current.purpose == RUN and current.owner != self.owner and current.alive():
+            raise _refusal(current, self.checkpoint.uri)
+
     # ---- asking a holder in a shared application to stop -----------------------------------
     def request_stop(self) -> None:
         """Ask the run that holds this lease to stop after its batch in flight (a run in a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime import launch
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.lineage_events import events_file, table_dataset
 from tests.helpers import (
     REPO,
@@ -76,6 +78,23 @@ def test_the_pipeline_runs_its_jobs_at_once_and_writes_what_each_writes_alone(sp
                 assert reported == now, (job, spec.name)
             else:  # shared (device_status, late_events): another job may have written it since
                 assert reported <= now, (job, spec.name)
+
+
+def test_a_second_application_of_running_jobs_is_refused_before_it_starts_a_driver(settings):
+    """A second `sigflow pipeline --processing-time` of jobs one of which another run holds
+    (a deploy run twice, a job started by hand): refused in one line naming the holder,
+    where it used to start a driver and wait, silent and idle, as long as the other ran."""
+    held = Lease(Checkpoint(settings.checkpoint_uri("dedup")), "dedup", 60)
+    held.acquire()
+    try:
+        second = sigflow(settings, "pipeline", "--processing-time", "2 seconds", "ingest", "dedup", timeout=120)
+    finally:
+        held.release()
+    assert second.returncode != 0
+    refusal = [line for line in second.stderr.splitlines() if line.startswith("sigflow:")]
+    assert "dedup is already running on this host" in refusal[0] and f"pid {os.getpid()}" in refusal[0], second.stderr
+    assert "Traceback" not in second.stderr and "one application" not in second.stdout
+    assert status.running_holder(settings, "ingest") is None  # nothing of it was started
 
 
 @pytest.mark.slow  # a driver of its own, run as operators run it

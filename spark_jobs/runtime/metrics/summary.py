@@ -16,7 +16,7 @@ class RunSummary:
     rows_written: dict[str, int] = field(default_factory=dict)
     rows_dropped_by_watermark: int = 0
     duplicates_dropped: int = 0
-    state_rows: int = 0
+    state_rows: int | None = None  # as the run's last batch left them; None when no batch ran
     seconds: float = 0.0  # wall time of the run, when measured (pipeline)
 
     def add(self, table: str, rows: int) -> None:
@@ -40,7 +40,8 @@ class RunSummary:
             late = f"{self.rows_dropped_by_watermark} dropped late"
             if self.zero_late_reason():
                 late += f" ({self.zero_late_reason()})"
-            stateful = f"; {self.duplicates_dropped} duplicates removed, {late}, {self.state_rows} state rows"
+            held = "" if self.state_rows is None else f", {self.state_rows} state rows"
+            stateful = f"; {self.duplicates_dropped} duplicates removed, {late}{held}"
         return (
             f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
             f"written: {written}{stateful}{skipped}"
@@ -52,7 +53,8 @@ def summary_table(summaries: list[RunSummary]) -> list[str]:
     header = ("job", "batches", "records in", "rows written", "duplicates", "dropped late", "state rows")
     rows = [header]
     for s in summaries:
-        stateful = [f"{s.duplicates_dropped:,}", f"{s.rows_dropped_by_watermark:,}", f"{s.state_rows:,}"]
+        stateful = [f"{s.duplicates_dropped:,}", f"{s.rows_dropped_by_watermark:,}",
+                    "-" if s.state_rows is None else f"{s.state_rows:,}"]
         rows.append((s.job, f"{s.batches:,}", f"{s.rows_in:,}", f"{sum(s.rows_written.values()):,}",
                      *(stateful if s.counts_late else ["-", "-", "-"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -119,6 +119,7 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
 
     def keep(name: str) -> None:
         lease = leases[name]
+        said_waiting = threading.Event()  # once per wait: the lease is looked at every LEASE_LOOK_S
 
         def once() -> None:
             if stop.is_set():
@@ -134,8 +135,6 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
         def pause(state: tenacity.RetryCallState) -> float:
             waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning))
             return LEASE_LOOK_S if waiting else failed_again(state)
-
-        said_waiting = threading.Event()  # once per wait: the lease is looked at every LEASE_LOOK_S
 
         def say(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception()

@@ -17,8 +17,9 @@ grow: a release marks its file released and leaves it, so the next taker goes on
 a lower generation's file, whenever it appears (a renewal that stalled past a takeover and
 wrote late), is never the lease again. A taker creates the next generation's file
 exclusively (a hard link locally, a conditional put on S3) and then finds it the highest
-present: of two takers only one can, so a takeover is atomic. The holder renews only its own generation's file, checking before and
-after that no higher one exists: once a taker has made one, the old holder's every check
+present: of two takers only one can, so a takeover is atomic. The holder renews only its own
+generation's file, checking before and after that no higher one exists: once a taker has
+made one, the old holder's every check
 fails, whatever its late writes leave behind. A holder on this host that is alive but has
 stopped renewing past its time (a stopped or hung driver) is killed by the taker before the
 takeover, so it can never write again; one on another host stops at its next check.

@@ -19,10 +19,10 @@ wrote late), is never the lease again. A taker creates the next generation's fil
 exclusively (a hard link locally, a conditional put on S3) and then finds it the highest
 present: of two takers only one can, so a takeover is atomic. The holder renews only its own
 generation's file, checking before and after that no higher one exists: once a taker has
-made one, the old holder's every check
-fails, whatever its late writes leave behind. A holder on this host that is alive but has
-stopped renewing past its time (a stopped or hung driver) is killed by the taker before the
-takeover, so it can never write again; one on another host stops at its next check.
+made one, the old holder's every check fails, whatever its late writes leave behind. A
+holder on this host that is alive but has stopped renewing past its time (a stopped or hung
+driver) is killed by the taker before the takeover, so it can never write again; one on
+another host stops at its next check.
 
 A lease file the storage fails to read (a timeout, a 503) is read again for a while, never
 taken as no holder: a holder would stop a healthy run, a taker would take a live lease.

@@ -63,6 +63,7 @@ from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.replay.source import RawRecords
 from spark_jobs.runtime.spark import configure_session, get_spark
+from spark_jobs.runtime.stopped_mid_batch import told_as_a_stop
 from spark_jobs.runtime.supervision import Supervisor
 from spark_jobs.runtime.waiting import wait_until
 
@@ -200,7 +201,7 @@ class JobRun:
         self.query = (
             self.plan()
             .writeStream.queryName(query_name(self.job.name))
-            .foreachBatch(self.commit_batch)
+            .foreachBatch(told_as_a_stop(self.commit_batch, lambda: self.query is None or self.query.isActive))
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)
             .start()

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame
 log = logging.getLogger("sigflow.runner")
 
 # what Spark's check looks for: the start of a Py4J error, then an interruption's class
-SPARK_STOP_WORDS = "py4j.protocol.Py4JJavaError: An error occurred while calling the batch function: " \
-                   "java.lang.InterruptedException"
+SPARK_STOP_WORDS = ("py4j.protocol.Py4JJavaError: An error occurred while calling the batch function: "
+                    "java.lang.InterruptedException")
 
 
 class BatchStopped(Exception):

@@ -89,14 +89,15 @@ def test_sigint_stops_a_pipeline_mid_run_and_a_rerun_writes_every_record_once(sp
     assert deduplicated.is_unique and set(deduplicated) == {json.loads(r.value)["event_id"] for r in valid}
 
 
-def test_sigint_while_a_batch_is_held_before_its_writes_stops_the_run_in_one_line(settings):
+def test_sigint_while_a_batch_is_held_before_its_writes_stops_the_run_in_one_line(spark, settings):
     """Ctrl-C while a batch is under way: the query is stopped, the batch's next Spark call
-    fails on the interrupt, and the run ends with its one line. Spark tells a stop from a
-    failure by matching the batch's Python error against a regex that recurses once per
-    character, and a Py4J error carries a Java stack trace: the query's thread died of a
-    StackOverflowError, a thousand lines of it on the console."""
+    fails on the interrupt, and the run ends with its one line; a rerun writes the batch.
+    Spark tells a stop from a failure by matching the batch's Python error against a regex
+    that recurses once per character, and a Py4J error carries a Java stack trace: the
+    query's thread died of a StackOverflowError, a thousand lines of it on the console."""
     s = settings.replace(max_offsets_per_trigger=300)
-    produce(s, generate_events(600, seed=6, late_ratio=0.0, malformed_ratio=0.0))
+    records = generate_events(600, seed=6, late_ratio=0.0, malformed_ratio=0.0)
+    produce(s, records)
     command = _start(s, "run", "dedup", extra_env={"SIGFLOW_FAILPOINTS": "dedup/before_delta_commit:1@pause"})
     seen = []
     while not seen or "failpoint before_delta_commit: dedup batch 1 paused" not in seen[-1]:
@@ -107,3 +108,8 @@ def test_sigint_while_a_batch_is_held_before_its_writes_stops_the_run_in_one_lin
     assert lines[-1] == "sigflow: interrupted", seen + lines
     assert not [line for line in lines if "StackOverflowError" in line or "java.util.regex" in line], lines[:12]
     assert len(lines) <= 3, lines[:40]
+    assert len(table(s, "device_events_deduplicated")) < len(records)  # stopped mid-run
+
+    run_job(spark, s, "dedup")  # from the checkpoint the signal left
+    deduplicated = table(s, "device_events_deduplicated").event_id
+    assert deduplicated.is_unique and set(deduplicated) == {json.loads(r.value)["event_id"] for r in records}

@@ -1,7 +1,8 @@
 """sigflow_deploy: set up Kafka topics and Delta tables, then start the streaming jobs.
 
 Trigger it by hand (the form asks how to run the jobs). Every step is idempotent:
-deploying twice changes nothing.
+deploying twice changes nothing (a start task whose job already runs is refused, naming
+that run: stop it first to start it anew).
 
 1. `validate_config`: load the settings (a bad value fails here, naming the setting).
 2. `ensure_topics`: create missing topics (events, alerts, critical alerts) with the

@@ -240,8 +240,9 @@ class Lease:
         a local disk while another taker links its generation and removes the one below may
         show neither (readdir need not return entries added or removed while it reads), and
         this taker then creates a generation the other has already passed: it is not the lease,
-        and is removed again."""
-        if storage.patiently()(self._generations)[-1] == generation:
+        and is removed again. (This listing may miss entries too, but not one above: no taker
+        goes past a live generation.)"""
+        if max(storage.patiently()(self._generations), default=generation) <= generation:
             return True
         try:
             self.fs.delete_file(self._path(generation))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from functools import partial
 from typing import Callable
@@ -170,7 +171,8 @@ def create_shared_tables(spark, settings: Settings, job_names: list[str]) -> Non
     each wait for the winner's creation and then migrate it, adding, as if to a table made by
     an older version, the constraint and properties the winner was still adding."""
     written = [spec for name in job_names for spec in tables_written(get_job(name)) + (PIPELINE_METRICS, TABLE_STATUS)]
-    shared = {spec.name: spec for spec in written if sum(other.name == spec.name for other in written) > 1}
+    writers = Counter(spec.name for spec in written)
+    shared = {spec.name: spec for spec in written if writers[spec.name] > 1}
     sink = DeltaSink(spark, settings)
     concurrent_writes.run_all(spark, {name: partial(sink.ensure_table, spec) for name, spec in shared.items()})
 

@@ -238,8 +238,9 @@ def kafka_dropped(settings: Settings, start: dict) -> dict[str, dict[int, tuple[
     listing = kafka_admin.check_reachable(bootstrap).listing
     gone: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, parts in start.items():
-        partitions = [int(p) for p in parts] if parts else kafka_admin.topic_partitions(bootstrap, topic, listing=listing)
-        for p, (earliest, _) in kafka_offsets.offset_bounds(bootstrap, topic, partitions).items():
+        bounds = (kafka_offsets.offset_bounds(bootstrap, topic, [int(p) for p in parts]) if parts
+                  else kafka_offsets.topic_bounds(bootstrap, topic, listing))
+        for p, (earliest, _) in bounds.items():
             needed = int(parts[str(p)]) if parts else 0
             if earliest > needed:
                 gone.setdefault(topic, {})[p] = (needed, earliest)

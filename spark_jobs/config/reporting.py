@@ -4,6 +4,8 @@ allowed form; a secret's value is never echoed."""
 
 from __future__ import annotations
 
+import difflib
+
 from pydantic import ValidationError
 
 from spark_jobs.config.groups import GROUPS
@@ -32,9 +34,13 @@ def config_error(exc: ValidationError, flat_names: tuple[str, ...]) -> ConfigErr
     """pydantic's errors, in the project's words: the setting, its value, the allowed form."""
     unknown = sorted(".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden")
     if unknown:
+        close = {name: found[0] for name in unknown
+                 if (found := difflib.get_close_matches(name.rpartition(".")[2], flat_names, n=1))}
+        guesses = ", ".join(guess if len(unknown) == 1 else f"{guess} for {name}" for name, guess in close.items())
         return ConfigError(
             f"unknown setting(s): {', '.join(unknown)}",
-            f"valid settings: {', '.join(flat_names)}",
+            (f"did you mean {guesses}? " if guesses else "")
+            + "the settings and their defaults: docs/configuration.md",
         )
     problems = []  # (what is wrong, where to fix it)
     for error in exc.errors():

@@ -53,6 +53,18 @@ class EnvironmentSource(_Source):
         return values
 
 
+ONE_SETTING_A_LINE = "write one `setting: value` per line (docs/configuration.md)"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What the parser found and where, without the file's lines it quotes (a line may hold a
+    secret)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem:
+        return type(exc).__name__
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+
+
 class YamlFileSource(_Source):
     def __call__(self) -> dict[str, Any]:
         config_file = self.environ().get(f"{ENV_PREFIX}CONFIG")
@@ -64,9 +76,9 @@ class YamlFileSource(_Source):
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(exc)}", ONE_SETTING_A_LINE) from None
         if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of setting: value")
+            raise ConfigError(f"config file {path} must hold a mapping of setting: value", ONE_SETTING_A_LINE)
         grouped = loaded.get("kafka") if isinstance(loaded.get("kafka"), dict) else {}
         if "kafka_password" in loaded or {"password", "kafka_password"} & set(grouped):
             raise ConfigError(f"config file {path} sets kafka_password: a password does not belong in a file "

@@ -130,6 +130,27 @@ def test_a_file_setting_is_checked_like_an_env_setting(tmp_path):
         load_settings(config_file=path, env={})
 
 
+def test_a_misspelt_setting_is_answered_with_the_one_meant():
+    """The hint listed all hundred settings; it names the one a typo was close to."""
+    with pytest.raises(ConfigError, match="max_offset_per_trigger") as refused:
+        load_settings(env={"SIGFLOW_MAX_OFFSET_PER_TRIGGER": "5"})
+    assert refused.value.hint.startswith("did you mean max_offsets_per_trigger? ")
+    assert "session_gap" not in refused.value.hint
+
+
+def test_a_config_file_that_is_not_yaml_is_refused_by_line_without_echoing_it(tmp_path):
+    """The parser's own text quoted the file's lines as one line of escaped newlines: here a
+    password, which a file is refused for holding only once it parses. The error names the
+    problem and its line."""
+    path = tmp_path / "sigflow.yaml"
+    path.write_text("kafka_username: svc\nkafka_password: hunter2: oops\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config_file=path, env={})
+    assert "is not valid YAML" in refused.value.message and "(line 2, column 24)" in refused.value.message
+    assert "hunter2" not in refused.value.message and "\\n" not in refused.value.message
+    assert refused.value.hint
+
+
 def test_settings_are_immutable_and_replace_revalidates():
     s = load_settings(env={})
     with pytest.raises(Exception):

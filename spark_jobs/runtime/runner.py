@@ -63,7 +63,7 @@ from spark_jobs.runtime.metrics.recorder import MetricsRecorder
 from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.replay.source import RawRecords
 from spark_jobs.runtime.spark import configure_session, get_spark
-from spark_jobs.runtime.stopped_mid_batch import told_as_a_stop
+from spark_jobs.runtime.stopped_mid_batch import StopGate, told_as_a_stop
 from spark_jobs.runtime.supervision import Supervisor
 from spark_jobs.runtime.waiting import wait_until
 
@@ -137,6 +137,7 @@ class JobRun:
         self.supervisor = Supervisor(job.name, settings, self.kafka, self.lease, self.summary, self._start,
                                      self.record_metrics, self._await_progress_lines)
         self.query = None
+        self.stop_gate = StopGate(hold_s=STOP_GRACE_S)  # each start of the query makes its own
 
     # hooks of _prepare, as a micro-batch run takes them
 
@@ -198,10 +199,12 @@ class JobRun:
 
     def start(self, trigger_interval: str):
         self.commit_batch.query_starting()
+        self.stop_gate = StopGate(hold_s=STOP_GRACE_S)
         self.query = (
             self.plan()
             .writeStream.queryName(query_name(self.job.name))
-            .foreachBatch(told_as_a_stop(self.commit_batch, lambda: self.query is None or self.query.isActive))
+            .foreachBatch(told_as_a_stop(self.commit_batch, lambda: self.query is None or self.query.isActive,
+                                         self.stop_gate))
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)
             .start()
@@ -285,13 +288,19 @@ class JobRun:
             if query.exception():
                 raise query.exception()
             self._let_batch_finish(query)
+            if query.exception():  # the batch in flight failed
+                raise query.exception()
 
         return self._run(self.settings.streaming.trigger_interval.spark, drive, stop)
 
     def _let_batch_finish(self, query) -> None:
-        """Graceful: let the batch in flight finish before stopping. A batch stuck past the
-        grace is stopped mid-way; the next run redoes it exactly once."""
-        if not wait_until(lambda: not (query.isActive and query.status.get("isTriggerActive")),
+        """Graceful: let the batch in flight finish before stopping: until the query is idle,
+        or the batch begun after it holds (``StopGate``: a query behind in Kafka is never
+        idle). A batch stuck past the grace is stopped mid-way; the next run redoes it
+        exactly once."""
+        self.stop_gate.asked.set()
+        if not wait_until(lambda: self.stop_gate.holding.is_set()
+                          or not (query.isActive and query.status.get("isTriggerActive")),
                           timeout_s=STOP_GRACE_S, every_s=0.1):
             log.warning("%s: the batch in flight did not finish within %d s of the stop; stopping it",
                         self.job.name, STOP_GRACE_S)

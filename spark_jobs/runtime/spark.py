@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, object_store, on_local_disk
 from spark_jobs.errors import ConfigError, SigflowError
-from spark_jobs.runtime import class_archive, pyspark_logs
+from spark_jobs.runtime import class_archive, driver_jvm, pyspark_logs
 from spark_jobs.runtime.jvm_options import java_options_conf
 from spark_jobs.runtime.lineage_events import spark_listener_conf
 
@@ -130,7 +130,8 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         classpath.require_submitted(SparkConf().get("spark.jars", "").split(","), "openlineage")
     builder = builder.config(map=spark_listener_conf(settings, app_name)).config(map=auth_conf(settings))
     builder = builder.config(map=dict(conf or {}))
-    spark = builder.getOrCreate()
+    with driver_jvm.started_deaf_to_sigterm():
+        spark = builder.getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # what spark-submit put on the classpath is what was pinned
         from spark_jobs.runtime import classpath
 

@@ -34,6 +34,8 @@ from spark_jobs.runtime.metrics.summary import RunSummary
 log = logging.getLogger("sigflow.runner")
 # Operating-system errors of a table write that the operator, not the code, must fix.
 STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+# What py4j raises once the driver's JVM is gone: its answer cut off, or no JVM to connect to.
+JVM_GONE = (Py4JNetworkError, ConnectionRefusedError)
 # Kafka errors of a cluster that answers while a partition has no leader yet (a broker lost,
 # its partitions moving): waited out like an outage, within broker_outage_budget.
 KAFKA_TRANSIENT = ("org.apache.kafka.common.errors.TimeoutException", "NotLeaderOrFollowerException",
@@ -87,17 +89,20 @@ class Supervisor:
         query = self.start(trigger_interval)
         jvm_alive = True
         try:
-            yield query
-        except StreamingQueryException as exc:
-            raise self._failure(query, exc) from None
-        except (Py4JNetworkError, ConnectionRefusedError):  # py4j finds no JVM to talk to
-            jvm_alive = False
+            try:
+                yield query
+            except StreamingQueryException as exc:
+                raise self._failure(query, exc) from None
+            except JVM_GONE:
+                jvm_alive = False
+                raise
+            finally:
+                if jvm_alive:  # a dead driver JVM has no query left to stop
+                    query.stop()
+                    self.settle(query)
+            self.record_metrics(query)
+        except JVM_GONE:  # in the drive, or after it: dying while its query stops, the JVM ends the run alike
             raise jvm_died(self.job, self.settings, self.lease.shared) from None
-        finally:
-            if jvm_alive:  # a dead driver JVM has no query left to stop
-                query.stop()
-                self.settle(query)
-        self.record_metrics(query)
 
     def _failure(self, query, exc: Exception) -> Exception:
         if "OutOfMemoryError" in str(exc):

@@ -9,6 +9,7 @@ the in-sync replicas (acks=all) under idempotence.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -21,6 +22,8 @@ from spark_jobs.errors import BrokerUnavailable, Interrupted, SigflowError
 from spark_jobs.runtime.kafka.admin import check_reachable, topic_partitions
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 
+log = logging.getLogger("sigflow.kafka")
+FLUSH_S = 30  # how long a paced send waits for the records handed over when it ends
 
 def produce_records(
     target: KafkaConnection | str,
@@ -112,21 +115,32 @@ def send_paced(
     With confluent-kafka (librdkafka), acks=all and idempotence as above: a record costs
     about a seventh of the CPU it costs through kafka-python's pure-Python client
     (docs/streaming-facts.md), which matters beside the jobs on the same cores."""
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
     from tqdm import tqdm
 
     conn = KafkaConnection.of(target)
     check_reachable(conn)
     sent = Sent()
+    unanswered = threading.Event()  # no broker answers: said once, until one does again
 
     def delivered(error, message) -> None:  # on this thread, from poll() and flush()
+        unanswered.clear()
         if error is not None:
             sent.failed += 1
         else:
             sent.acknowledged[message.topic()] = sent.acknowledged.get(message.topic(), 0) + 1
 
+    def client_error(error) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN and not unanswered.is_set():
+            unanswered.set()
+            log.warning("Kafka at %s does not answer: the records made meanwhile wait in the producer until it "
+                        "does (%d s at most after the last one)", conn, FLUSH_S)
+
+    # librdkafka's own lines (a refused connection, several a second) go to the debug log:
+    # what they say reaches the console once, above, and in the count at the end
     producer = Producer({**conn.confluent(), "linger.ms": 20, "acks": "all", "enable.idempotence": True,
-                         "message.max.bytes": 4 * 1024 * 1024, "on_delivery": delivered})
+                         "message.max.bytes": 4 * 1024 * 1024, "on_delivery": delivered,
+                         "error_cb": client_error, "logger": _ClientLog()})
     meter = tqdm(desc=f"produce {paced_topic}", unit=" records", disable=None if progress else True)
     started, paced, pending = time.monotonic(), 0, iter(records)
     # Ctrl-C and SIGTERM end the run between two records: as an exception they could land
@@ -143,16 +157,29 @@ def send_paced(
                 paced += topic == paced_topic
                 hand_over(producer, topic, key, value)
                 meter.update()
-            producer.flush(30)
+            undelivered = producer.flush(FLUSH_S)
         except KafkaException as exc:
             raise SigflowError(f"producing to {paced_topic} failed after {_counts(sent)}: {exc}") from None
         finally:
             meter.close()
     sent.seconds = time.monotonic() - started
+    if undelivered:
+        raise SigflowError(
+            f"{undelivered:,} records were not delivered to Kafka at {conn} within {FLUSH_S} s of the last one; "
+            f"{_counts(sent)} delivered in {sent.seconds:.0f} s",
+            "check that Kafka answers (`sigflow broker status`, or the cluster); the records delivered are in "
+            "Kafka, and a new run sends new ones")
     if stopped.is_set():
         raise Interrupted(f"interrupted after {_counts(sent)} sent in {sent.seconds:.0f} s",
                           "the records sent are in Kafka; a new run sends new ones")
     return sent
+
+
+class _ClientLog:
+    """librdkafka's log lines as sigflow's debug records."""
+
+    def log(self, level: int, message: str, *args) -> None:
+        log.debug("librdkafka: " + message, *args)
 
 
 def hand_over(producer, topic: str, key: bytes | None, value: bytes) -> None:

@@ -38,6 +38,9 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # a warning per retry of a request whose failure the caller reports in one line
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    # kafka-python (`sigflow produce`) logs each retry of a broker it lost, several lines a
+    # second; produce says in one line what was not delivered
+    logging.getLogger("kafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     if not verbose:
         # When the driver's JVM dies, py4j logs a traceback per thread that was talking to
         # it, partly through the root logger; the runner says what happened in one line

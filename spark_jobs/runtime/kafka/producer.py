@@ -8,6 +8,8 @@ the in-sync replicas (acks=all) under idempotence.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import signal
@@ -21,6 +23,7 @@ from spark_jobs.contracts.file_check import numbered_lines
 from spark_jobs.errors import BrokerUnavailable, Interrupted, SigflowError
 from spark_jobs.runtime.kafka.admin import check_reachable, topic_partitions
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.waiting import wait_until
 
 log = logging.getLogger("sigflow.kafka")
 FLUSH_S = 30  # how long a paced send waits for the records handed over when it ends
@@ -33,9 +36,9 @@ def produce_records(
     total: int | None = None,
     progress: bool = False,
 ) -> int:
-    """Send (key, value) pairs; returns how many the broker acknowledged."""
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
+    """Send (key, value) pairs; returns how many the broker acknowledged. Records Kafka did
+    not take (it stopped answering mid-run) are the run's error, counted."""
+    from kafka.errors import KafkaError, KafkaTimeoutError
     from tqdm import tqdm
 
     conn = KafkaConnection.of(target)
@@ -44,11 +47,12 @@ def produce_records(
     check_reachable(conn)
     topic_partitions(conn, topic)
     try:
-        producer = KafkaProducer(
+        producer = _producer_class()(
             # acks=all with idempotence: a record is acknowledged once the in-sync replicas
             # hold it, and a retry after a lost leader cannot write it twice.
             **conn.kafka_python(), linger_ms=5, acks="all", enable_idempotence=True,
             max_request_size=4 * 1024 * 1024, request_timeout_ms=15000,
+            max_block_ms=FLUSH_S * 1000,  # a buffer full while Kafka is away waits no longer
         )
     except KafkaError:
         raise BrokerUnavailable(
@@ -71,21 +75,72 @@ def produce_records(
                 if ahead > 0:
                     time.sleep(ahead)
             meter.update()
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)
+        _flush_while_answered(producer, futures)
+    except KafkaTimeoutError:
+        pass  # the buffer stayed full: Kafka stopped answering; what it did not take is counted below
     except KafkaError as exc:
         raise SigflowError(f"producing to {topic} failed after {len(futures)} records: {exc}") from None
     except KeyboardInterrupt:
-        producer.close()  # delivers what was handed over before the signal
-        acknowledged = sum(1 for f in futures if f.is_done and f.succeeded())
+        producer.close(timeout=FLUSH_S)  # delivers what was handed over before the signal, if Kafka answers
         of_total = f" of {total:,}" if total else ""
-        raise Interrupted(f"interrupted after {acknowledged:,}{of_total} records sent to {topic}",
+        raise Interrupted(f"interrupted after {_acknowledged(futures):,}{of_total} records sent to {topic}",
                           "the records sent are in Kafka; a new run sends new ones") from None
     finally:
-        producer.close()
+        producer.close(timeout=FLUSH_S)
         meter.close()
-    return len(futures)
+    acknowledged = _acknowledged(futures)
+    if acknowledged < len(futures):
+        refused = next((f.exception for f in futures if f.is_done and f.failed()), None)
+        raise SigflowError(
+            f"{len(futures) - acknowledged:,} of {len(futures):,} records were not delivered to {topic} at Kafka "
+            f"{conn} ({refused or f'no answer for {FLUSH_S} s'}); {acknowledged:,} delivered",
+            "check that Kafka answers (`sigflow broker status`, or the cluster); the records delivered are in "
+            "Kafka: send the rest again, and dedup drops what arrives twice")
+    return acknowledged
+
+
+def _acknowledged(futures) -> int:
+    return sum(1 for f in futures if f.is_done and f.succeeded())
+
+
+def _flush_while_answered(producer, futures) -> None:
+    """Wait for Kafka's answers while they keep coming: until every record handed over is
+    acknowledged or refused, or none has been answered for ``FLUSH_S``. kafka-python 3.0
+    never fails a record whose partition's leader it lost with the broker, so an unbounded
+    flush waited for ever."""
+    from kafka.errors import KafkaTimeoutError
+
+    answered = [-1, time.monotonic()]  # records answered, and when that last grew
+
+    def flushed() -> bool:
+        try:
+            producer.flush(timeout=1)
+            return True
+        except KafkaTimeoutError:
+            done = sum(1 for f in futures if f.is_done)
+            if done > answered[0]:
+                answered[:] = [done, time.monotonic()]
+            return False
+
+    wait_until(flushed, timeout_s=float("inf"), every_s=0,
+               give_up=lambda: time.monotonic() - answered[1] >= FLUSH_S)
+
+
+@functools.cache
+def _producer_class():
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
+
+    class Producer(KafkaProducer):
+        """kafka-python's producer, whose close gives up on what Kafka has not taken within its
+        timeout: 3.0's raises KafkaTimeoutError from its own flush instead, and again when the
+        producer is collected ("Exception ignored in __del__")."""
+
+        def close(self, timeout=None, null_logger=False):
+            with contextlib.suppress(KafkaTimeoutError):
+                super().close(timeout=timeout, null_logger=null_logger)
+
+    return Producer
 
 
 @dataclass

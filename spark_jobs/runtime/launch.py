@@ -54,6 +54,8 @@ def run_pipeline(
     even when another fails; the first failure (in the jobs' order) is raised then. Ctrl-C
     or SIGTERM stops every query after its batch in flight and is raised once they have."""
     names = job_names or list(JOBS)
+    for name in names:
+        get_job(name)  # a micro-batch job, or refused here in one line, before a driver starts
     spark = get_spark(settings, "sigflow-pipeline", one_application=True)
     listen(spark)  # once, before the threads: each would otherwise register its own listener
     create_shared_tables(spark, settings, names)

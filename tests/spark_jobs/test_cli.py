@@ -43,6 +43,15 @@ def test_unknown_job_lists_the_jobs(tmp_path):
     assert "ingest" in lines[1]
 
 
+def test_a_pipeline_naming_an_unknown_job_is_refused_before_it_starts_a_driver(settings):
+    """`sigflow pipeline ingest bogus` started Spark's JVM (its start-up line on the console)
+    before it found the job unknown."""
+    refused = sigflow(settings, "pipeline", "ingest", "bogus")
+    lines = _one_line_error(refused)
+    assert "unknown job 'bogus'" in lines[0] and "ingest" in lines[1]
+    assert refused.stderr.strip().splitlines() == lines, refused.stderr  # and nothing of a JVM
+
+
 def test_stop_takes_only_a_job_name_never_a_path(tmp_path):
     """`sigflow stop` reads the job's lease under its checkpoint: a name that is no job is
     refused before it becomes a path."""

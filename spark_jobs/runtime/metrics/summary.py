@@ -33,17 +33,17 @@ class RunSummary:
                 "with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped")
 
     def line(self) -> str:
-        written = ", ".join(f"{t}={n}" for t, n in self.rows_written.items()) or "nothing"
-        skipped = f", {self.batches_skipped} replayed batch(es) already in Delta" if self.batches_skipped else ""
+        written = ", ".join(f"{t}={n:,}" for t, n in self.rows_written.items()) or "nothing"
+        skipped = f", {self.batches_skipped:,} replayed batch(es) already in Delta" if self.batches_skipped else ""
         stateful = ""
         if self.counts_late:
-            late = f"{self.rows_dropped_by_watermark} dropped late"
+            late = f"{self.rows_dropped_by_watermark:,} dropped late"
             if self.zero_late_reason():
                 late += f" ({self.zero_late_reason()})"
-            held = "" if self.state_rows is None else f", {self.state_rows} state rows"
-            stateful = f"; {self.duplicates_dropped} duplicates removed, {late}{held}"
+            held = "" if self.state_rows is None else f", {self.state_rows:,} state rows"
+            stateful = f"; {self.duplicates_dropped:,} duplicates removed, {late}{held}"
         return (
-            f"{self.job}: {self.batches} batch(es), {self.rows_in} rows in; "
+            f"{self.job}: {self.batches:,} batch(es), {self.rows_in:,} rows in; "
             f"written: {written}{stateful}{skipped}"
         )
 

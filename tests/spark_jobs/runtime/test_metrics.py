@@ -9,6 +9,7 @@ import pytest
 from spark_jobs.jobs.late_rows import OBSERVATION_PREFIX
 from spark_jobs.local.simulate import generate_alerts, generate_events
 from spark_jobs.runtime.metrics.progress import progress_line, progress_sentence
+from spark_jobs.runtime.metrics.summary import RunSummary
 from spark_jobs.runtime.waiting import wait_until
 from tests.helpers import produce, run_job, table
 
@@ -183,3 +184,13 @@ def test_every_batch_has_its_metrics_row_even_past_sparks_progress_memory(spark,
     metrics = table(settings, "pipeline_metrics")
     assert len(metrics) >= 5 and sorted(metrics.batch_id) == list(range(len(metrics)))
     assert metrics.input_rows.sum() == 100
+
+
+def test_a_runs_summary_line_writes_its_numbers_as_people_read_them():
+    """`sigflow run`'s last line showed "249998 rows in; written: device_events_raw=249998", where
+    every other line of the console groups thousands."""
+    summary = RunSummary("dedup", counts_late=True, batches=1_204, rows_in=249_998, duplicates_dropped=7_503,
+                         rows_dropped_by_watermark=5_000, state_rows=1_380_743,
+                         rows_written={"device_events_deduplicated": 237_495})
+    assert summary.line() == ("dedup: 1,204 batch(es), 249,998 rows in; written: device_events_deduplicated=237,495; "
+                              "7,503 duplicates removed, 5,000 dropped late, 1,380,743 state rows")

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint, recover_hint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
@@ -81,7 +81,7 @@ def format_age(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN
+    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED
     reason: str
     next_step: str = ""
 
@@ -140,7 +140,8 @@ class JobStatus:
             head += f" (running, pid {self.running_pid})"
         if self.last_batch is not None:
             head += f", last batch {self.last_batch}, {format_age(self.age_s or 0)} ({self.last_batch_time})"
-        out = [head + (f", watermark {self.watermark}" if self.stateful else "")]
+        damaged = self.verdict is not None and self.verdict.word == "DAMAGED"
+        out = [head + (f", watermark {self.watermark}" if self.stateful and not damaged else "")]
         if self.verdict:
             out.append(f"  {self.verdict.reason}")
         if self.last_batch is not None:
@@ -203,8 +204,13 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     last = checkpoint.last_committed()
     planned = max(checkpoint.offset_batches(), default=None)
     committed: dict[str, dict[str, int]] = {}
-    if last is not None:
-        offsets = checkpoint.offsets(last)
+    try:
+        offsets = checkpoint.offsets(last) if last is not None else None
+    except CheckpointDamaged as damaged:  # one job's, said in its place: the others still answer
+        status.verdict = Verdict("DAMAGED", f"{damaged.finding}: its checkpoint cannot be read",
+                                 recover_hint(job).replace("rebuild the checkpoint: ", ""))
+        return status
+    if offsets is not None:
         status.last_batch = last
         status.last_batch_time = format_time(offsets.batch_timestamp_ms)
         status.age_s = time.time() - offsets.batch_timestamp_ms / 1000

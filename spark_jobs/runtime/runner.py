@@ -98,6 +98,7 @@ class JobRun:
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
             checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
+            checkpoint_guards.check_readable(self.checkpoint, job.name)
             self._prepare(job, settings, spark)
         except BaseException:
             if self.tables_created is not None:  # none goes on once the lease is released

@@ -360,8 +360,12 @@ def _whole(value: object) -> int:
 
 
 REPLAY_KEY = "replay_from_raw"
-RECOVER_HINT = ("rebuild the checkpoint: `sigflow checkpoint recover JOB --force` plans it "
-                "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
+def recover_hint(job: str = "JOB") -> str:
+    return (f"rebuild the checkpoint: `sigflow checkpoint recover {job} --force` plans it "
+            "(docs/runbooks/checkpoint-lost-or-corrupt.md)")
+
+
+RECOVER_HINT = recover_hint()
 
 
 def _damaged(uri: str, relative: str, what: str, finding: str = "") -> CheckpointDamaged:

@@ -1,14 +1,15 @@
-"""What a job checks in its checkpoint before it starts: no restart left half done, and the
-settings its state was built with unchanged. Either refusal names the fix."""
+"""What a job checks in its checkpoint before it starts: no restart left half done, the
+offset log entries its query starts from readable, and the settings its state was built
+with unchanged. Each refusal names the fix."""
 
 from __future__ import annotations
 
 import logging
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import CheckpointDamaged, SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.directory import Checkpoint, recover_hint
 from spark_jobs.runtime.kafka.admin import BROKER_TIME
 
 
@@ -29,6 +30,18 @@ def check_no_unfinished_restart(checkpoint: Checkpoint, job: str) -> None:
             f"{job}: a rewind to batch {pending} did not finish",
             f"finish it first: sigflow checkpoint rewind {job} --to-batch {pending} --yes",
         )
+
+
+def check_readable(checkpoint: Checkpoint, job: str) -> None:
+    """The offset log entries a query reads as it starts (its last two planned batches and its
+    last committed one): a damaged one is refused here, naming the job's fix, where Spark
+    failed the query with its JSON parser's error."""
+    last = checkpoint.last_committed()
+    for batch_id in {*checkpoint.offset_batches()[-2:], *([] if last is None else [last])}:
+        try:
+            checkpoint.offsets(batch_id)
+        except CheckpointDamaged as damaged:
+            raise CheckpointDamaged(f"{job}: {damaged.message}", recover_hint(job), damaged.finding) from None
 
 
 def check_broker_time(job: StreamingJob, settings: Settings, timestamp_types: dict[str, str]) -> None:

@@ -183,3 +183,42 @@ def test_recover_over_a_damaged_checkpoint_prints_its_plan_without_a_traceback(s
     assert printed.returncode == 0 and "Traceback" not in printed.stderr + printed.stdout, printed.stderr[-2000:]
     assert "offsets/0 is truncated or not the offsets Spark writes" in printed.stdout
     assert "commits/0 is not text (UTF-8)" in printed.stdout
+
+
+def test_a_run_from_a_damaged_offset_log_is_refused_naming_the_jobs_fix(tmp_path):
+    """Spark failed the query on a truncated offset log entry with its JSON parser's error
+    and "see the log above"; the run is refused before it starts, naming the recover."""
+    from spark_jobs.config import load_settings
+    from tests.helpers import committed_checkpoint, sigflow
+
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    committed_checkpoint(s, "sessions", read_to=10)
+    (Path(s.checkpoint_uri("sessions")) / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":')
+    refused = sigflow(s, "run", "sessions")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"sigflow: error: sessions: {s.checkpoint_uri('sessions')}/offsets/0 is truncated or not the offsets Spark writes",
+        "sigflow: hint: rebuild the checkpoint: `sigflow checkpoint recover sessions --force` plans it "
+        "(docs/runbooks/checkpoint-lost-or-corrupt.md)"], refused.stderr
+
+
+def test_status_says_whose_checkpoint_is_damaged_and_answers_for_every_other_job(tmp_path):
+    """One job's damaged offset log failed `sigflow status` as a whole: on-call saw none of the
+    other jobs, and the Prometheus exporter, which asks the same, none either."""
+    from spark_jobs.config import load_settings
+    from spark_jobs.jobs.registry import ALL_JOBS
+    from spark_jobs.ops import prometheus
+    from tests.helpers import committed_checkpoint, sigflow
+
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    committed_checkpoint(s, "sessions", read_to=10)
+    (Path(s.checkpoint_uri("sessions")) / "offsets" / "0").write_bytes(b"\xff\xfe")
+    shown = sigflow(s, "status")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    at = lines.index("sessions: DAMAGED")
+    block = lines[at + 1:next(i for i in range(at + 1, len(lines) + 1) if i == len(lines) or not lines[i][:1].isspace())]
+    assert block[0] == "  offsets/0 is not text (UTF-8): its checkpoint cannot be read", block
+    assert block[-1] == "  next: `sigflow checkpoint recover sessions --force` plans it " \
+                        "(docs/runbooks/checkpoint-lost-or-corrupt.md)", block
+    assert [line.split(":")[0] for line in lines if not line.startswith(" ")] == list(ALL_JOBS)
+    assert 'sigflow_job_status{sigflow_job="sessions",status="DAMAGED"} 1.0' in prometheus.exposition(s)

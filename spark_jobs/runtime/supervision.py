@@ -8,6 +8,7 @@ and the run's lease released when it ends. Every run uses one (``runner.JobRun``
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -22,11 +23,13 @@ from pyspark.errors import StreamingQueryException
 from spark_jobs.config import Settings
 from spark_jobs.errors import (
     BrokerUnavailable,
+    CheckpointDamaged,
     DataLossError,
     DriverDied,
     SigflowError,
     first_line,
 )
+from spark_jobs.runtime.checkpoint.directory import recover_hint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.metrics.summary import RunSummary
@@ -109,7 +112,7 @@ class Supervisor:
             return jvm_died(self.job, self.settings, self.lease.shared)
         text = str(exc)
         if kafka_admin.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
-            return explain(self.job, exc)
+            return explain(self.job, exc, self.settings.checkpoint_uri(self.job))
         self.record_metrics(query)  # the batches done before Kafka went away
         return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
 
@@ -187,8 +190,12 @@ def jvm_died(job: str, settings: Settings, one_application: bool = False) -> Dri
     )
 
 
-def explain(job: str, exc: Exception) -> Exception:
+def explain(job: str, exc: Exception, checkpoint_uri: str = "") -> Exception:
     text = str(exc)
+    checksum = re.search(r"Checksum error: (?:file:)?(\S+) at", text)  # Hadoop's on a local disk
+    if checksum and checkpoint_uri and checksum[1].startswith(os.path.abspath(checkpoint_uri.removeprefix("file:")) + "/"):
+        return CheckpointDamaged(f"job {job} stopped: {checksum[1]} does not match its checksum (.crc): "
+                                 "its checkpoint is damaged", recover_hint(job))
     if "have been lost" in text or "OffsetOutOfRange" in text:
         detail = text.split("\n")[0].strip()
         return DataLossError(

@@ -222,3 +222,23 @@ def test_status_says_whose_checkpoint_is_damaged_and_answers_for_every_other_job
                         "(docs/runbooks/checkpoint-lost-or-corrupt.md)", block
     assert [line.split(":")[0] for line in lines if not line.startswith(" ")] == list(ALL_JOBS)
     assert 'sigflow_job_status{sigflow_job="sessions",status="DAMAGED"} 1.0' in prometheus.exposition(s)
+
+
+def test_an_offset_log_entry_that_fails_its_checksum_stops_the_run_naming_the_jobs_fix(spark, settings):
+    """An entry still JSON but not what Spark wrote (a flipped digit): Spark's checksum
+    refuses it, and the run ended in "job dedup failed: [STREAM_FAILED] ... Checksum error"
+    and "see the log above"."""
+    from spark_jobs.errors import CheckpointDamaged
+    from spark_jobs.local.simulate import generate_events
+    from tests.helpers import produce, run_job
+
+    produce(settings, generate_events(20, seed=3, late_ratio=0.0, malformed_ratio=0.0))
+    run_job(spark, settings, "dedup")
+    folder = Path(settings.checkpoint_uri("dedup"))
+    last = folder / "offsets" / str(Checkpoint(str(folder)).offset_batches()[-1])
+    last.write_text(last.read_text().replace('"batchTimestampMs":1', '"batchTimestampMs":2', 1))
+    with pytest.raises(CheckpointDamaged) as stopped:
+        run_job(spark, settings, "dedup")
+    assert stopped.value.message == (f"job dedup stopped: {last.resolve()} does not match its checksum (.crc): "
+                                     "its checkpoint is damaged")
+    assert "`sigflow checkpoint recover dedup --force`" in stopped.value.hint

@@ -202,6 +202,14 @@ def explain(job: str, exc: Exception, checkpoint_uri: str = "") -> Exception:
             f"job {job} stopped: Kafka no longer has offsets its checkpoint needs: {detail}",
             "see docs/runbooks/checkpoint-lost-or-corrupt.md; SIGFLOW_FAIL_ON_DATA_LOSS=false skips ahead",
         )
+    state = re.search(r"\[CANNOT_LOAD_STATE_STORE[.\w]*\][^\n]*", text)
+    if state:
+        cause = re.search(r"Caused by: ([^\n]+)", text[state.end():])  # the JVM's, under Spark's class of error
+        return CheckpointDamaged(
+            f"job {job} stopped: its state in the checkpoint could not be loaded ({state[0][:200].strip()}"
+            + (f"; caused by {cause[1].strip()[:200]}" if cause else "") + ")",
+            "run it again once; if it fails alike, its checkpoint is damaged: "
+            + recover_hint(job).removeprefix("rebuild the checkpoint: "))
     storage = next((reason for reason in STORAGE_FAILURES if reason in text), None)
     if storage:
         return SigflowError(

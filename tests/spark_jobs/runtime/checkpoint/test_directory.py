@@ -242,3 +242,26 @@ def test_an_offset_log_entry_that_fails_its_checksum_stops_the_run_naming_the_jo
     assert stopped.value.message == (f"job dedup stopped: {last.resolve()} does not match its checksum (.crc): "
                                      "its checkpoint is damaged")
     assert "`sigflow checkpoint recover dedup --force`" in stopped.value.hint
+
+
+def test_state_the_run_cannot_load_stops_it_saying_so_and_what_to_do(spark, settings):
+    """A state file cut short (its checksum file gone with its end): the run ended in "job
+    dedup failed: py4j.protocol.Py4JJavaError: An error occurred while calling
+    o640.executeTake." under 500 lines of Spark's log."""
+    from spark_jobs.errors import CheckpointDamaged
+    from spark_jobs.local.simulate import generate_events
+    from tests.helpers import produce, run_job
+
+    produce(settings, generate_events(20, seed=4, late_ratio=0.0, malformed_ratio=0.0))
+    run_job(spark, settings, "dedup")
+    partition = Path(settings.checkpoint_uri("dedup")) / "state" / "0" / "0"
+    newest = max(partition.glob("*.delta"), key=lambda path: int(path.stem))
+    newest.write_bytes(newest.read_bytes()[:7])
+    (partition / f".{newest.name}.crc").unlink()
+    produce(settings, generate_events(20, seed=5, late_ratio=0.0, malformed_ratio=0.0))  # a batch to run
+    with pytest.raises(CheckpointDamaged) as stopped:
+        run_job(spark, settings, "dedup")
+    assert stopped.value.message.startswith("job dedup stopped: its state in the checkpoint could not be loaded "
+                                            "([CANNOT_LOAD_STATE_STORE"), stopped.value.message
+    assert stopped.value.message.endswith("; caused by java.io.EOFException)"), stopped.value.message
+    assert "`sigflow checkpoint recover dedup --force`" in stopped.value.hint

@@ -8,6 +8,7 @@ import os
 import sys
 
 from spark_jobs.ops.terminal_text import terminal
+from spark_jobs.runtime import driver_log
 
 # Libraries whose INFO lines are noise on a console (matplotlib's "categorical units",
 # Kafka client connection notes, GX's progress); their warnings still show.
@@ -41,6 +42,7 @@ def configure_logging(verbose: bool = False, json_progress: bool = False) -> Non
     # kafka-python (`sigflow produce`) logs each retry of a broker it lost, several lines a
     # second; produce says in one line what was not delivered
     logging.getLogger("kafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    driver_log.read_by_a_person(not verbose)
     if not verbose:
         # When the driver's JVM dies, py4j logs a traceback per thread that was talking to
         # it, partly through the root logger; the runner says what happened in one line

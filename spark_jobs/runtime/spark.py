@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import Settings, object_store, on_local_disk
 from spark_jobs.errors import ConfigError, SigflowError
-from spark_jobs.runtime import class_archive, driver_jvm, pyspark_logs
+from spark_jobs.runtime import class_archive, driver_jvm, driver_log, pyspark_logs
 from spark_jobs.runtime.jvm_options import java_options_conf
 from spark_jobs.runtime.lineage_events import spark_listener_conf
 
@@ -93,8 +93,11 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.spark.spark_java_options, class_archive.driver_options(
-            settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME"))))
+        .config(map=java_options_conf(settings.spark.spark_java_options, " ".join(filter(None, (
+            class_archive.driver_options(settings.jars_path, settings.spark.class_data_sharing,
+                                         os.environ.get("JAVA_HOME")),
+            "" if "PYSPARK_GATEWAY_PORT" in os.environ else driver_log.java_options(settings.data_dir, app_name),
+        )))))
         .config("spark.driver.memory", settings.spark.driver_heap(one_application))
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)

@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import tenacity
@@ -29,6 +30,7 @@ from spark_jobs.errors import (
     SigflowError,
     first_line,
 )
+from spark_jobs.runtime import driver_log
 from spark_jobs.runtime.checkpoint.directory import recover_hint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.kafka import admin as kafka_admin
@@ -112,7 +114,8 @@ class Supervisor:
             return jvm_died(self.job, self.settings, self.lease.shared)
         text = str(exc)
         if kafka_admin.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
-            return explain(self.job, exc, self.settings.checkpoint_uri(self.job))
+            return explain(self.job, exc, self.settings.checkpoint_uri(self.job), 
+                           driver_log.written_to())
         self.record_metrics(query)  # the batches done before Kafka went away
         return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
 
@@ -190,7 +193,7 @@ def jvm_died(job: str, settings: Settings, one_application: bool = False) -> Dri
     )
 
 
-def explain(job: str, exc: Exception, checkpoint_uri: str = "") -> Exception:
+def explain(job: str, exc: Exception, checkpoint_uri: str = "", full_log: Path | None = None) -> Exception:
     text = str(exc)
     checksum = re.search(r"Checksum error: (?:file:)?(\S+) at", text)  # Hadoop's on a local disk
     if checksum and checkpoint_uri and checksum[1].startswith(os.path.abspath(checkpoint_uri.removeprefix("file:")) + "/"):
@@ -222,7 +225,9 @@ def explain(job: str, exc: Exception, checkpoint_uri: str = "") -> Exception:
     if said is None:
         first, root = first_line(exc), _innermost_cause(exc)
         said = first if not root or root in first else f"{first}; caused by {root}"
-    return SigflowError(f"job {job} failed: {said[:700]}", "see the log above for the batch that failed")
+    return SigflowError(f"job {job} failed: {said[:700]}",
+                        f"see {full_log} for the batch that failed, in full" if full_log
+                        else "see the log above for the batch that failed")
 
 
 def _innermost_cause(exc: Exception) -> str | None:

@@ -103,6 +103,36 @@ def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the
     assert sorted(logged) == sorted(read_pandas(settings.table_uri("pipeline_metrics")).batch_id) == [0]
 
 
+@pytest.mark.slow  # two driver JVMs of its own
+def test_a_failed_batch_is_one_line_per_spark_error_on_the_console_and_whole_in_the_file_its_hint_names(settings):
+    """A batch that fails: Spark's errors printed their stack traces, the JVM's and the
+    batch's Python one inside them, about 500 lines between the command and its own line
+    saying what failed. With -v the console has them all, as before."""
+    import stat
+
+    from spark_jobs.local.simulate import generate_events
+    from tests.helpers import produce
+
+    produce(settings, generate_events(50, seed=8, malformed_ratio=0))
+    failed = sigflow(settings, "run", "ingest", extra_env={"SIGFLOW_FAILPOINTS": "ingest/before_delta_commit:0@raise"})
+    error, hint = _one_line_error(failed)
+    assert "job ingest failed" in error and "failpoint before_delta_commit: ingest batch 0 failed" in error
+    log_file = Path(settings.data_dir).resolve() / "logs" / "sigflow-ingest.log"
+    assert hint == f"sigflow: hint: see {log_file} for the batch that failed, in full"
+    spark_lines = [line for line in failed.stderr.splitlines() if " spark " in line]
+    assert spark_lines and all(" spark ERROR " in line or " spark WARN " in line for line in spark_lines)
+    assert len(failed.stderr.splitlines()) <= len(spark_lines) + 3, failed.stderr  # + the JVM's own, error, hint
+    full = log_file.read_text()
+    assert "Traceback (most recent call last)" in full and "\tat org.apache.spark" in full
+    assert "FailpointError: failpoint before_delta_commit" in full
+    assert stat.S_IMODE(log_file.stat().st_mode) == 0o600 and stat.S_IMODE(log_file.parent.stat().st_mode) == 0o700
+
+    verbose = sigflow(settings, "-v", "run", "ingest",
+                      extra_env={"SIGFLOW_FAILPOINTS": "ingest/before_delta_commit:0@raise"})
+    assert verbose.returncode == 2 and "\tat org.apache.spark" in verbose.stderr
+    assert "see the log above for the batch that failed" in verbose.stderr
+
+
 @pytest.mark.slow  # a driver JVM of its own
 def test_a_batch_replayed_after_its_commits_reports_what_it_wrote_in_pipeline_metrics(spark, settings):
     """Killed after the batch's Delta commits, before Spark's: the rerun writes nothing new

@@ -88,10 +88,14 @@ class Verdict:
 
 def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: int | None,
             stale_lease: bool, behind: int | None, age_s: float | None, trigger_s: float,
-            batch_records: int) -> Verdict:
+            batch_records: int, stop_requested: bool = False) -> Verdict:
     """The one word on-call reads first, from what the checkpoint, the lease and Kafka say
-    (docs/observability.md states the rules)."""
+    (docs/observability.md states the rules). ``stop_requested``: `sigflow stop` asked the
+    job, run in one application with others, to stop, and it stays stopped until a restart
+    of it is applied."""
     waiting = f"{behind:,} records waiting in Kafka" if behind else "nothing waiting in Kafka"
+    idle = "stopped by `sigflow stop` until a restart of it is applied" if stop_requested else "not running"
+    start = f"`sigflow checkpoint resume {job} --yes`" if stop_requested else f"`sigflow run {job}`"
     if behind is None:
         waiting = "records waiting unknown (Kafka or the job's topics unavailable)"
     if not running and (stale_lease or (planned_batch is not None and planned_batch != last_batch)):
@@ -102,16 +106,19 @@ def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: i
     if last_batch is None:
         if running:
             return Verdict("OK", f"first batch under way; {waiting}")
-        return Verdict("NEVER RUN", waiting, f"`sigflow run {job}`" if behind else "")
+        return Verdict("NEVER RUN", f"{idle}; {waiting}" if stop_requested else waiting,
+                       start if behind or stop_requested else "")
     if running and behind and age_s is not None and age_s > max(STALLED_AFTER_TRIGGERS * trigger_s, STALLED_AFTER_MIN_S):
         return Verdict("STALLED", f"running, {waiting}, but no batch for {format_age(age_s).removesuffix(' ago')}",
                        "docs/runbooks/job-lagging.md")
     if behind and not running:
-        return Verdict("LAGGING", f"not running; {waiting}", f"`sigflow run {job}`")
+        return Verdict("LAGGING", f"{idle}; {waiting}", start)
     if behind and behind > batch_records:
         return Verdict("LAGGING", f"running; {waiting}, more than one batch ({batch_records:,})",
                        "docs/runbooks/job-lagging.md")
-    return Verdict("OK", ("running; " if running else "not running; ") + waiting)
+    if not running:
+        return Verdict("OK", f"{idle}; {waiting}", start if stop_requested else "")
+    return Verdict("OK", f"running; {waiting}")
 
 
 @dataclass
@@ -198,7 +205,8 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
                with_lag: bool = True, in_kafka: TopicOffsets | None = None) -> JobStatus:
     """``in_kafka``: the topics' offsets, shared by the jobs of one status (``topic_offsets``)."""
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
-    lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
+    job_lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds)
+    lease = job_lease.holder()
     running = lease is not None and lease.alive()
     status = JobStatus(job, lease.pid if running else None, stateful=get_any_job(job).stateful)
     last = checkpoint.last_committed()
@@ -234,7 +242,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=left_held,
         behind=status.behind, age_s=status.age_s, trigger_s=_commit_interval_s(settings, job),
-        batch_records=settings.kafka.max_offsets_per_trigger)
+        batch_records=settings.kafka.max_offsets_per_trigger, stop_requested=not running and job_lease.stop_requested())
     return status
 
 

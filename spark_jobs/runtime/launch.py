@@ -144,6 +144,12 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             if isinstance(error, JobAlreadyRunning) and not said_waiting.is_set():
                 log.info("%s: waits for its lease; %s", name, first_line(error))
                 said_waiting.set()
+            elif isinstance(error, _AskedToStop) and not said_waiting.is_set():
+                # a request left by `sigflow stop` holds across the application's restarts too
+                log.warning("%s: stays stopped, as `sigflow stop %s` asked, until a restart of it is applied "
+                            "(`sigflow checkpoint resume %s --yes` starts it again); the other jobs go on",
+                            name, name, name)
+                said_waiting.set()
             elif isinstance(error, (_AskedToStop, JobAlreadyRunning)):
                 log.debug("%s: waiting for its lease (%s)", name, error or "a restart of it is being applied")
             else:

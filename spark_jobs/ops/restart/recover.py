@@ -124,7 +124,7 @@ def plan_recover(
                   lambda: checkpoint.start_fresh(
                       job.name, start if isinstance(start, str) else json.dumps(start),
                       {"recover_from": recover_from, "at": applied_at()}))
-    plan.afterwards.append(f"run {job.name}")
+    plan.afterwards.append(snapshot.run_again())
     return plan
 
 

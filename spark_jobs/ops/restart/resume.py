@@ -62,7 +62,9 @@ def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -
     plan = Plan.of(snapshot, "resume", runbook="docs/runbooks/job-crashed.md")
     refuse_pending_rewind(snapshot, plan)
     if holder is not None and not refuse_if_applying(holder, plan):
-        plan.stop_step(f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
+        plan.stop_step(f"ask {job.name}'s query in the application of pid {holder.pid} to stop after its batch "
+                       "in flight (its other jobs go on)" if holder.shared else
+                       f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
                        lambda: stop_running(settings, job.name))
     if problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
@@ -71,5 +73,5 @@ def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -
     # approved (the page, digest included) must not move with it
     where = "after its last committed batch" if snapshot.committed else \
         "from the start (no checkpoint yet)"
-    plan.afterwards.append(f"run {job.name} from its checkpoint, {where}")
+    plan.afterwards.append(f"{snapshot.run_again()}, from its checkpoint, {where}")
     return plan

@@ -124,13 +124,13 @@ def plan_rewind(
     plan.step("give the checkpoint a new Delta app id, so the re-run batches are written once",
               lambda: checkpoint.rotate_app_id(job.name, to_batch))
     if replay is None:
-        plan.afterwards.append(f"run {job.name}: it re-reads Kafka from {offsets_text(resume_from)}")
+        plan.afterwards.append(f"{snapshot.run_again()}: it re-reads Kafka from {offsets_text(resume_from)}")
     else:
         plan.raw_version = replay.extent.version
         plan.step(f"re-run from device_events_raw at version {replay.extent.version}, as Kafka's retention removed "
                   f"records the re-run needs: {replay.extent.describe()}, then Kafka from {offsets_text(replay.until)}",
                   lambda: checkpoint.record_replay(resume_from, replay.until, replay.extent.version))
-        plan.afterwards.append(f"run {job.name}: it reads device_events_raw, then Kafka")
+        plan.afterwards.append(f"{snapshot.run_again()}: it reads device_events_raw, then Kafka")
     if any(spec.corrected for spec in job.tables):
         plan.afterwards.append(f"then `sigflow reconcile {job.name}`: the late events of the re-run batches "
                                "are counted again")

@@ -46,6 +46,15 @@ class JobSnapshot:
     table_versions: dict[str, int | None] = field(default_factory=dict)
     # a live reconcile of the job, which may be correcting the rows a rewind or recover deletes
     reconciling: Holder | None = None
+    # the job runs in one application with others, which was asked to stop it (or will be, by
+    # this plan) and starts it again once the restart is applied
+    application_waits: bool = False
+
+    def run_again(self) -> str:
+        """What runs the job after the restart: the operator, or its application."""
+        if self.application_waits:
+            return f"{self.job.name} starts again in its application, which waits for this restart"
+        return f"run {self.job.name}"
 
     @classmethod
     def take(cls, settings: Settings, job_name: str, action: str, lease: Lease | None = None) -> JobSnapshot:
@@ -62,7 +71,8 @@ class JobSnapshot:
         reconciling = Lease(checkpoint, job.name, lease.ttl_s, purpose=RECONCILE).holder()
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
                    checkpoint.legacy_pending_rewind(), intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables},
-                   reconciling if reconciling is not None and reconciling.alive() else None)
+                   reconciling if reconciling is not None and reconciling.alive() else None,
+                   (holder is not None and holder.shared) or lease.stop_requested())
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)

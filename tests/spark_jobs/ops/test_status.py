@@ -29,6 +29,12 @@ QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, be
     ({"stale_lease": True}, "FAILED", "docs/runbooks/job-crashed.md"),  # killed after its last commit
     ({"planned_batch": 5, "running": True}, "OK", ""),  # a batch under way
     ({"behind": 10}, "LAGGING", "`sigflow run dedup`"),  # not running, records wait
+    # stopped by `sigflow stop` in a shared application: a run of its own would leave it
+    # stopped there; the restart its application waits for starts it again
+    ({"behind": 10, "stop_requested": True}, "LAGGING", "`sigflow checkpoint resume dedup --yes`"),
+    ({"stop_requested": True}, "OK", "`sigflow checkpoint resume dedup --yes`"),
+    ({"last_batch": None, "planned_batch": None, "stop_requested": True}, "NEVER RUN",
+     "`sigflow checkpoint resume dedup --yes`"),
     ({"behind": 10, "running": True}, "OK", ""),  # within one batch of the end
     ({"behind": 1001, "running": True}, "LAGGING", "docs/runbooks/job-lagging.md"),
     ({"behind": 10, "running": True, "age_s": 101.0}, "OK", ""),  # 10 triggers not yet passed

@@ -136,6 +136,49 @@ def test_one_application_keeps_its_jobs_going_through_a_failure_and_a_rewind_of_
     assert _all_in(s, first + second)
 
 
+@pytest.mark.slow  # a driver of its own, run as operators run it
+def test_a_job_stopped_in_one_application_stays_stopped_in_the_next_saying_so_until_resumed(settings):
+    """`sigflow stop dedup` in one application, which is then stopped and started again: dedup
+    stayed stopped in the new application without a word, and `sigflow status` said "not
+    running" with nothing to do; a resume's plan said "run dedup", which its application does."""
+    s = settings.replace(max_offsets_per_trigger=150)
+    records = generate_events(300, devices=5, seed=41, late_ratio=0.0, duplicate_ratio=0.0, malformed_ratio=0.0)
+    produce(s, records)
+    # what `sigflow stop dedup` leaves when it stops dedup in an application of several jobs:
+    # the lease its run held, released, and the request
+    lease = Lease(Checkpoint(s.checkpoint_uri("dedup")), "dedup", s.operations.lease_ttl.seconds, shared=True)
+    with lease:
+        pass
+    lease.request_stop()
+    shown = sigflow(s, "status").stdout.splitlines()
+    at = shown.index(next(line for line in shown if line.startswith("dedup: ")))
+    assert shown[at + 1] == "  stopped by `sigflow stop` until a restart of it is applied; 300 records waiting in Kafka"
+    assert "  next: `sigflow checkpoint resume dedup --yes`" in shown[at:at + 5], shown[at:at + 5]
+
+    app = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "pipeline", "--processing-time", "2 seconds",
+                            "ingest", "dedup"], env=cli_env(s), cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(table(s, "device_events")) == len(records), timeout_s=240, watched=(app,),
+                 what="ingest to hold every record")
+        assert status.running_holder(s, "dedup") is None  # the request holds in the new application
+        resume = sigflow(s, "checkpoint", "resume", "dedup", "--yes", timeout=240)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert ("  then: dedup starts again in its application, which waits for this restart, from its "
+                "checkpoint, from the start (no checkpoint yet)") in resume.stdout.splitlines(), resume.stdout
+        wait_for(lambda: len(table(s, "device_events_deduplicated")) == len(records), timeout_s=240,
+                 watched=(app,), what="dedup to run once resumed")
+        app.send_signal(signal.SIGTERM)
+        output, _ = app.communicate(timeout=120)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.communicate()
+    assert app.returncode == 0, output[-3000:]
+    said = [line for line in output.splitlines() if "dedup: stays stopped" in line]
+    assert len(said) == 1 and "`sigflow checkpoint resume dedup --yes` starts it again" in said[0], output[-3000:]
+
+
 def _all_in(s, records) -> bool:
     """device_events holds each valid record once, device_events_deduplicated each event id once."""
     valid = [r for r in records if r.kind not in MALFORMED_KINDS]

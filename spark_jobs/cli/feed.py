@@ -75,16 +75,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     kinds = Counter(r.kind for r in records)
     malformed = sum(n for k, n in kinds.items() if k in simulate.MALFORMED_KINDS)
     print(
-        f"produced {sent} records to {settings.streaming.events_topic}: {kinds['event']} in order, "
-        f"{kinds['out_of_order']} out of order, {kinds['late']} late, "
-        f"{kinds['duplicate']} duplicates, {malformed} malformed"
+        f"produced {sent:,} records to {settings.streaming.events_topic}: {kinds['event']:,} in order, "
+        f"{kinds['out_of_order']:,} out of order, {kinds['late']:,} late, "
+        f"{kinds['duplicate']:,} duplicates, {malformed:,} malformed"
     )
     alerts = simulate.generate_alerts(records, every=args.alert_every, seed=args.seed)
     producer.produce_records(bootstrap, settings.streaming.alerts_topic, ((r.key, r.value) for r in alerts))
     akinds = Counter(r.kind for r in alerts)
     print(
-        f"produced {len(alerts)} alerts to {settings.streaming.alerts_topic}: {akinds['silent_alert']} for "
-        f"silent devices, {akinds['bad_severity']} malformed"
+        f"produced {len(alerts):,} alerts to {settings.streaming.alerts_topic}: {akinds['silent_alert']:,} for "
+        f"silent devices, {akinds['bad_severity']:,} malformed"
     )
     return 0
 

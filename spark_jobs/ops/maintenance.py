@@ -52,7 +52,7 @@ class TableUpkeep:
     rows_pruned: int = 0
 
     def line(self) -> str:
-        pruned = f", {self.rows_pruned} rows past retention deleted" if self.rows_pruned else ""
+        pruned = f", {self.rows_pruned:,} rows past retention deleted" if self.rows_pruned else ""
         return (f"{self.table}: {self.files_before} -> {self.files_after} data files, "
                 f"{self.files_vacuumed} old files vacuumed{pruned}")
 

@@ -83,17 +83,17 @@ class JobReconciled:
 
     def line(self) -> str:
         if self.held:
-            return f"{self.job}: {self.waiting} late events wait: {self.held}"
+            return f"{self.job}: {self.waiting:,} late events wait: {self.held}"
         if not self.waiting:
             return f"{self.job}: no late events waiting"
-        changes = "; ".join(f"{table} {c.updated} updated, {c.inserted} inserted, {c.deleted} deleted"
+        changes = "; ".join(f"{table} {c.updated:,} updated, {c.inserted:,} inserted, {c.deleted:,} deleted"
                             for table, c in self.corrected.items()) or "no row changed"
         for_rows = self.still_waiting - self.uncommitted
-        rest = "".join([f", {self.uncommitted} wait for their batch to be committed and read by ingest"
+        rest = "".join([f", {self.uncommitted:,} wait for their batch to be committed and read by ingest"
                         if self.uncommitted else "",
-                        f", {for_rows} wait for their rows to be final" if for_rows else ""])
-        return (f"{self.job}: {self.counted} of {self.waiting} late events counted, "
-                f"{self.beyond_horizon} beyond late_horizon{rest} ({changes})")
+                        f", {for_rows:,} wait for their rows to be final" if for_rows else ""])
+        return (f"{self.job}: {self.counted:,} of {self.waiting:,} late events counted, "
+                f"{self.beyond_horizon:,} beyond late_horizon{rest} ({changes})")
 
 
 @dataclass

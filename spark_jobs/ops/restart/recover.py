@@ -100,11 +100,11 @@ def plan_recover(
             if spec.merge_key:  # kept current by merge, with other jobs' parts: the re-run finds nothing newer
                 continue
             uri = settings.table_uri(spec.name)
-            plan.step(f"delete every row of {spec.name} ({count_rows(uri)} rows); the job rebuilds it",
+            plan.step(f"delete every row of {spec.name} ({count_rows(uri):,} rows); the job rebuilds it",
                       lambda uri=uri: delete_rows(uri))
         for spec in shared_tables(job):
             uri = settings.table_uri(spec.name)
-            plan.step(f"delete the {count_rows(uri, job.name)} {spec.name} rows of {job.name}",
+            plan.step(f"delete the {count_rows(uri, job.name):,} {spec.name} rows of {job.name}",
                       lambda uri=uri: delete_rows(uri, job.name))
         plan.afterwards.append("readers see these tables empty until the re-run has caught up")
     else:

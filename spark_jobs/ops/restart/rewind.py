@@ -103,7 +103,7 @@ def plan_rewind(
         if spec not in unstamped:
             rows = count_rows(uri, None, to_batch, checkpoint_id)
             if rows:
-                plan.step(f"delete the {rows} {spec.name} rows of batches after {to_batch}",
+                plan.step(f"delete the {rows:,} {spec.name} rows of batches after {to_batch}",
                           lambda uri=uri: delete_rows(uri, None, to_batch, checkpoint_id))
             continue
         target = version_left_by(uri, job.name, checkpoint_id, to_batch)
@@ -116,7 +116,7 @@ def plan_rewind(
         uri = settings.table_uri(spec.name)
         rows = count_rows(uri, job.name, to_batch, checkpoint_id)
         if rows:
-            plan.step(f"delete the {rows} {spec.name} rows of {job.name} batches after {to_batch} "
+            plan.step(f"delete the {rows:,} {spec.name} rows of {job.name} batches after {to_batch} "
                       "(of this checkpoint: earlier ones, before a recover, keep theirs)",
                       lambda uri=uri: delete_rows(uri, job.name, to_batch, checkpoint_id))
     plan.step(f"delete checkpoint batches {to_batch + 1}..{committed[-1]} (offsets, commits) and the "

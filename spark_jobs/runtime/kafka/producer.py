@@ -79,7 +79,7 @@ def produce_records(
     except KafkaTimeoutError:
         pass  # the buffer stayed full: Kafka stopped answering; what it did not take is counted below
     except KafkaError as exc:
-        raise SigflowError(f"producing to {topic} failed after {len(futures)} records: {exc}") from None
+        raise SigflowError(f"producing to {topic} failed after {len(futures):,} records: {exc}") from None
     except KeyboardInterrupt:
         producer.close(timeout=FLUSH_S)  # delivers what was handed over before the signal, if Kafka answers
         of_total = f" of {total:,}" if total else ""

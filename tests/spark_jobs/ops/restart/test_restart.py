@@ -172,11 +172,14 @@ def test_a_rewind_that_must_restore_files_vacuum_removed_is_refused_naming_the_o
 
 def test_the_cli_prints_the_plan_and_changes_nothing_without_yes(spark, settings):
     s = single_partition(settings)
-    ends = _run_chunks(spark, s, _chunks()[:2])
+    first = _chunks()[0]
+    second = [Event(f"b{n}", f"d{n % 3}", at(10, 5) + n * 250, float(n)) for n in range(1_200)] + first[:5]
+    ends = _run_chunks(spark, s, [first, second])
     dry = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[0]))
     assert dry.returncode == 0, dry.stderr
-    # the second chunk's 20 new events; its 5 repeats of the first were never written
-    assert f"delete the 20 device_events_deduplicated rows of batches after {ends[0]}" in dry.stdout
+    # the second chunk's new events, counted as every count is printed; its 5 repeats of the
+    # first were never written
+    assert f"delete the 1,200 device_events_deduplicated rows of batches after {ends[0]}" in dry.stdout
     assert "dry run: nothing changed" in dry.stdout
     assert Checkpoint(s.checkpoint_uri("dedup")).last_committed() == ends[1]
     refused = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", str(ends[1]), "--yes")

@@ -30,7 +30,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     topic = args.topic or settings.streaming.events_topic
     if not Path(args.file).is_file():
-        raise SigflowError(f"{args.file}: no such file", "give the path of a file of JSON lines, one record each")
+        found = "is a directory" if Path(args.file).is_dir() else "no such file"
+        raise SigflowError(f"{args.file}: {found}", "give the path of a file of JSON lines, one record each")
     if args.validate:
         check = file_check.check_file(args.file, _contract_of(settings, topic), settings.streaming.max_clock_ahead.ms)
         if check.failed:

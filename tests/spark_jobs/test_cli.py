@@ -61,6 +61,13 @@ def test_stop_takes_only_a_job_name_never_a_path(tmp_path):
     assert "unknown job '../elsewhere'" in lines[0] and "ingest" in lines[1]
 
 
+def test_produce_of_a_directory_says_it_is_one(tmp_path):
+    """It said "no such file" of a folder that is there."""
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    lines = _one_line_error(sigflow(s, "produce", "--file", str(tmp_path)))
+    assert lines[0] == f"sigflow: error: {tmp_path}: is a directory", lines
+
+
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
     from spark_jobs.runtime.kafka import admin as kafka_admin
     from spark_jobs.runtime.kafka import offsets as kafka_offsets

@@ -58,7 +58,13 @@ def _lose_ingest_checkpoint(settings):
     shutil.rmtree(settings.checkpoint_uri("ingest"))
 
 
-SETUP = {("checkpoint-lost-or-corrupt.md", 1): _lose_ingest_checkpoint}
+def _damage_a_dedup_table_log(settings):
+    newest = max((Path(settings.table_uri("device_events_deduplicated")) / "_delta_log").glob("*.json"))
+    newest.write_bytes(newest.read_bytes()[:100])
+
+
+SETUP = {("checkpoint-lost-or-corrupt.md", 1): _lose_ingest_checkpoint,
+         ("table-damaged.md", 0): _damage_a_dedup_table_log}
 
 
 def _ingest_runs_again(settings):
@@ -66,8 +72,13 @@ def _ingest_runs_again(settings):
     assert Path(settings.checkpoint_uri("ingest")).is_dir() and verdict not in ("NEVER RUN", "FAILED"), verdict
 
 
+def _dedup_table_read_again(settings):
+    rows = table(settings, "device_events_deduplicated")
+    assert len(rows) > 0 and rows.event_id.is_unique
+
+
 # After a runbook's last block: the incident it is about is over.
-FIXED = {"checkpoint-lost-or-corrupt.md": _ingest_runs_again}
+FIXED = {"checkpoint-lost-or-corrupt.md": _ingest_runs_again, "table-damaged.md": _dedup_table_read_again}
 
 
 def _nothing_lost_or_doubled(settings, sent: Counter) -> None:

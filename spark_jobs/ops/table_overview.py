@@ -11,7 +11,7 @@ from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, TABLE_STATUS
 from spark_jobs.jobs import RECONCILED_JOBS, writers_of
 from spark_jobs.ops import late_backlog
-from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.delta import log_damage, table_access
 from spark_jobs.runtime.delta.increments import added_since
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -50,8 +50,11 @@ class TableOverview:
     rows: int = 0
     change_feed: bool = False
     writers: tuple[Writing, ...] = ()
+    damage: str = ""  # why it cannot be read, when it cannot
 
     def line(self) -> str:
+        if self.damage:
+            return f"{self.name}: CANNOT BE READ: {self.damage} (see {log_damage.RUNBOOK})"
         if self.version is None:
             return f"{self.name}: not created yet (sigflow_deploy or the job's first run creates it)"
         parts = [f"version {self.version}", f"{self.rows:,} rows", f"change feed {'on' if self.change_feed else 'OFF'}"]
@@ -66,15 +69,28 @@ class TableOverview:
 
 
 def overview(settings: Settings) -> list[TableOverview]:
-    latest = _latest_status(settings)
-    backlog = late_backlog.backlog(settings)
+    """Every table's overview; one that cannot be read says so in its place, and the others
+    are still shown (without the completeness table_status or late_events would give, if
+    it is one of those)."""
+    try:
+        latest = _latest_status(settings)
+    except log_damage.TableUnreadable:
+        latest = {}
+    try:
+        backlog = late_backlog.backlog(settings)
+    except log_damage.TableUnreadable:
+        backlog = {}
     found = []
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
         if not table_access.exists(uri):
             found.append(TableOverview(name, None))
             continue
-        table = table_access.open_table(uri)
+        try:
+            table = table_access.open_table(uri)
+        except log_damage.TableUnreadable as unreadable:
+            found.append(TableOverview(name, None, damage=unreadable.finding))
+            continue
         writers = tuple(_writing(settings, name, job, latest.get((name, job), {}), backlog.get(job))
                         for job in writers_of(name))
         found.append(TableOverview(

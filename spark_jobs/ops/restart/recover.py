@@ -22,6 +22,7 @@ from spark_jobs.ops.restart.plan import (
 from spark_jobs.ops.restart.replay import Replay, plan_replay, reads_raw
 from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
 from spark_jobs.runtime.checkpoint.lease import Lease
+from spark_jobs.runtime.delta import log_damage
 from spark_jobs.runtime.delta.table_access import (
     count_rows,
     delete_rows,
@@ -68,7 +69,10 @@ def plan_recover(
     job, checkpoint = snapshot.job, snapshot.checkpoint
     plan = Plan.of(snapshot, "recover", runbook=RECOVER_RUNBOOK)
     refuse_if_running(snapshot, plan)
-    if checkpoint.exists() and not snapshot.problems and not force:
+    damaged = snapshot.unreadable_tables
+    if damaged:
+        plan.runbook = log_damage.RUNBOOK
+    if checkpoint.exists() and not snapshot.problems and not damaged and not force:
         last = snapshot.committed[-1] if snapshot.committed else None
         plan.refuse(f"the checkpoint at {checkpoint.uri} looks sound (last committed batch "
                     f"{last}): resume or rewind it; --force replaces it anyway")
@@ -79,7 +83,11 @@ def plan_recover(
         damage = "".join(f"; {problem}" for problem in snapshot.problems)
         plan.step(f"move the old checkpoint aside to {checkpoint.uri}.lost-<UTC time> (kept for study{damage})",
                   lambda: checkpoint.move_aside(f"lost-{applied_at()}"))
-    if recover_from == "delta":
+    if recover_from == "delta" and damaged:
+        start = None
+        plan.refuse(f"{', '.join(damaged)} cannot be read, and the Delta metadata a recover --from delta "
+                    "starts from with it: recover --from raw (or --from earliest), which rebuilds it")
+    elif recover_from == "delta":
         start = _plan_start_from_delta(settings, job, plan)
         if job.stateful and not accept_state_loss:
             plan.refuse(f"{job.name} is stateful and its state cannot be rebuilt from Delta metadata: "
@@ -100,6 +108,11 @@ def plan_recover(
             if spec.merge_key:  # kept current by merge, with other jobs' parts: the re-run finds nothing newer
                 continue
             uri = settings.table_uri(spec.name)
+            if spec.name in damaged:
+                plan.step(f"move {spec.name} aside to {uri}.damaged-<UTC time> (kept for study: "
+                          f"{damaged[spec.name]}); the job rebuilds it",
+                          lambda uri=uri: log_damage.set_aside(uri, f"damaged-{applied_at()}"))
+                continue
             plan.step(f"delete every row of {spec.name} ({count_rows(uri):,} rows); the job rebuilds it",
                       lambda uri=uri: delete_rows(uri))
         for spec in shared_tables(job):

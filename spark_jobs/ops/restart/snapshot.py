@@ -24,6 +24,7 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RECONCILE, Holder, Lease
+from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.delta.table_access import table_version
 
 
@@ -49,6 +50,8 @@ class JobSnapshot:
     # the job runs in one application with others, which was asked to stop it (or will be, by
     # this plan) and starts it again once the restart is applied
     application_waits: bool = False
+    # the job's own tables that cannot be read, each with why (its log damaged)
+    unreadable_tables: dict[str, str] = field(default_factory=dict)
 
     def run_again(self) -> str:
         """What runs the job after the restart: the operator, or its application."""
@@ -69,10 +72,16 @@ class JobSnapshot:
         except UnreadableIntent as unreadable:
             intent = unreadable
         reconciling = Lease(checkpoint, job.name, lease.ttl_s, purpose=RECONCILE).holder()
+        versions, unreadable = {}, {}
+        for spec in job.tables:
+            try:
+                versions[spec.name] = table_version(settings.table_uri(spec.name))
+            except TableUnreadable as damaged:
+                versions[spec.name], unreadable[spec.name] = None, damaged.finding
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
-                   checkpoint.legacy_pending_rewind(), intent, {spec.name: table_version(settings.table_uri(spec.name)) for spec in job.tables},
+                   checkpoint.legacy_pending_rewind(), intent, versions,
                    reconciling if reconciling is not None and reconciling.alive() else None,
-                   (holder is not None and holder.shared) or lease.stop_requested())
+                   (holder is not None and holder.shared) or lease.stop_requested(), unreadable)
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)

@@ -23,14 +23,6 @@ from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.identifiers import checked
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" not in uri:
-        from pathlib import Path
-
-        return pafs.LocalFileSystem(), str(Path(uri).absolute())
-    return pafs.FileSystem.from_uri(uri.replace("s3a://", "s3://", 1))
-
-
 @dataclass(frozen=True)
 class BatchOffsets:
     batch_id: int
@@ -43,7 +35,7 @@ class BatchOffsets:
 class Checkpoint:
     def __init__(self, uri: str):
         self.uri = uri
-        self.fs, self.path = _filesystem(uri)
+        self.fs, self.path = storage.filesystem(uri)
 
     def _read(self, relative: str) -> str | None:
         """The file's text; None only when it is not there (storage.py); CheckpointDamaged
@@ -304,24 +296,8 @@ class Checkpoint:
         return removed
 
     def move_aside(self, suffix: str) -> str:
-        """Keep a broken checkpoint for later study, out of the job's way. On object storage,
-        where a folder is only a prefix and a move copies one object, every object is copied
-        first and the originals deleted after, so an interrupted move leaves the checkpoint
-        whole (and a second try copies again)."""
-        target = f"{self.path}.{suffix}"
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            self.fs.move(self.path, target)
-            return target
-        files = [info for info in self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
-                 if info.type == pafs.FileType.File]
-        for info in files:
-            self.fs.copy_file(info.path, target + info.path[len(self.path):])
-        self.fs.delete_dir_contents(self.path, missing_dir_ok=True)
-        try:
-            self.fs.delete_dir(self.path)
-        except (FileNotFoundError, OSError):
-            pass  # an object store may keep no folder marker
-        return target
+        """Keep a broken checkpoint for later study, out of the job's way (``storage.move_aside``)."""
+        return storage.move_aside(self.fs, self.path, suffix)
 
 
 def _parsed_offsets(batch_id: int, text: str) -> BatchOffsets:

@@ -19,6 +19,15 @@ from pyarrow import fs as pafs
 READ_PATIENCE_S = 10.0
 
 
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of a path or URI (``s3a://`` read as ``s3://``), and the path on it."""
+    if "://" not in uri:
+        from pathlib import Path
+
+        return pafs.LocalFileSystem(), str(Path(uri).absolute())
+    return pafs.FileSystem.from_uri(uri.replace("s3a://", "s3://", 1))
+
+
 def _did_not_answer(exc: BaseException) -> bool:
     # pyarrow raises a plain OSError for most failures, a folder where a file should be
     # included (measured): only a missing file is told apart
@@ -56,3 +65,24 @@ def write_whole(fs: pafs.FileSystem, path: str, data: bytes) -> None:
         return
     with fs.open_output_stream(path) as out:
         out.write(data)
+
+
+def move_aside(fs: pafs.FileSystem, path: str, suffix: str) -> str:
+    """Move the folder to ``<path>.<suffix>``, kept for later study, out of the way. On object
+    storage, where a folder is only a prefix and a move copies one object, every object is
+    copied first and the originals deleted after, so an interrupted move leaves the folder
+    whole (and a second try copies again)."""
+    target = f"{path}.{suffix}"
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.move(path, target)
+        return target
+    files = [info for info in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+             if info.type == pafs.FileType.File]
+    for info in files:
+        fs.copy_file(info.path, target + info.path[len(path):])
+    fs.delete_dir_contents(path, missing_dir_ok=True)
+    try:
+        fs.delete_dir(path)
+    except (FileNotFoundError, OSError):
+        pass  # an object store may keep no folder marker
+    return target

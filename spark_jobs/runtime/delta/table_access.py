@@ -39,10 +39,21 @@ def exists(uri: str) -> bool:
 
 
 def open_table(uri: str, version: int | None = None):
-    """The table (at ``version``, else the current one) as delta-rs's ``DeltaTable``."""
+    """The table (at ``version``, else the current one) as delta-rs's ``DeltaTable``. A
+    current table that cannot be read raises ``log_damage.TableUnreadable``, naming it."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
-    return DeltaTable(uri, version=version)
+    try:
+        return DeltaTable(uri, version=version)
+    except TableNotFoundError:
+        raise
+    except DeltaError as error:
+        if version is not None:  # an older version may be gone by design (its log entry expired)
+            raise
+        from spark_jobs.runtime.delta.log_damage import unreadable
+
+        raise unreadable(uri, error) from error
 
 
 def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str],

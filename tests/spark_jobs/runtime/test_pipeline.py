@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 from deltalake import DeltaTable
@@ -107,27 +108,20 @@ def test_one_application_keeps_its_jobs_going_through_a_failure_and_a_rewind_of_
     s = settings.replace(max_offsets_per_trigger=150)
     first = generate_events(400, devices=5, seed=31, late_ratio=0.0, duplicate_ratio=0.05, malformed_ratio=0.05)
     produce(s, first)
-    env = cli_env(s, {"SIGFLOW_FAILPOINTS": "dedup/before_delta_commit:1@raise"})
-    app = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "pipeline", "--processing-time", "2 seconds",
-                            "ingest", "dedup"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
-    try:
+    with _one_application(s, "ingest", "dedup", failpoints="dedup/before_delta_commit:1@raise") as app:
         wait_for(lambda: _all_in(s, first), timeout_s=240, watched=(app,), what="both jobs to hold the first records")
         stopped = sigflow(s, "stop", "dedup", timeout=240)  # the runbook's first step; ingest goes on
         assert stopped.returncode == 0 and "the other jobs of its application" in stopped.stdout, stopped.stderr
         assert status.running_holder(s, "dedup") is None and status.running_holder(s, "ingest") is not None
         rewind = sigflow(s, "checkpoint", "rewind", "dedup", "--to-batch", "0", "--yes", timeout=240)
         assert rewind.returncode == 0, rewind.stdout + rewind.stderr
+        assert "  then: dedup starts again in its application, which waits for this restart: it re-reads" \
+            in rewind.stdout, rewind.stdout  # not "run dedup": its application does
         second = generate_events(200, devices=5, seed=32, late_ratio=0.0, duplicate_ratio=0.0, malformed_ratio=0.0)
         produce(s, second)
         wait_for(lambda: _all_in(s, first + second), timeout_s=240, watched=(app,),
                  what="both jobs to hold every record after the rewind")
-        app.send_signal(signal.SIGTERM)
-        output, _ = app.communicate(timeout=120)
-    finally:
-        if app.poll() is None:
-            app.kill()
-            app.communicate()
+        output = _stopped_by_sigterm(app)
     assert app.returncode == 0, output[-3000:]
     assert re.search(r"dedup failed \(.*failpoint before_delta_commit: dedup batch 1 failed.*\); starting it again",
                      output), [line for line in output.splitlines() if "starting it again" in line]
@@ -155,10 +149,7 @@ def test_a_job_stopped_in_one_application_stays_stopped_in_the_next_saying_so_un
     assert shown[at + 1] == "  stopped by `sigflow stop` until a restart of it is applied; 300 records waiting in Kafka"
     assert "  next: `sigflow checkpoint resume dedup --yes`" in shown[at:at + 5], shown[at:at + 5]
 
-    app = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "pipeline", "--processing-time", "2 seconds",
-                            "ingest", "dedup"], env=cli_env(s), cwd=REPO, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    try:
+    with _one_application(s, "ingest", "dedup") as app:
         wait_for(lambda: len(table(s, "device_events")) == len(records), timeout_s=240, watched=(app,),
                  what="ingest to hold every record")
         assert status.running_holder(s, "dedup") is None  # the request holds in the new application
@@ -168,15 +159,31 @@ def test_a_job_stopped_in_one_application_stays_stopped_in_the_next_saying_so_un
                 "checkpoint, from the start (no checkpoint yet)") in resume.stdout.splitlines(), resume.stdout
         wait_for(lambda: len(table(s, "device_events_deduplicated")) == len(records), timeout_s=240,
                  watched=(app,), what="dedup to run once resumed")
-        app.send_signal(signal.SIGTERM)
-        output, _ = app.communicate(timeout=120)
+        output = _stopped_by_sigterm(app)
+    assert app.returncode == 0, output[-3000:]
+    said = [line for line in output.splitlines() if "dedup: stays stopped" in line]
+    assert len(said) == 1 and "`sigflow checkpoint resume dedup --yes` starts it again" in said[0], output[-3000:]
+
+
+@contextmanager
+def _one_application(s, *jobs: str, failpoints: str = ""):
+    """`sigflow pipeline --processing-time "2 seconds" JOBS`, as operators start it, its output
+    on one pipe; killed if the test ends with it still running."""
+    env = cli_env(s, {"SIGFLOW_FAILPOINTS": failpoints} if failpoints else None)
+    app = subprocess.Popen([sys.executable, "-m", "spark_jobs.cli", "pipeline", "--processing-time", "2 seconds",
+                            *jobs], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield app
     finally:
         if app.poll() is None:
             app.kill()
             app.communicate()
-    assert app.returncode == 0, output[-3000:]
-    said = [line for line in output.splitlines() if "dedup: stays stopped" in line]
-    assert len(said) == 1 and "`sigflow checkpoint resume dedup --yes` starts it again" in said[0], output[-3000:]
+
+
+def _stopped_by_sigterm(app: subprocess.Popen) -> str:
+    app.send_signal(signal.SIGTERM)
+    output, _ = app.communicate(timeout=120)
+    return output
 
 
 def _all_in(s, records) -> bool:

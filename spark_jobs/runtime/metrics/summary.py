@@ -48,8 +48,31 @@ class RunSummary:
         )
 
 
+def combined(runs: list[RunSummary]) -> RunSummary:
+    """One job's runs as one: a job of one application started again after a failure or a
+    restart of it has a run each time. Counts add up; the state is what the last run left."""
+    total = RunSummary(runs[0].job, runs[0].counts_late)
+    for run in runs:
+        total.batches += run.batches
+        total.batches_skipped += run.batches_skipped
+        total.batches_behind_a_watermark += run.batches_behind_a_watermark
+        total.rows_in += run.rows_in
+        for table, rows in run.rows_written.items():
+            total.add(table, rows)
+        total.rows_dropped_by_watermark += run.rows_dropped_by_watermark
+        total.duplicates_dropped += run.duplicates_dropped
+        total.state_rows = run.state_rows if run.state_rows is not None else total.state_rows
+        total.seconds += run.seconds
+    return total
+
+
 def summary_table(summaries: list[RunSummary]) -> list[str]:
-    """The runs side by side, one row per job, then why a zero dropped-late is a zero."""
+    """The runs side by side, one row per job (its runs combined), then why a zero
+    dropped-late is a zero."""
+    by_job: dict[str, list[RunSummary]] = {}
+    for run in summaries:
+        by_job.setdefault(run.job, []).append(run)
+    summaries = [combined(runs) for runs in by_job.values()]
     header = ("job", "batches", "records in", "rows written", "duplicates", "dropped late", "state rows")
     rows = [header]
     for s in summaries:

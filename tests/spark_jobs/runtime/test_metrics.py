@@ -194,3 +194,21 @@ def test_a_runs_summary_line_writes_its_numbers_as_people_read_them():
                          rows_written={"device_events_deduplicated": 237_495})
     assert summary.line() == ("dedup: 1,204 batch(es), 249,998 rows in; written: device_events_deduplicated=237,495; "
                               "7,503 duplicates removed, 5,000 dropped late, 1,380,743 state rows")
+
+
+def test_the_summary_table_has_one_row_per_job_adding_up_its_runs():
+    """A job of one application run three times (failed once, stopped for a rewind) had a
+    row per run, three rows named dedup, none of them its total."""
+    from spark_jobs.runtime.metrics.summary import summary_table
+
+    runs = [RunSummary("dedup", True, batches=7, rows_in=31_215, rows_written={"device_events_deduplicated": 29_332},
+                       duplicates_dropped=935, rows_dropped_by_watermark=642, state_rows=29_677),
+            RunSummary("ingest", batches=10, rows_in=45_780, rows_written={"device_events": 45_000}),
+            RunSummary("dedup", True, batches=1, rows_in=28_523, rows_written={"device_events_deduplicated": 26_746,
+                                                                              "late_events": 575},
+                       duplicates_dropped=905, rows_dropped_by_watermark=575, state_rows=36_927),
+            RunSummary("dedup", True, batches=3, rows_in=0, state_rows=None)]
+    table = summary_table(runs)
+    assert [line.split() for line in table[1:]] == [
+        ["dedup", "11", "59,738", "56,653", "1,840", "1,217", "36,927"],
+        ["ingest", "10", "45,780", "45,000", "-", "-", "-"]]

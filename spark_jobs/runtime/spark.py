@@ -86,6 +86,10 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
     if settings.spark.on_this_machine:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    driver_options = " ".join(filter(None, (
+        class_archive.driver_options(settings.jars_path, settings.spark.class_data_sharing, os.environ.get("JAVA_HOME")),
+        # a driver spark-submit started has its logging already
+        "" if "PYSPARK_GATEWAY_PORT" in os.environ else driver_log.java_options(settings.data_dir, app_name))))
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.enabled", str(settings.spark.ui).lower())
@@ -93,11 +97,7 @@ def get_spark(settings: Settings, app_name: str = "sigflow", local_slots: int = 
         .config(map=PROMETHEUS_CONF)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=java_options_conf(settings.spark.spark_java_options, " ".join(filter(None, (
-            class_archive.driver_options(settings.jars_path, settings.spark.class_data_sharing,
-                                         os.environ.get("JAVA_HOME")),
-            "" if "PYSPARK_GATEWAY_PORT" in os.environ else driver_log.java_options(settings.data_dir, app_name),
-        )))))
+        .config(map=java_options_conf(settings.spark.spark_java_options, driver_options))
         .config("spark.driver.memory", settings.spark.driver_heap(one_application))
         # on a cluster: the executors' heap (their time zone and logging: jvm_options)
         .config("spark.executor.memory", settings.spark.executor_memory)

@@ -114,8 +114,7 @@ class Supervisor:
             return jvm_died(self.job, self.settings, self.lease.shared)
         text = str(exc)
         if kafka_admin.is_reachable(self.kafka, timeout_s=3) and not any(m in text for m in KAFKA_TRANSIENT):
-            return explain(self.job, exc, self.settings.checkpoint_uri(self.job), 
-                           driver_log.written_to())
+            return explain(self.job, exc, self.settings.checkpoint_uri(self.job), driver_log.written_to())
         self.record_metrics(query)  # the batches done before Kafka went away
         return _KafkaGone(text.splitlines()[0] if text else type(exc).__name__)
 

@@ -18,7 +18,8 @@ import pandas as pd
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.delta import log_damage, table_access
+from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.delta.table_access import read_pandas
 
 DEVICES_PLOTTED = 8  # more lines than this is unreadable
@@ -37,10 +38,14 @@ def recent(settings: Settings, name: str, columns: list[str], time_column: str, 
     uri = settings.table_uri(name)
     if not table_access.exists(uri):
         return pd.DataFrame(columns=columns)
-    newest = pc.max(file_statistics(uri, [time_column]).column(time_column)).as_py()
-    if newest is None:
-        return read_pandas(uri, columns)  # the writer kept no statistics: small by then, read it
-    return read_pandas(uri, columns, where=ds.field(time_column) >= newest - timedelta(seconds=span_s))
+    try:
+        newest = pc.max(file_statistics(uri, [time_column]).column(time_column)).as_py()
+        if newest is None:
+            return read_pandas(uri, columns)  # the writer kept no statistics: small by then, read it
+        return read_pandas(uri, columns, where=ds.field(time_column) >= newest - timedelta(seconds=span_s))
+    except TableUnreadable as unreadable:  # its chart empty, the table list says why
+        log.warning("report: %s; its chart is empty (%s)", unreadable.message, unreadable.hint)
+        return pd.DataFrame(columns=columns)
 
 
 def _figure(draw, title: str) -> str:
@@ -118,8 +123,12 @@ def _counts(settings: Settings) -> pd.DataFrame:
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
         if table_access.exists(uri):
-            whole = added_since(uri, None)
-            rows.append((name, whole.rows, whole.version))
+            try:
+                whole = added_since(uri, None)
+            except TableUnreadable as unreadable:
+                rows.append((name, f"CANNOT BE READ: {unreadable.finding} (see {log_damage.RUNBOOK})", ""))
+                continue
+            rows.append((name, f"{whole.rows:,}", str(whole.version)))
     return pd.DataFrame(rows, columns=["table", "rows", "version"])
 
 

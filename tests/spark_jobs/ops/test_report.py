@@ -30,8 +30,8 @@ def test_report_draws_every_section_from_the_tables_after_a_run(spark, settings,
     assert "data:image/png;base64," not in sections[reconciled]
     for title in [title for title in list(sections)[1:] if title != reconciled]:
         assert "data:image/png;base64," in sections[title], f"{title} has no plot"
-    shown = {name: int(rows) for name, rows in
-             re.findall(r"<td>(\w+)</td>\s*<td>(\d+)</td>", sections["Tables"])}
+    shown = {name: int(rows.replace(",", "")) for name, rows in
+             re.findall(r"<td>(\w+)</td>\s*<td>([\d,]+)</td>", sections["Tables"])}
     for name in ("device_events", "quarantined_events", "late_events", "device_signal_averages"):
         assert shown[name] == len(table(s, name))
     assert "https://" not in page and "http://" not in page  # opens offline

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
-from spark_jobs.ops import restart
+from spark_jobs.ops import report, restart
 from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from tests.helpers import produce, run_job, sigflow, table
 
 
-def test_a_table_whose_log_is_damaged_is_named_with_its_entry_and_rebuilt_by_its_runbook(spark, settings):
-    """A commit entry of device_events_deduplicated cut short: `sigflow tables` and the job's
-    next run ended in delta-rs' "Kernel error: Json error: Truncated record whilst reading
+def test_a_table_whose_log_is_damaged_is_named_with_its_entry_and_rebuilt_by_its_runbook(spark, settings, tmp_path):
+    """A commit entry of device_events_deduplicated cut short: `sigflow tables`, the report and
+    the job's next run ended in delta-rs' "Kernel error: Json error: Truncated record whilst reading
     object", naming neither the table nor the entry."""
     records = generate_events(300, seed=12, late_ratio=0.0)  # duplicates and malformed kept
     produce(settings, records)
@@ -32,6 +32,8 @@ def test_a_table_whose_log_is_damaged_is_named_with_its_entry_and_rebuilt_by_its
         f"device_events_deduplicated: CANNOT BE READ: its log entry {newest.name} is not what Delta wrote (")
     assert lines["device_events_deduplicated"].endswith("(see docs/runbooks/table-damaged.md)")
     assert lines["device_events_raw"].startswith("device_events_raw: version ")  # the others answer
+    page = report.write(settings, tmp_path / "report.html").read_text()  # it ended in the same error
+    assert f"<td>CANNOT BE READ: its log entry {newest.name} is not what Delta wrote (" in page
     with pytest.raises(TableUnreadable) as stopped:
         run_job(spark, settings, "dedup")
     assert stopped.value.message.startswith(

@@ -6,14 +6,27 @@ import argparse
 import logging
 
 from spark_jobs.cli.common import settings_of
-from spark_jobs.config import load_settings
+from spark_jobs.config import duration_seconds, load_settings
+from spark_jobs.errors import ConfigError
+
+
+def _trigger(args: argparse.Namespace) -> dict[str, str]:
+    """The trigger interval --processing-time sets, checked as the flag it came from (the
+    setting's error named the config file and SIGFLOW_TRIGGER_INTERVAL, which were not used)."""
+    if not args.processing_time:
+        return {}
+    try:
+        duration_seconds(args.processing_time, "trigger_interval")
+    except ConfigError:
+        raise ConfigError(f"--processing-time {args.processing_time!r} is not a duration",
+                          "write it like 10s, '30 seconds' or 5m") from None
+    return {"trigger_interval": args.processing_time}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import launch
 
-    overrides = {"trigger_interval": args.processing_time} if args.processing_time else {}
-    settings = load_settings(config_file=args.config, overrides=overrides)
+    settings = load_settings(config_file=args.config, overrides=_trigger(args))
     summary = launch.run(args.job, settings, available_now=not args.processing_time)
     print(summary.line())
     return 0
@@ -51,7 +64,7 @@ def _keep_pipeline(args: argparse.Namespace) -> int:
     from spark_jobs.runtime import launch
     from spark_jobs.runtime.metrics import summary as run_summary
 
-    settings = load_settings(config_file=args.config, overrides={"trigger_interval": args.processing_time})
+    settings = load_settings(config_file=args.config, overrides=_trigger(args))
     names = args.jobs or list(JOBS)
     def starting() -> None:
         print(f"{', '.join(names)}: one application, a batch every {settings.streaming.trigger_interval} per job, "

@@ -37,6 +37,16 @@ def test_invalid_config_names_the_setting(tmp_path):
     assert "watermark_delay='soon'" in lines[0] and "SIGFLOW_WATERMARK_DELAY" in lines[1]
 
 
+@pytest.mark.parametrize("command", [["run", "ingest"], ["pipeline"]])
+def test_a_processing_time_that_is_no_duration_is_named_as_the_flag_given(tmp_path, command):
+    """It was reported as the setting trigger_interval, with a hint to set it in the config
+    file or SIGFLOW_TRIGGER_INTERVAL, neither of which the operator used."""
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    lines = _one_line_error(sigflow(s, *command, "--processing-time=-5s"))
+    assert lines == ["sigflow: error: --processing-time '-5s' is not a duration",
+                     "sigflow: hint: write it like 10s, '30 seconds' or 5m"]
+
+
 def test_unknown_job_lists_the_jobs(tmp_path):
     s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
     lines = _one_line_error(sigflow(s, "run", "no-such-job"))

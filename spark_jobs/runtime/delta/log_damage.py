@@ -14,8 +14,7 @@ from spark_jobs.errors import SigflowError, first_line
 from spark_jobs.runtime.checkpoint import storage
 
 RUNBOOK = "docs/runbooks/table-damaged.md"
-# the log entries read for damage, newest first: a table is read from its newest checkpoint
-# on, which Delta writes every 10 commits (100 by delta-rs' default)
+# at most this many log entries read for damage, newest first, where no checkpoint bounds them
 NEWEST_ENTRIES = 100
 COMMIT_ENTRY = re.compile(r"\d{20}\.json")
 
@@ -41,13 +40,17 @@ def unreadable(uri: str, error: Exception) -> TableUnreadable:
 
 
 def damaged_entry(uri: str) -> str | None:
-    """The newest commit entry of the table's log that is not JSON lines, if any."""
+    """The newest commit entry of the table's log that is not JSON lines, if any, among those
+    a reader reads: after the newest checkpoint (an entry before it is read by no one, and
+    cannot be why the table fails)."""
     try:
         fs, root = storage.filesystem(uri)
         entries = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+        checkpointed = _last_checkpoint(fs, f"{root}/_delta_log/_last_checkpoint")
     except OSError:  # the storage does not answer: nothing to say of the log
         return None
-    commits = sorted((entry for entry in entries if COMMIT_ENTRY.fullmatch(entry.base_name)),
+    commits = sorted((entry for entry in entries if COMMIT_ENTRY.fullmatch(entry.base_name)
+                      and int(entry.base_name[:20]) > checkpointed),
                      key=lambda entry: entry.base_name, reverse=True)
     for entry in commits[:NEWEST_ENTRIES]:
         try:
@@ -60,6 +63,14 @@ def damaged_entry(uri: str) -> str | None:
         if not actions or not all(isinstance(action, dict) for action in actions):
             return entry.base_name
     return None
+
+
+def _last_checkpoint(fs: pafs.FileSystem, path: str) -> int:
+    """The version of the table's newest checkpoint; -1 for none, or none said legibly."""
+    try:
+        return int(json.loads(storage.read_bytes(fs, path) or b"{}")["version"])
+    except (KeyError, TypeError, ValueError):
+        return -1
 
 
 def set_aside(uri: str, suffix: str) -> str:

@@ -4,6 +4,7 @@ tables still shown; rebuilt by the runbook's steps (docs/runbooks/table-damaged.
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
@@ -52,3 +53,20 @@ def test_a_table_whose_log_is_damaged_is_named_with_its_entry_and_rebuilt_by_its
     valid = {json.loads(r.value)["event_id"] for r in records if r.kind not in MALFORMED_KINDS}
     rebuilt = table(settings, "device_events_deduplicated").event_id
     assert rebuilt.is_unique and set(rebuilt) == valid
+
+
+def test_a_damaged_entry_is_named_only_where_a_reader_reads_it(tmp_path):
+    """The log is read from its newest checkpoint on: an entry damaged before it is not why a
+    table fails, and naming it would send on-call after the wrong file."""
+    from spark_jobs.runtime.delta import log_damage, table_access
+
+    uri = str(tmp_path / "readings")
+    table_access.create(uri, pa.schema([("n", pa.int64())]), None, {})
+    for n in range(3):
+        table_access.append(uri, pa.table({"n": [n]}))
+    log = tmp_path / "readings" / "_delta_log"
+    table_access.open_table(uri).create_checkpoint()  # at version 3
+    (log / "00000000000000000001.json").write_bytes(b'{"add": {"pa')
+    assert log_damage.damaged_entry(uri) is None
+    (log / "00000000000000000004.json").write_bytes(b'{"commitInfo": {"timestamp": 1')  # a commit cut short
+    assert log_damage.damaged_entry(uri) == "00000000000000000004.json"

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
-from spark_jobs.local.private_files import private_dir, write_private
+from spark_jobs.runtime.private_files import private_dir, write_private
 from spark_jobs.runtime.waiting import wait_until
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"

@@ -29,7 +29,6 @@ from spark_jobs.config import Settings
 from spark_jobs.config.groups import GC_OPTIONS
 from spark_jobs.errors import BrokerUnavailable, ConfigError, SigflowError
 from spark_jobs.local import broker_tls
-from spark_jobs.local.private_files import write_private
 from spark_jobs.local.recorded import reap, terminate
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.kafka.address import (
@@ -41,6 +40,7 @@ from spark_jobs.runtime.kafka.address import (
     status,
 )
 from spark_jobs.runtime.kafka.connection import KafkaConnection
+from spark_jobs.runtime.private_files import write_private
 from spark_jobs.runtime.processes import start_time
 from spark_jobs.runtime.waiting import wait_until
 

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-from spark_jobs.local.private_files import private_dir, write_private
+from spark_jobs.runtime.private_files import private_dir, write_private
 
 VALID_DAYS = 825
 

@@ -21,7 +21,6 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import ConfigError, SigflowError
 from spark_jobs.local import recorded
 from spark_jobs.local.broker import free_port, java_binary, port_open
-from spark_jobs.local.private_files import private_dir, write_private
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.catalog import (
     MAIN_CLASS,
@@ -30,6 +29,7 @@ from spark_jobs.runtime.catalog import (
     embedded,
     state_file,
 )
+from spark_jobs.runtime.private_files import private_dir, write_private
 from spark_jobs.runtime.processes import start_time
 
 HEAP = "512m"

@@ -31,7 +31,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
-from spark_jobs.local.private_files import private_dir, write_private
+from spark_jobs.runtime.private_files import private_dir, write_private
 from spark_jobs.runtime.processes import is_recorded_process, start_time
 from spark_jobs.runtime.spark import LOOPBACK_CLUSTER_SECRET
 from spark_jobs.runtime.waiting import wait_until

@@ -20,7 +20,7 @@ from pathlib import Path
 from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.broker import free_port
-from spark_jobs.local.private_files import private_dir, write_private
+from spark_jobs.runtime.private_files import private_dir, write_private
 
 DATABASE = "airflow"
 USER = "airflow"

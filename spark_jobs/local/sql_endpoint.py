@@ -15,8 +15,8 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local import recorded
 from spark_jobs.local.broker import port_open
-from spark_jobs.local.private_files import private_dir, write_private
 from spark_jobs.runtime.catalog import sql_address
+from spark_jobs.runtime.private_files import private_dir, write_private
 from spark_jobs.runtime.processes import is_recorded_process, start_time
 
 COMMAND = ("-m", "spark_jobs.cli", "sql", "serve")

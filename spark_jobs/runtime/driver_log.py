@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 
 from spark_jobs.runtime.jvm_options import LOG4J2_CONFIG
+from spark_jobs.runtime.private_files import private_dir
 
 CONSOLE_OVERLAY = Path(__file__).with_name("log4j2-terminal.properties")
 LOG_PROPERTY = "sigflow.driver_log"
@@ -37,7 +38,7 @@ def java_options(data_dir: str, app_name: str) -> str:
     if not _console["terse"]:
         return ""
     path = log_file(data_dir, app_name).resolve()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(path.parent)
     # the driver's options are split as a shell would (Spark's splitCommandString): a space in
     # the data directory's path stays in its value
     return (f"-Dlog4j2.configurationFile={LOG4J2_CONFIG},{CONSOLE_OVERLAY} "

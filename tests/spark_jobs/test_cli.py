@@ -131,6 +131,7 @@ def test_a_failed_batch_is_one_line_per_spark_error_on_the_console_and_whole_in_
     from tests.helpers import produce
 
     produce(settings, generate_events(50, seed=8, malformed_ratio=0))
+    (Path(settings.data_dir) / "logs").mkdir(mode=0o755, parents=True)  # left open by someone: made private
     failed = sigflow(settings, "run", "ingest", extra_env={"SIGFLOW_FAILPOINTS": "ingest/before_delta_commit:0@raise"})
     error, hint = _one_line_error(failed)
     assert "job ingest failed" in error and "failpoint before_delta_commit: ingest batch 0 failed" in error

@@ -149,7 +149,7 @@ def test_dag_runs_over_rest_listen_on_loopback_only_log_the_result_first_and_a_r
     unanswered = standalone.trigger("sigflow_restart", {"job": "ingest", "action": "resume",
                                                         "approve_within_minutes": 0.1})
     action = standalone.wait_for_required_action("sigflow_restart", unanswered)
-    assert "run ingest from its checkpoint" in action["body"], action
+    assert "run ingest, from its checkpoint" in action["body"], action
     state, tasks = standalone.wait_for_run("sigflow_restart", unanswered)
     assert state == "failed" and tasks["approve_and_apply"] == "failed" and tasks["run_job"] == "upstream_failed", tasks
     assert Checkpoint(settings.checkpoint_uri("ingest")).last_committed() == committed  # the 40 wait in Kafka

@@ -38,6 +38,7 @@ from spark_jobs.contracts.tables import (
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.commit import BatchCommit, CommitContext
@@ -95,6 +96,8 @@ class JobRun:
         self.lease = Lease(self.checkpoint, job.name, settings.operations.lease_ttl.seconds, shared=shared)
         self.lease.acquire()
         self.tables_created: concurrent_writes.Begun | None = None
+        self.tables_recorded = False
+        self.recording = threading.Lock()  # the query's batch thread and the main one both wait
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
             checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
@@ -125,13 +128,15 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
+        self.table_uris = {spec.name: settings.table_uri(spec.name) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)}
+        tables_kept.check_tables_kept(self.checkpoint, job.name, self.table_uris)  # before any is made again
         # at once (concurrent_writes), each a Delta commit of its own, mostly fixed cost, and
         # while the run goes on to start its query: waited for before anything is written
         # (``_start``, and ``BatchCommit`` before a batch's first write)
         self.tables_created = concurrent_writes.begin(self.spark, {
             spec.name: partial(self.sink.ensure_table, spec) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
         fence_after_takeover(settings, job.name, self.tables, self.lease,  # before this run's first write
-                             tables_created=self.tables_created.wait)
+                             tables_created=self._tables_ready)
         self.app_id = self.checkpoint.app_id(job.name)
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self._wire(job, settings)
@@ -168,7 +173,7 @@ class JobRun:
         self.commit_context = CommitContext(
             job, settings, self.spark, self.sink, self.checkpoint, self.lease, self.kafka,
             kafka_source.KafkaRecords(self.spark, settings, self.kafka, job.topics(settings.streaming)),
-            self.tables, self.app_id, self.checkpoint_id, self.summary, self.recorder, self.tables_created.wait)
+            self.tables, self.app_id, self.checkpoint_id, self.summary, self.recorder, self._tables_ready)
         self.commit_batch = BatchCommit(self.commit_context, before_batch=self._catch_up)
         self.lineage = run_lineage(self, tables={spec.name: settings.table_uri(spec.name) for spec in self.tables})
 
@@ -186,13 +191,22 @@ class JobRun:
         if self.query is not None:  # the batches before this one have their progress by now
             self.recorder.record(self.query)
 
+    def _tables_ready(self) -> None:
+        """Wait for the run's tables to exist (``_prepare`` began creating them); the first
+        time, record them in the checkpoint (``tables_kept``)."""
+        self.tables_created.wait()
+        with self.recording:
+            if not self.tables_recorded:
+                tables_kept.record_tables(self.checkpoint, self.table_uris)
+                self.tables_recorded = True
+
     def _start(self, trigger_interval: str):
         """The query started while the run's tables may still be being created (``_prepare``),
         returned once they are: a creation that failed is raised here, before any drive, as
         it would have been before the query."""
         query = self.start(trigger_interval)
         try:
-            self.tables_created.wait()
+            self._tables_ready()
         except BaseException:
             query.stop()
             raise

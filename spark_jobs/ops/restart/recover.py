@@ -69,10 +69,10 @@ def plan_recover(
     job, checkpoint = snapshot.job, snapshot.checkpoint
     plan = Plan.of(snapshot, "recover", runbook=RECOVER_RUNBOOK)
     refuse_if_running(snapshot, plan)
-    damaged = snapshot.unreadable_tables
-    if damaged:
+    damaged, lost = snapshot.unreadable_tables, snapshot.lost_tables
+    if damaged or lost:
         plan.runbook = log_damage.RUNBOOK
-    if checkpoint.exists() and not snapshot.problems and not damaged and not force:
+    if checkpoint.exists() and not snapshot.problems and not damaged and not lost and not force:
         last = snapshot.committed[-1] if snapshot.committed else None
         plan.refuse(f"the checkpoint at {checkpoint.uri} looks sound (last committed batch "
                     f"{last}): resume or rewind it; --force replaces it anyway")
@@ -87,6 +87,11 @@ def plan_recover(
         start = None
         plan.refuse(f"{', '.join(damaged)} cannot be read, and the Delta metadata a recover --from delta "
                     "starts from with it: recover --from raw (or --from earliest), which rebuilds it")
+    elif recover_from == "delta" and lost:
+        start = None
+        plan.refuse("; ".join(f"{name} {change} since {job.name} wrote it" for name, change in lost.items())
+                    + ", and a recover --from delta starts from its tables' Delta metadata: recover --from raw "
+                    "(or --from earliest), which rebuilds it")
     elif recover_from == "delta":
         start = _plan_start_from_delta(settings, job, plan)
         if job.stateful and not accept_state_loss:
@@ -112,6 +117,11 @@ def plan_recover(
                 plan.step(f"move {spec.name} aside to {uri}.damaged-<UTC time> (kept for study: "
                           f"{damaged[spec.name]}); the job rebuilds it",
                           lambda uri=uri: log_damage.set_aside(uri, f"damaged-{applied_at()}"))
+                continue
+            if spec.name in lost:
+                rows = count_rows(uri)
+                plan.step(f"{spec.name} {lost[spec.name]} since {job.name} wrote it: the job rebuilds it"
+                          + (f" (the {rows:,} rows in it now deleted first)" if rows else ""), lambda uri=uri: delete_rows(uri))
                 continue
             plan.step(f"delete every row of {spec.name} ({count_rows(uri):,} rows); the job rebuilds it",
                       lambda uri=uri: delete_rows(uri))

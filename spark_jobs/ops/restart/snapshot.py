@@ -9,6 +9,7 @@ is what makes a change since the first visible.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
@@ -19,8 +20,10 @@ from spark_jobs.contracts.tables import (
     TABLE_STATUS,
     TableSpec,
 )
+from spark_jobs.errors import CheckpointDamaged
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.jobs.registry import get_job
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RECONCILE, Holder, Lease
@@ -52,6 +55,8 @@ class JobSnapshot:
     application_waits: bool = False
     # the job's own tables that cannot be read, each with why (its log damaged)
     unreadable_tables: dict[str, str] = field(default_factory=dict)
+    # the job's own tables gone, or made anew, since its batches wrote them (tables_kept)
+    lost_tables: dict[str, str] = field(default_factory=dict)
 
     def run_again(self) -> str:
         """What runs the job after the restart: the operator, or its application."""
@@ -78,10 +83,14 @@ class JobSnapshot:
                 versions[spec.name] = table_version(settings.table_uri(spec.name))
             except TableUnreadable as damaged:
                 versions[spec.name], unreadable[spec.name] = None, damaged.finding
+        lost = {}
+        with contextlib.suppress(CheckpointDamaged):  # a damaged sigflow.json is one of its problems
+            lost = tables_kept.changed_tables(checkpoint, tables_kept.own_tables(job.name, {
+                spec.name: settings.table_uri(spec.name) for spec in job.tables if spec.name not in unreadable}))
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
                    checkpoint.legacy_pending_rewind(), intent, versions,
                    reconciling if reconciling is not None and reconciling.alive() else None,
-                   (holder is not None and holder.shared) or lease.stop_requested(), unreadable)
+                   (holder is not None and holder.shared) or lease.stop_requested(), unreadable, lost)
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)

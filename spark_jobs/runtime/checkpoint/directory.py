@@ -22,6 +22,9 @@ from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.checkpoint.intent import RestartIntent
 from spark_jobs.runtime.identifiers import checked
 
+# sigflow.json's record of the Delta tables the job wrote, by their ids
+TABLE_IDS_KEY = "table_ids"
+
 
 @dataclass(frozen=True)
 class BatchOffsets:
@@ -123,6 +126,23 @@ class Checkpoint:
         with self.fs.open_output_stream(aside) as out:
             out.write(json.dumps(identity, indent=1).encode())
         self.fs.move(aside, final)
+
+    def table_ids(self) -> dict[str, str]:
+        """Each table this checkpoint's job has written, by the id Delta gave it when it was
+        created (``record_table_ids``); raises CheckpointDamaged when sigflow.json's entry is
+        not what sigflow writes."""
+        ids = self.identity().get(TABLE_IDS_KEY, {})
+        if not (isinstance(ids, dict) and all(isinstance(v, str) for v in ids.values())):
+            raise _damaged(self.uri, "sigflow.json", f"is damaged (its {TABLE_IDS_KEY} is not a map of ids)",
+                           f"sigflow.json's {TABLE_IDS_KEY} is not a map of table ids")
+        return ids
+
+    def record_table_ids(self, ids: dict[str, str]) -> None:
+        """Keep the tables' ids beside the ones recorded (a table named again: its new id)."""
+        identity = self.identity()
+        merged = {**self.table_ids(), **ids}
+        if identity.get(TABLE_IDS_KEY) != merged:
+            self.save_identity({**identity, TABLE_IDS_KEY: merged})
 
     def app_id(self, job: str) -> str:
         """The id this checkpoint's Delta commits are tagged with, created on first use.

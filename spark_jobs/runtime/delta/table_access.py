@@ -56,6 +56,17 @@ def open_table(uri: str, version: int | None = None):
         raise unreadable(uri, error) from error
 
 
+def table_id(uri: str) -> str | None:
+    """The id Delta gave the table when it was created (None: no table at ``uri``): a table
+    deleted and created again under the same path has another."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return open_table(uri).metadata().id
+    except TableNotFoundError:
+        return None
+
+
 def create(uri: str, schema: pa.Schema, partition_by: list[str] | None, configuration: dict[str, str],
            description: str | None = None) -> None:
     """Create the table, once: raises when it exists, or when another writer created it

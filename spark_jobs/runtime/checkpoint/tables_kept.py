@@ -1,0 +1,66 @@
+"""The tables a job's checkpoint has written into, kept: each by the id Delta gave it when it
+was created, recorded in sigflow.json once the run's tables exist, and looked for before the
+next run creates any. A table deleted (by a hand, a lifecycle rule of its bucket) or created
+anew under its path would otherwise be made again empty, or written on, by a job that carries
+on from its checkpoint as if the table held its earlier batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from spark_jobs.errors import SigflowError
+from spark_jobs.jobs import writers_of
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta import table_access
+
+log = logging.getLogger("sigflow.runner")
+RUNBOOK = "docs/runbooks/table-damaged.md"
+
+
+class TableLost(SigflowError):
+    """A table the job has written is gone, or is another table now."""
+
+
+def rebuild_command(job: str) -> str:
+    """The recover that writes a job's own tables again: from device_events_raw, or for
+    ingest, which writes it, from what Kafka holds."""
+    return f"sigflow checkpoint recover {job} --from {'earliest' if job == 'ingest' else 'raw'}"
+
+
+def changed_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> dict[str, str]:
+    """Each of ``tables`` (name -> URI) the checkpoint's batches wrote that is not the table
+    they wrote any more, with what became of it; none before its first committed batch."""
+    recorded = checkpoint.table_ids() if checkpoint.last_committed() is not None else {}
+    changed = {}
+    for name, uri in tables.items():
+        if name in recorded and (found := table_access.table_id(uri)) != recorded[name]:
+            changed[name] = "is gone" if found is None else "was deleted and created again"
+    return changed
+
+
+def own_tables(job: str, tables: Mapping[str, str]) -> dict[str, str]:
+    """Those of ``tables`` only ``job`` writes: the ones its recover rebuilds."""
+    return {name: uri for name, uri in tables.items() if writers_of(name) == (job,)}
+
+
+def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str]) -> None:
+    """Refuse a run of ``job`` whose own table (``tables``: name -> URI) is gone or replaced
+    since its checkpoint's batches wrote it: its recover rebuilds it. A table other jobs write
+    too is not rebuilt by one job's recover: said, and the run goes on (it is created again)."""
+    own = own_tables(job, tables)
+    for name, change in changed_tables(checkpoint, tables).items():
+        if name not in own:
+            log.warning("%s: table %s %s since this job last wrote it: the rows written before are not in it; "
+                        "restore it from a backup to have them (%s)", job, name, change, RUNBOOK)
+            continue
+        raise TableLost(
+            f"{job}: table {name} {change} since {job} wrote it (its batches 0 to {checkpoint.last_committed():,} "
+            "committed): written on from the checkpoint, it would lack every row of those batches",
+            f"restore it as it was, or rebuild it: `{rebuild_command(job)}` ({RUNBOOK})")
+
+
+def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:
+    """Record the tables' ids once they exist, for ``check_tables_kept`` to look for."""
+    found = {name: table_access.table_id(uri) for name, uri in tables.items()}
+    checkpoint.record_table_ids({name: table_id for name, table_id in found.items() if table_id})

@@ -1,0 +1,64 @@
+"""A table a job has written, deleted or created again under its path: the job carried on from
+its checkpoint into an empty table, which `sigflow tables` then called complete up to the
+job's newest records though every row of its earlier batches was gone."""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
+from spark_jobs.ops import restart
+from spark_jobs.ops.deploy import ensure_tables
+from spark_jobs.runtime.checkpoint.tables_kept import TableLost
+from tests.helpers import produce, run_job, sigflow, table
+
+
+def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebuilt(spark, settings, caplog):
+    first, second = generate_events(300, seed=21, late_ratio=0.0), generate_events(200, devices=3, seed=22, late_ratio=0.0)
+    produce(settings, first)
+    run_job(spark, settings, "ingest")
+    run_job(spark, settings, "dedup")
+    uri = Path(settings.table_uri("device_events_deduplicated"))
+
+    # a hand (or a bucket's lifecycle rule) deletes it: the run stops before making it again
+    shutil.rmtree(uri)
+    produce(settings, second)
+    with pytest.raises(TableLost) as refused:
+        run_job(spark, settings, "dedup")
+    assert refused.value.message.startswith("dedup: table device_events_deduplicated is gone since dedup wrote it")
+    assert "`sigflow checkpoint recover dedup --from raw`" in refused.value.hint
+    assert not uri.exists()
+    shown = sigflow(settings, "tables")  # it said "not created yet (... the job's first run creates it)"
+    assert ("device_events_deduplicated: LOST: it is gone since dedup wrote it, its rows with it "
+            "(see docs/runbooks/table-damaged.md)") in shown.stdout.splitlines(), shown.stdout
+
+    # sigflow_deploy's ensure_tables makes an empty one under the path: not the table the job wrote
+    ensure_tables(settings)
+    with pytest.raises(TableLost) as refused:
+        run_job(spark, settings, "dedup")
+    assert "device_events_deduplicated was deleted and created again since dedup wrote it" in refused.value.message
+    assert table(settings, "device_events_deduplicated").empty
+
+    # device_status, which three jobs write, is not rebuilt by one's recover: said, and ingest goes on
+    shutil.rmtree(settings.table_uri("device_status"))
+    with caplog.at_level(logging.WARNING, logger="sigflow.runner"):
+        run_job(spark, settings, "ingest")
+    assert any("ingest: table device_status is gone since this job last wrote it" in r.getMessage()
+               for r in caplog.records), caplog.text
+    devices_since = {json.loads(r.value)["device_id"] for r in second if r.kind not in MALFORMED_KINDS}
+    assert set(table(settings, "device_status").device_id) == devices_since
+
+    # the refusal's hint, followed: every valid event once (from the Delta metadata: refused)
+    assert "device_events_deduplicated was deleted and created again since dedup wrote it" in " ".join(
+        restart.plan_recover(settings, "dedup", "delta").refusals)
+    recover = restart.plan_recover(settings, "dedup", "raw")
+    assert any(step.startswith("device_events_deduplicated was deleted and created again since dedup wrote it: "
+                               "the job rebuilds it") for step in recover.steps), recover.describe()
+    recover.apply()
+    run_job(spark, settings, "dedup")
+    valid = {json.loads(r.value)["event_id"] for r in first + second if r.kind not in MALFORMED_KINDS}
+    rebuilt = table(settings, "device_events_deduplicated").event_id
+    assert rebuilt.is_unique and set(rebuilt) == valid

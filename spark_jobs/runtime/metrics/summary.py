@@ -83,5 +83,8 @@ def summary_table(summaries: list[RunSummary]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
              for row in rows]
-    notes = [f"{s.job}: {why}" for s in summaries if (why := s.zero_late_reason())]
-    return lines + notes
+    jobs_by_reason: dict[str, list[str]] = {}  # one note per reason, naming its jobs
+    for s in summaries:
+        if why := s.zero_late_reason():
+            jobs_by_reason.setdefault(why, []).append(s.job)
+    return lines + [f"{', '.join(jobs)}: {why}" for why, jobs in jobs_by_reason.items()]

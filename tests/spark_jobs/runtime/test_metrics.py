@@ -212,3 +212,17 @@ def test_the_summary_table_has_one_row_per_job_adding_up_its_runs():
     assert [line.split() for line in table[1:]] == [
         ["dedup", "11", "59,738", "56,653", "1,840", "1,217", "36,927"],
         ["ingest", "10", "45,780", "45,000", "-", "-", "-"]]
+
+
+def test_why_a_zero_dropped_late_is_zero_is_said_once_for_every_job_it_holds_for():
+    """A pipeline over records that came before any watermark printed the same note five
+    times under its table, once per stateful job."""
+    from spark_jobs.runtime.metrics.summary import summary_table
+
+    unbatched = [RunSummary(job, True, batches=2, rows_in=3_000, duplicates_dropped=86, batches_behind_a_watermark=0)
+                 for job in ("dedup", "sessions", "alert-join")]
+    behind = RunSummary("windowed-averages", True, batches=3, rows_in=3_000, batches_behind_a_watermark=2)
+    notes = summary_table([RunSummary("ingest", batches=1, rows_in=3_053), *unbatched, behind])[6:]
+    assert notes == ["dedup, sessions, alert-join: all records came before a watermark was set: cut the stream "
+                     "into batches with SIGFLOW_MAX_OFFSETS_PER_TRIGGER to see late data dropped",
+                     "windowed-averages: none behind the watermark"]

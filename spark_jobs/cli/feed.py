@@ -11,6 +11,7 @@ from spark_jobs.config import Settings
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import MALFORMED_KINDS
 from spark_jobs.runtime.kafka import address as kafka_address
+from spark_jobs.runtime.kafka.admin import TopicMissing
 
 
 def _contract_of(settings: Settings, topic: str):
@@ -46,7 +47,14 @@ def cmd_produce(args: argparse.Namespace) -> int:
         print(f"{check.lines:,} lines meet the {check.contract} contract")
     bootstrap = kafka_address.connection(settings)
     records = producer.FileRecords(args.file)
-    sent = producer.produce_records(bootstrap, topic, records, progress=True)
+    try:
+        sent = producer.produce_records(bootstrap, topic, records, progress=True)
+    except TopicMissing as missing:
+        own = (settings.streaming.events_topic, settings.streaming.alerts_topic)
+        if topic in (*own, settings.streaming.critical_alerts_topic):
+            raise
+        raise SigflowError(missing.message, f"the jobs read {own[0]} and {own[1]}: was --topic {topic} meant to be "
+                           f"one of them? `sigflow topics create` makes only those") from None
     for line in records.refused:
         print(line)
     unkeyed = f" ({records.unkeyed:,} unkeyed: no string device_id found)" if records.unkeyed else ""

@@ -90,6 +90,18 @@ def test_produce_publishes_each_line_as_is(settings, tmp_path):
     assert sum(end for _, end in bounds.values()) == 2
 
 
+
+
+def test_produce_to_a_topic_sigflow_does_not_make_names_its_own_instead_of_topics_create(settings, tmp_path):
+    """A misspelt --topic was told to run `sigflow topics create`, which makes only the
+    configured topics, so the same error came back."""
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"event_id": "e1", "device_id": "d1", "event_time": 1, "signal": 1}\n')
+    lines = _one_line_error(sigflow(settings, "produce", "--file", str(path), "--topic", "device-event"))
+    assert lines[0].startswith("sigflow: error: Kafka topic 'device-event' does not exist at "), lines
+    assert lines[1] == (f"sigflow: hint: the jobs read {settings.streaming.events_topic} and "
+                        f"{settings.streaming.alerts_topic}: was --topic device-event meant to be one of them? "
+                        "`sigflow topics create` makes only those"), lines
 @pytest.mark.slow  # two driver JVMs of its own
 @pytest.mark.timeout(600)  # 105 s beside the suite
 def test_a_driver_jvm_dying_mid_batch_stops_with_advice_and_the_rerun_writes_the_batch_once(settings):

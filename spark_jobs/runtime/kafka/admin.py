@@ -131,6 +131,16 @@ def _refusal(conn: KafkaConnection, errors: list[KafkaError], log_lines: list[st
     return None
 
 
+class TopicMissing(SigflowError):
+    """A topic the broker does not list; the hint fits one of sigflow's own topics, which
+    `sigflow topics create` makes."""
+
+    def __init__(self, topic: str, target: Target):
+        super().__init__(f"Kafka topic {topic!r} does not exist at {target}",
+                         "create it with `sigflow topics create` (or the sigflow_deploy DAG)")
+        self.topic = topic
+
+
 def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0,
                      listing: ClusterMetadata | None = None) -> list[int]:
     return topics_partitions(target, [topic], timeout_s, listing)[topic]
@@ -148,10 +158,7 @@ def topics_partitions(target: Target, topics: Iterable[str], timeout_s: float = 
     for topic in topics:
         meta = metadata.topics.get(topic)
         if not _listed(meta):
-            raise SigflowError(
-                f"Kafka topic {topic!r} does not exist at {target}",
-                "create it with `sigflow topics create` (or the sigflow_deploy DAG)",
-            )
+            raise TopicMissing(topic, target)
         found[topic] = sorted(meta.partitions)
     return found
 

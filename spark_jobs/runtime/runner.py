@@ -130,6 +130,7 @@ class JobRun:
         self.tables = self._tables_written(job)
         self.table_uris = {spec.name: settings.table_uri(spec.name) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)}
         tables_kept.check_tables_kept(self.checkpoint, job.name, self.table_uris)  # before any is made again
+        tables_kept.check_checkpoint_there(self.checkpoint, job.name, self.table_uris, settings.kafka.starting_offsets)
         # at once (concurrent_writes), each a Delta commit of its own, mostly fixed cost, and
         # while the run goes on to start its query: waited for before anything is written
         # (``_start``, and ``BatchCommit`` before a batch's first write)

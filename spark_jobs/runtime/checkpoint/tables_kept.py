@@ -1,8 +1,10 @@
-"""The tables a job's checkpoint has written into, kept: each by the id Delta gave it when it
-was created, recorded in sigflow.json once the run's tables exist, and looked for before the
-next run creates any. A table deleted (by a hand, a lifecycle rule of its bucket) or created
-anew under its path would otherwise be made again empty, or written on, by a job that carries
-on from its checkpoint as if the table held its earlier batches."""
+"""The tables a job's checkpoint has written, and the checkpoint that wrote them, both still
+there. Each table is known by the id Delta gave it when it was created, recorded in
+sigflow.json once the run's tables exist and looked for before the next run creates any: a
+table deleted (by a hand, a lifecycle rule of its bucket) or created anew under its path
+would otherwise be made again empty, or written on, by a job carrying on from its checkpoint
+as if the table held its earlier batches. A job with no checkpoint at all whose tables hold
+rows lost it: a new one would write those rows again."""
 
 from __future__ import annotations
 
@@ -13,13 +15,19 @@ from spark_jobs.errors import SigflowError
 from spark_jobs.jobs import writers_of
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.delta.increments import added_since
 
 log = logging.getLogger("sigflow.runner")
 RUNBOOK = "docs/runbooks/table-damaged.md"
+CHECKPOINT_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
 
 
 class TableLost(SigflowError):
     """A table the job has written is gone, or is another table now."""
+
+
+class CheckpointMissing(SigflowError):
+    """A job's tables hold rows, and its checkpoint is not where the settings say."""
 
 
 def rebuild_command(job: str) -> str:
@@ -58,6 +66,26 @@ def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str
             f"{job}: table {name} {change} since {job} wrote it (its batches 0 to {checkpoint.last_committed():,} "
             "committed): written on from the checkpoint, it would lack every row of those batches",
             f"restore it as it was, or rebuild it: `{rebuild_command(job)}` ({RUNBOOK})")
+
+
+def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str, str], starting_offsets: str) -> None:
+    """Refuse a run of ``job`` with no checkpoint at all (no batch, no app id in sigflow.json) whose own
+    table holds rows: its checkpoint is lost, or the setting points elsewhere now. A new one
+    would read Kafka from ``starting_offsets`` again and append those rows a second time."""
+    if checkpoint.exists() or "app_id" in checkpoint.identity():  # a recover's new checkpoint has its id
+        return
+    for name, uri in own_tables(job, tables).items():
+        held = added_since(uri, None) if table_access.exists(uri) else None
+        if held is None or not held.files:
+            continue
+        rows = f"{held.rows:,} rows" if held.rows else "rows"
+        fresh = ("start at Kafka's end, skipping every record since its last batch" if starting_offsets == "latest"
+                 else f"read Kafka from {starting_offsets} again, writing what it had written a second time")
+        raise CheckpointMissing(
+            f"{job}: no checkpoint at {checkpoint.uri}, yet {name} holds {rows} an earlier checkpoint of it "
+            f"wrote: a new one would {fresh}",
+            f"if the checkpoint moved, set checkpoint_root to where it is; if it is lost, rebuild it: "
+            f"`sigflow checkpoint recover {job}` ({CHECKPOINT_RUNBOOK})")
 
 
 def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from spark_jobs.ops import restart
 from spark_jobs.ops.deploy import ensure_tables
-from spark_jobs.runtime.checkpoint.tables_kept import TableLost
+from spark_jobs.runtime.checkpoint.tables_kept import CheckpointMissing, TableLost
 from tests.helpers import produce, run_job, sigflow, table
 
 
@@ -60,5 +60,29 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
     recover.apply()
     run_job(spark, settings, "dedup")
     valid = {json.loads(r.value)["event_id"] for r in first + second if r.kind not in MALFORMED_KINDS}
+    rebuilt = table(settings, "device_events_deduplicated").event_id
+    assert rebuilt.is_unique and set(rebuilt) == valid
+
+
+def test_a_job_whose_checkpoint_is_gone_and_whose_tables_hold_rows_is_refused_until_recovered(spark, settings):
+    """dedup's checkpoint deleted: its next run read Kafka from the earliest offset again and
+    appended every event a second time."""
+    records = generate_events(300, seed=23, late_ratio=0.0)
+    produce(settings, records)
+    run_job(spark, settings, "dedup")
+    written = table(settings, "device_events_deduplicated")
+    shutil.rmtree(settings.checkpoint_uri("dedup"))
+    with pytest.raises(CheckpointMissing) as refused:
+        run_job(spark, settings, "dedup")
+    assert refused.value.message == (
+        f"dedup: no checkpoint at {settings.checkpoint_uri('dedup')}, yet device_events_deduplicated holds "
+        f"{len(written):,} rows an earlier checkpoint of it wrote: a new one would read Kafka from earliest again, "
+        "writing what it had written a second time")
+    assert "`sigflow checkpoint recover dedup`" in refused.value.hint
+    assert len(table(settings, "device_events_deduplicated")) == len(written)
+
+    restart.plan_recover(settings, "dedup", "earliest").apply()
+    run_job(spark, settings, "dedup")
+    valid = {json.loads(r.value)["event_id"] for r in records if r.kind not in MALFORMED_KINDS}
     rebuilt = table(settings, "device_events_deduplicated").event_id
     assert rebuilt.is_unique and set(rebuilt) == valid

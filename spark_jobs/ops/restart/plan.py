@@ -17,8 +17,10 @@ from spark_jobs.ops.restart import audit
 from spark_jobs.ops.restart.audit import Approval
 from spark_jobs.ops.restart.snapshot import JobSnapshot
 from spark_jobs.runtime import failpoints
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
 from spark_jobs.runtime.checkpoint.lease import RUN, Holder, Lease
+from spark_jobs.runtime.delta import log_damage
 from spark_jobs.runtime.delta.fence import fence_after_takeover
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
@@ -177,6 +179,17 @@ def refuse_if_running(snapshot: JobSnapshot, plan: Plan) -> None:
     holder, name = snapshot.holder, snapshot.job.name
     if holder is not None and not refuse_if_applying(holder, plan):
         plan.refuse(f"{name} is running (pid {holder.pid}): stop it first with `sigflow stop {name}`")
+
+
+def refuse_if_tables_lost(snapshot: JobSnapshot, plan: Plan) -> None:
+    """A table of the job's own that cannot be read, or is gone since its batches wrote it:
+    a resume or a rewind would stop at it, as its run does; a recover rebuilds it."""
+    job = snapshot.job.name
+    found = [f"{name} cannot be read ({why})" for name, why in snapshot.unreadable_tables.items()]
+    found += [f"{name} {change} since {job} wrote it" for name, change in snapshot.lost_tables.items()]
+    if found:
+        plan.refuse("; ".join(found) + f": rebuild it with `{tables_kept.rebuild_command(job)}` instead")
+        plan.runbook = log_damage.RUNBOOK
 
 
 def refuse_if_applying(holder: Holder, plan: Plan) -> bool:

@@ -10,6 +10,7 @@ from spark_jobs.ops.restart.plan import (
     RECOVER_RUNBOOK,
     Plan,
     refuse_if_applying,
+    refuse_if_tables_lost,
     refuse_pending_rewind,
 )
 from spark_jobs.ops.restart.snapshot import JobSnapshot
@@ -66,6 +67,7 @@ def plan_resume(settings: Settings, job_name: str, lease: Lease | None = None) -
                        "in flight (its other jobs go on)" if holder.shared else
                        f"stop the running query (pid {holder.pid}) with SIGTERM after its batch in flight",
                        lambda: stop_running(settings, job.name))
+    refuse_if_tables_lost(snapshot, plan)
     if problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(problems)}): recover it instead")
         plan.runbook = RECOVER_RUNBOOK

@@ -18,6 +18,7 @@ from spark_jobs.ops.restart.plan import (
     offsets_text,
     refuse_if_kafka_dropped,
     refuse_if_running,
+    refuse_if_tables_lost,
 )
 from spark_jobs.ops.restart.replay import plan_replay, reads_raw
 from spark_jobs.ops.restart.snapshot import JobSnapshot, shared_tables
@@ -50,6 +51,7 @@ def plan_rewind(
     finishing = pending is not None or (isinstance(snapshot.intent, RestartIntent) and snapshot.intent.action == "rewind")
     plan = Plan.of(snapshot, "rewind")
     refuse_if_running(snapshot, plan)
+    refuse_if_tables_lost(snapshot, plan)
     if snapshot.problems:
         plan.refuse(f"the checkpoint is damaged ({'; '.join(snapshot.problems)}): recover it instead")
         plan.runbook = RECOVER_RUNBOOK

@@ -76,7 +76,7 @@ def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str
         return
     for name, uri in own_tables(job, tables).items():
         held = added_since(uri, None) if table_access.exists(uri) else None
-        if held is None or not held.files:
+        if held is None or not held.files or not _batches_of(job, uri):
             continue
         rows = f"{held.rows:,} rows" if held.rows else "rows"
         fresh = ("start at Kafka's end, skipping every record since its last batch" if starting_offsets == "latest"
@@ -86,6 +86,14 @@ def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str
             f"wrote: a new one would {fresh}",
             f"if the checkpoint moved, set checkpoint_root to where it is; if it is lost, rebuild it: "
             f"`sigflow checkpoint recover {job}` ({CHECKPOINT_RUNBOOK})")
+
+
+def _batches_of(job: str, uri: str) -> bool:
+    """Whether a batch of ``job`` committed to the table (rows put there otherwise, a
+    migration's or an older sigflow's, are no earlier checkpoint's): its newest 50 commits,
+    then its whole history."""
+    return any(any(m.get("job") == job and m.get("batch_id") is not None
+                   for m in table_access.commit_metadata(uri, limit)) for limit in (50, None))
 
 
 def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:

@@ -31,6 +31,10 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
     assert refused.value.message.startswith("dedup: table device_events_deduplicated is gone since dedup wrote it")
     assert "`sigflow checkpoint recover dedup --from raw`" in refused.value.hint
     assert not uri.exists()
+    for plan in (restart.plan_resume(settings, "dedup"), restart.plan_rewind(settings, "dedup", to_batch=0)):
+        assert ("device_events_deduplicated is gone since dedup wrote it: rebuild it with "
+                "`sigflow checkpoint recover dedup --from raw` instead") in plan.refusals, plan.describe()
+        assert plan.runbook == "docs/runbooks/table-damaged.md"
     shown = sigflow(settings, "tables")  # it said "not created yet (... the job's first run creates it)"
     assert ("device_events_deduplicated: LOST: it is gone since dedup wrote it, its rows with it "
             "(see docs/runbooks/table-damaged.md)") in shown.stdout.splitlines(), shown.stdout

@@ -4,7 +4,7 @@ sigflow.json once the run's tables exist and looked for before the next run crea
 table deleted (by a hand, a lifecycle rule of its bucket) or created anew under its path
 would otherwise be made again empty, or written on, by a job carrying on from its checkpoint
 as if the table held its earlier batches. A job with no checkpoint at all whose tables hold
-rows lost it: a new one would write those rows again."""
+rows its batches wrote has lost it: a new one would write those rows again."""
 
 from __future__ import annotations
 
@@ -69,9 +69,10 @@ def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str
 
 
 def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str, str], starting_offsets: str) -> None:
-    """Refuse a run of ``job`` with no checkpoint at all (no batch, no app id in sigflow.json) whose own
-    table holds rows: its checkpoint is lost, or the setting points elsewhere now. A new one
-    would read Kafka from ``starting_offsets`` again and append those rows a second time."""
+    """Refuse a run of ``job`` with no checkpoint at all (no batch, no app id in sigflow.json)
+    whose own table holds rows its batches committed: its checkpoint is lost, or the setting
+    points elsewhere now. A new one would read Kafka from ``starting_offsets`` again and append
+    those rows a second time (from ``latest``: skip what came since)."""
     if checkpoint.exists() or "app_id" in checkpoint.identity():  # a recover's new checkpoint has its id
         return
     for name, uri in own_tables(job, tables).items():

@@ -65,7 +65,8 @@ def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str
         raise TableLost(
             f"{job}: table {name} {change} since {job} wrote it (its batches 0 to {checkpoint.last_committed():,} "
             "committed): written on from the checkpoint, it would lack every row of those batches",
-            f"restore it as it was, or rebuild it: `{rebuild_command(job)}` ({RUNBOOK})")
+            ("if the tables moved, set delta_root to where they are; else " if change == "is gone" else "")
+            + f"restore it as it was, or rebuild it: `{rebuild_command(job)}` ({RUNBOOK})")
 
 
 def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str, str], starting_offsets: str) -> None:

@@ -29,7 +29,9 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
     with pytest.raises(TableLost) as refused:
         run_job(spark, settings, "dedup")
     assert refused.value.message.startswith("dedup: table device_events_deduplicated is gone since dedup wrote it")
-    assert "`sigflow checkpoint recover dedup --from raw`" in refused.value.hint
+    assert refused.value.hint == ("if the tables moved, set delta_root to where they are; else restore it as it "
+                                  "was, or rebuild it: `sigflow checkpoint recover dedup --from raw` "
+                                  "(docs/runbooks/table-damaged.md)")
     assert not uri.exists()
     for plan in (restart.plan_resume(settings, "dedup"), restart.plan_rewind(settings, "dedup", to_batch=0)):
         assert ("device_events_deduplicated is gone since dedup wrote it: rebuild it with "

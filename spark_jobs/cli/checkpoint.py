@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from spark_jobs.cli.common import settings_of
+from spark_jobs.cli.common import settings_of, whole_number
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -48,12 +48,12 @@ def register(sub) -> None:
     inspect.add_argument("--state", action="store_true",
                          help="what each stateful operator holds (Spark's state data source; the job may run)")
     inspect.add_argument("--device", help="with --state: this device's rows only")
-    inspect.add_argument("--batch", type=int, help="with --state: at this committed batch (default: the latest)")
-    inspect.add_argument("--limit", type=int, default=20, help="with --state: rows shown per operator")
+    inspect.add_argument("--batch", type=whole_number, help="with --state: at this committed batch (default: the latest)")
+    inspect.add_argument("--limit", type=whole_number, default=20, help="with --state: rows shown per operator")
     resume = actions.add_parser("resume", help="finish a rewind or recover that was cut short")
     rewind = actions.add_parser("rewind", help="re-run the batches after a batch or a time")
     target = rewind.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-batch", type=int, help="re-run every batch after this one")
+    target.add_argument("--to-batch", type=whole_number, help="re-run every batch after this one")
     target.add_argument("--to-time", help="re-run the batches started after this UTC time (ISO 8601)")
     recover = actions.add_parser("recover", help="rebuild a lost or corrupt checkpoint, or a job's tables")
     recover.add_argument("--from", dest="recover_from", choices=["delta", "earliest", "raw"], default="delta",

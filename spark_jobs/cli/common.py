@@ -8,6 +8,17 @@ import argparse
 from spark_jobs.config import Settings, load_settings
 
 
+def whole_number(text: str) -> int:
+    """An argument counting something, or naming a batch: 0 or more (argparse names the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     return load_settings(config_file=args.config)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from spark_jobs.cli.common import settings_of
+from spark_jobs.cli.common import settings_of, whole_number
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("quarantine", help="quarantined records by reason, topic and partition, with samples")
     p.add_argument("--since", default="24 hours", help="how far back, e.g. 1h (default 24 hours)")
-    p.add_argument("--samples", type=int, default=3, help="raw payloads shown per reason")
+    p.add_argument("--samples", type=whole_number, default=3, help="raw payloads shown per reason")
     p.add_argument("--by", nargs="+", default=[], choices=GROUPINGS,
                    help="counts per device (the payload's device_id) or per producer key")
     p.set_defaults(func=cmd_quarantine)
@@ -71,5 +71,5 @@ def register(sub) -> None:
 
     p = sub.add_parser("lineage", help="which job, DAG run and Kafka topics produced a table, up to which version")
     p.add_argument("table")
-    p.add_argument("--runs", type=int, default=5, help="how many of the newest runs to show (default 5)")
+    p.add_argument("--runs", type=whole_number, default=5, help="how many of the newest runs to show (default 5)")
     p.set_defaults(func=cmd_lineage)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
+from spark_jobs.errors import SigflowError
 from spark_jobs.runtime.delta import log_damage, table_access
 from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.delta.table_access import read_pandas
@@ -235,6 +236,11 @@ shows the last {html.escape(span)} of its table.</p>
 
 def write(settings: Settings, out: Path | None = None, span: str = "24 hours") -> Path:
     out = Path(out or Path(settings.data_dir) / "report.html")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(build(settings, span))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(build(settings, span))
+    except OSError as error:
+        why = f"{out.parent} is a file" if out.parent.is_file() else error.strerror or str(error)
+        raise SigflowError(f"the report cannot be written to {out}: {why}",
+                           "give --out a file in a folder you may write") from None
     return out

@@ -78,6 +78,27 @@ def test_produce_of_a_directory_says_it_is_one(tmp_path):
     assert lines[0] == f"sigflow: error: {tmp_path}: is a directory", lines
 
 
+
+def test_a_report_that_cannot_be_written_says_where_in_one_line(tmp_path):
+    """A folder that cannot hold the page ended in an unexplained FileNotFoundError."""
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    lines = _one_line_error(sigflow(s, "report", "--out", str(blocker / "report.html")))
+    assert lines == [f"sigflow: error: the report cannot be written to {blocker / 'report.html'}: {blocker} is a file",
+                     "sigflow: hint: give --out a file in a folder you may write"], lines
+
+
+def test_a_batch_or_a_count_below_zero_is_refused_by_its_flag(tmp_path):
+    """`rewind --to-batch -5` was planned, and refused as "no longer in the checkpoint"."""
+    s = load_settings(env={}, overrides={"data_dir": str(tmp_path), "kafka_bootstrap_servers": "127.0.0.1:1"})
+    for args, flag in ((("checkpoint", "rewind", "dedup", "--to-batch", "-5"), "--to-batch: -5 is below 0"),
+                       (("checkpoint", "inspect", "dedup", "--state", "--limit", "x"), "--limit: 'x' is not a whole number"),
+                       (("quarantine", "--samples", "-1"), "--samples: -1 is below 0")):
+        refused = sigflow(s, *args)
+        assert refused.returncode == 2 and refused.stderr.strip().endswith(f"error: argument {flag}"), refused.stderr
+
+
 def test_produce_publishes_each_line_as_is(settings, tmp_path):
     from spark_jobs.runtime.kafka import admin as kafka_admin
     from spark_jobs.runtime.kafka import offsets as kafka_offsets

@@ -103,6 +103,22 @@ def test_injected_bad_rows_fail_naming_the_expectation_with_a_sample(good_tables
     assert set(results[~results.success].table_name) == {"device_events_deduplicated", "device_signal_averages"}
 
 
+
+def test_a_window_or_a_session_written_twice_fails_its_key(good_tables, tmp_path):
+    """A window or a session is written once (docs/tables.md); a second copy of its rows (a
+    second writer, a job started over its own output) met every expectation."""
+    s = _copy(good_tables, tmp_path)
+    for name in ("device_signal_averages", "device_sessions"):
+        written = DeltaTable(s.table_uri(name)).to_pyarrow_table()
+        assert written.num_rows
+        write_deltalake(s.table_uri(name), written.slice(written.num_rows - 1), mode="append")
+    with pytest.raises(quality.QualityFailed) as failed:
+        quality.run(s, ["device_signal_averages", "device_sessions", "device_events_deduplicated"])
+    found = {(r.table, o.expectation, o.column, o.unexpected_count) for r in failed.value.reports for o in r.failed_critical}
+    assert found == {  # no run checked the copy before: both rows of each pair are new, and count
+        ("device_signal_averages", "expect_compound_columns_to_be_unique", "device_id, window_kind, window_start", 2),
+        ("device_sessions", "expect_compound_columns_to_be_unique", "device_id, session_start", 2)}
+
 def test_a_table_from_before_the_key_constraint_with_a_null_key_is_named_by_deploy_and_by_quality(
         good_tables, tmp_path):
     """What the constraint cannot hold: a row written before it existed. Deploy's migration

@@ -189,9 +189,10 @@ class TableReport:
 
 
 class QualityFailed(SigflowError):
-    def __init__(self, message: str, hint: str, reports: list[TableReport]):
-        super().__init__(message, hint, [line for report in reports for line in report.lines()])
+    def __init__(self, message: str, hint: str, reports: list[TableReport], gone: list[str] | None = None):
+        super().__init__(message, hint, [line for report in reports for line in report.lines()] + (gone or []))
         self.reports = reports
+        self.gone = gone or []  # a line per table an earlier run checked that is not there now
 
 
 def check(settings: Settings, tables: list[str] | None = None, full: bool = False) -> list[str]:
@@ -221,12 +222,17 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     create_table(results_uri, DQ_RESULTS)  # or migrate it: table_version came later
     context = _context(settings)
     run_id, run_time = uuid.uuid4().hex[:12], datetime.now(timezone.utc)
-    reports = []
+    reports, gone = [], []
     # A bar on a terminal only: Airflow task logs and pipes get the result lines alone.
     for name in tqdm(tables or list(all_suites), desc="quality", unit=" table", disable=None, leave=False):
         uri = settings.table_uri(name)
         if not table_access.exists(uri):
-            log.info("%s: no table yet, skipped", name)
+            checked = _last_checked(results_uri, name)
+            if checked is None:
+                log.info("%s: no table yet, skipped", name)
+            else:
+                gone.append(f"{name}: GONE: no table at {uri}, where a run checked it at version {checked:,} "
+                            f"(docs/runbooks/table-damaged.md)")
             continue
         increment = increments.added_since(uri, None if full else _last_passed(results_uri, name))
         reports.append(_check_table(context, settings, increment, name, all_suites[name], run_id, run_time))
@@ -236,19 +242,30 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     context.build_data_docs(resource_identifiers=[key for r in reports for key in r.docs_pages])
     datadocs_assets.bundle(Path(data_docs_index(settings)).parent)  # the pages work offline
     failed = [(r.table, o) for r in reports for o in r.failed_critical]
-    if failed:
-        named = ", ".join(f"{t}: {o.expectation}({o.column or ''})" for t, o in failed)
+    if failed or gone:
+        named = ", ".join([f"{t}: {o.expectation}({o.column or ''})" for t, o in failed]
+                          + [f"{line.split(':')[0]}: gone" for line in gone])
         raise QualityFailed(
             f"data quality failed: {named}",
             f"see the bad rows above, dq_results run {run_id} and {data_docs_index(settings)}; "
             "runbook docs/runbooks/dq-failure.md",
-            reports,
+            reports, gone,
         )
     return reports
 
 
 def data_docs_index(settings: Settings) -> str:
     return str(settings.quality_path / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html")
+
+
+def _last_checked(results_uri: str, table: str) -> int | None:
+    """The newest version of ``table`` any run checked (None: none did)."""
+    import pyarrow.dataset as ds
+
+    from spark_jobs.runtime.delta.table_access import read_pandas
+
+    versions = read_pandas(results_uri, ["table_version"], where=ds.field("table_name") == table).table_version.dropna()
+    return int(versions.max()) if len(versions) else None
 
 
 def _last_passed(results_uri: str, table: str) -> int | None:

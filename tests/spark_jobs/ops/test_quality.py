@@ -119,6 +119,23 @@ def test_a_window_or_a_session_written_twice_fails_its_key(good_tables, tmp_path
         ("device_signal_averages", "expect_compound_columns_to_be_unique", "device_id, window_kind, window_start", 2),
         ("device_sessions", "expect_compound_columns_to_be_unique", "device_id, session_start", 2)}
 
+
+def test_a_table_an_earlier_run_checked_and_now_gone_fails_where_it_was_skipped(good_tables, tmp_path):
+    """A table deleted after a run had checked it was skipped as "no table yet", and the run
+    said every critical expectation was met."""
+    s = _copy(good_tables, tmp_path)
+    quality.run(s, ["device_sessions", "device_events_deduplicated"])
+    checked = DeltaTable(s.table_uri("device_sessions")).version()
+    shutil.rmtree(s.table_uri("device_sessions"))
+    with pytest.raises(quality.QualityFailed) as failed:
+        quality.run(s, ["device_sessions", "device_events_deduplicated"])
+    assert failed.value.message == "data quality failed: device_sessions: gone"
+    assert failed.value.details[-1] == (f"device_sessions: GONE: no table at {s.table_uri('device_sessions')}, where a "
+                                        f"run checked it at version {checked:,} (docs/runbooks/table-damaged.md)")
+    shutil.rmtree(s.table_uri("fleet_signal_rollups"), ignore_errors=True)  # never checked: not yet made, skipped
+    assert [r.table for r in quality.run(s, ["fleet_signal_rollups", "device_events_deduplicated"])] == [
+        "device_events_deduplicated"]
+
 def test_a_table_from_before_the_key_constraint_with_a_null_key_is_named_by_deploy_and_by_quality(
         good_tables, tmp_path):
     """What the constraint cannot hold: a row written before it existed. Deploy's migration

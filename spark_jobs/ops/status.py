@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint, recover_hint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
+from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.kafka import address as kafka_address
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -81,7 +84,7 @@ def format_age(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED
+    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED, TABLE LOST, CHECKPOINT LOST
     reason: str
     next_step: str = ""
 
@@ -238,12 +241,32 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             status.behind = sum(status.lag.values())
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
+    status.verdict = _tables_verdict(settings, checkpoint, job)
+    if status.verdict is not None:
+        return status
     left_held = lease is not None and not lease.released and not running  # a run that died holding it
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=left_held,
         behind=status.behind, age_s=status.age_s, trigger_s=_commit_interval_s(settings, job),
         batch_records=settings.kafka.max_offsets_per_trigger, stop_requested=not running and job_lease.stop_requested())
     return status
+
+
+def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:
+    """The job's own table gone or made anew since its batches wrote it, or its checkpoint
+    gone while they hold its rows: its next run is refused (runtime/checkpoint/tables_kept.py);
+    one running now writes into a table that lacks the rows before."""
+    own = tables_kept.own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in JOB_TABLES.get(job, ())})
+    try:
+        tables_kept.check_tables_kept(checkpoint, job, own)
+        tables_kept.check_checkpoint_there(checkpoint, job, own, settings.kafka.starting_offsets)
+    except tables_kept.TableLost as lost:
+        return Verdict("TABLE LOST", lost.message.removeprefix(f"{job}: "), lost.hint)
+    except tables_kept.CheckpointMissing as missing:
+        return Verdict("CHECKPOINT LOST", missing.message.removeprefix(f"{job}: "), missing.hint)
+    except TableUnreadable:  # `sigflow tables` names it; the run is refused naming it
+        return None
+    return None
 
 
 def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, JobFigures] | None = None

@@ -12,6 +12,7 @@ import pytest
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from spark_jobs.ops import restart
 from spark_jobs.ops.deploy import ensure_tables
+from spark_jobs.ops.status import job_status
 from spark_jobs.runtime.checkpoint.tables_kept import CheckpointMissing, TableLost
 from tests.helpers import produce, run_job, sigflow, table
 
@@ -33,6 +34,8 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
                                   "was, or rebuild it: `sigflow checkpoint recover dedup --from raw` "
                                   "(docs/runbooks/table-damaged.md)")
     assert not uri.exists()
+    verdict = job_status(settings, "dedup").verdict  # it was OK: not running, nothing waiting
+    assert (verdict.word, verdict.reason) == ("TABLE LOST", refused.value.message.removeprefix("dedup: "))
     for plan in (restart.plan_resume(settings, "dedup"), restart.plan_rewind(settings, "dedup", to_batch=0)):
         assert ("device_events_deduplicated is gone since dedup wrote it: rebuild it with "
                 "`sigflow checkpoint recover dedup --from raw` instead") in plan.refusals, plan.describe()
@@ -86,6 +89,8 @@ def test_a_job_whose_checkpoint_is_gone_and_whose_tables_hold_rows_is_refused_un
         "writing what it had written a second time")
     assert "`sigflow checkpoint recover dedup`" in refused.value.hint
     assert len(table(settings, "device_events_deduplicated")) == len(written)
+    verdict = job_status(settings, "dedup").verdict  # it was NEVER RUN, with `sigflow run dedup` to do
+    assert (verdict.word, verdict.next_step) == ("CHECKPOINT LOST", refused.value.hint)
 
     restart.plan_recover(settings, "dedup", "earliest").apply()
     run_job(spark, settings, "dedup")

@@ -18,8 +18,9 @@
    app id, batch id, watermark, Kafka end offsets). A batch that may be a replay is checked
    against the table and appended under Delta's application transaction (txnAppId = app
    id, txnVersion = N), so Delta itself refuses a second copy; a new batch skips that
-   lookup, which rebuilds the table's state on every append (``sink.DeltaSink.append``). A
-   table without rows gets no commit. A batch whose split gave no table, or a replay its
+   lookup, which rebuilds the table's state on every append (``sink.DeltaSink.append``). An
+   append that found its table gone (Delta made it again, its commit version 0) stops the
+   job there (``tables_kept.TableLost``). A table without rows gets no commit. A batch whose split gave no table, or a replay its
    tables already hold, still runs its plan to the end, where its stateful operators commit
    their state.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's

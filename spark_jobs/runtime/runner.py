@@ -22,6 +22,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -35,6 +36,7 @@ from spark_jobs.contracts.tables import (
     TABLE_STATUS,
     TableSpec,
 )
+from spark_jobs.errors import SigflowError
 from spark_jobs.jobs.base import StreamingJob
 from spark_jobs.runtime import classpath
 from spark_jobs.runtime.checkpoint import guards as checkpoint_guards
@@ -142,8 +144,9 @@ class JobRun:
         self.checkpoint_id = self.checkpoint.checkpoint_id(job.name)
         self._wire(job, settings)
         self.supervisor = Supervisor(job.name, settings, self.kafka, self.lease, self.summary, self._start,
-                                     self.record_metrics, self._await_progress_lines)
+                                     self.record_metrics, self._await_progress_lines, lambda: self.batch_failure)
         self.query = None
+        self.batch_failure: SigflowError | None = None
         self.stop_gate = StopGate(hold_s=STOP_GRACE_S)  # each start of the query makes its own
 
     # hooks of _prepare, as a micro-batch run takes them
@@ -216,16 +219,28 @@ class JobRun:
     def start(self, trigger_interval: str):
         self.commit_batch.query_starting()
         self.stop_gate = StopGate(hold_s=STOP_GRACE_S)
+        self.batch_failure = None
         self.query = (
             self.plan()
             .writeStream.queryName(query_name(self.job.name))
-            .foreachBatch(told_as_a_stop(self.commit_batch, lambda: self.query is None or self.query.isActive,
-                                         self.stop_gate))
+            .foreachBatch(told_as_a_stop(self._keeping_failure(self.commit_batch),
+                                         lambda: self.query is None or self.query.isActive, self.stop_gate))
             .option("checkpointLocation", self.checkpoint.uri)
             .trigger(processingTime=trigger_interval)
             .start()
         )
         return self.query
+
+    def _keeping_failure(self, commit: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
+        """``commit`` keeping the SigflowError it raises, which the supervisor reports as it is
+        (its message and hint) rather than as Spark's failure of the query that wraps it."""
+        def call(batch_df: DataFrame, batch_id: int) -> None:
+            try:
+                commit(batch_df, batch_id)
+            except SigflowError as error:
+                self.batch_failure = error
+                raise
+        return call
 
     def _replay_from_raw(self, stop: threading.Event | None) -> bool:
         """The replay from device_events_raw the checkpoint has yet to finish, if any: a query

@@ -51,7 +51,8 @@ KAFKA_TRANSIENT = ("org.apache.kafka.common.errors.TimeoutException", "NotLeader
 class Supervisor:
     """One run's supervision. ``start`` starts its query with a trigger interval;
     ``record_metrics`` records the batches a query has done; ``settle`` waits, after a stop,
-    for what the query's listener reports asynchronously."""
+    for what the query's listener reports asynchronously; ``raised_in_batch`` is the error
+    sigflow's own batch code raised in the query's failed batch, if it did."""
 
     job: str
     settings: Settings
@@ -61,6 +62,7 @@ class Supervisor:
     start: Callable[[str], object]
     record_metrics: Callable[[object], None]
     settle: Callable[[object], None]
+    raised_in_batch: Callable[[], SigflowError | None] = lambda: None
 
     def run(self, trigger_interval: str, drive: Callable[[object], None],
             stop: threading.Event | None = None) -> RunSummary:
@@ -110,6 +112,9 @@ class Supervisor:
             raise jvm_died(self.job, self.settings, self.lease.shared) from None
 
     def _failure(self, query, exc: Exception) -> Exception:
+        own = self.raised_in_batch()
+        if own is not None:  # said for people already, where Spark's wrapping names only the query
+            return own
         if "OutOfMemoryError" in str(exc):
             return jvm_died(self.job, self.settings, self.lease.shared)
         text = str(exc)

@@ -19,6 +19,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
+from spark_jobs.runtime.checkpoint.tables_kept import (
+    RUNBOOK,
+    TableLost,
+    rebuild_command,
+)
 from spark_jobs.runtime.delta import fence, schema, table_access
 from spark_jobs.runtime.delta.commit_info import CommitInfo
 from spark_jobs.runtime.delta.newest import newest_per_key
@@ -146,7 +151,7 @@ class DeltaSink:
         """The rows an earlier attempt of this batch committed (a replay writes none, but its
         pipeline_metrics row reports the batch's real output): 0 when no longer in the
         table's recent history."""
-        return _rows_committed(self.uri(spec), info.user_metadata()) or 0
+        return _committed(self.uri(spec), info.user_metadata())[0] or 0
 
     def _append(self, df: DataFrame, spec: TableSpec, app_id: str | None, batch_id: int, commit_info: str) -> int | None:
         uri = self.uri(spec)
@@ -154,7 +159,13 @@ class DeltaSink:
         if app_id is not None:
             writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
         writer.save(uri)
-        return _rows_committed(uri, commit_info)
+        rows, version = _committed(uri, commit_info)
+        if version == 0:  # the run made its tables before this: the append made it again
+            raise TableLost(
+                f"table {spec.name} was gone when batch {batch_id} appended to it: Delta made it again, holding "
+                "that batch's rows alone, and the job stopped there",
+                f"rebuild it: `{rebuild_command(CommitInfo.parse(commit_info).job)}` ({RUNBOOK})")
+        return rows
 
     def append_unwritten(self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, info: CommitInfo,
                          batch_of: Callable[[dict[str, Any]], int]) -> int | None:
@@ -194,14 +205,15 @@ def _commit_again(retry: tenacity.retry_base, attempts: int = 10) -> tenacity.Re
                              stop=tenacity.stop_after_attempt(attempts), reraise=True)
 
 
-def _rows_committed(uri: str, commit_info: str) -> int | None:
-    """The rows our commit wrote, from its commit info (no second Spark job to count them);
-    None when there is no such commit: Delta found the transaction already applied.
-    Other drivers may have committed since (shared tables): ours carries our metadata."""
+def _committed(uri: str, commit_info: str) -> tuple[int | None, int | None]:
+    """The rows our commit wrote, from its commit info (no second Spark job to count them),
+    and its version; None for both when there is no such commit: Delta found the transaction
+    already applied. Other drivers may have committed since (shared tables): ours carries
+    our metadata."""
     for entry in table_access.open_table(uri).history(20):
         if entry.get("userMetadata") == commit_info:
-            return int(entry.get("operationMetrics", {}).get("numOutputRows", 0))
-    return None
+            return int(entry.get("operationMetrics", {}).get("numOutputRows", 0)), entry.get("version")
+    return None, None
 
 
 def _every_column(rows: pa.Table, arrow_schema: pa.Schema) -> pa.Table:

@@ -97,3 +97,28 @@ def test_a_job_whose_checkpoint_is_gone_and_whose_tables_hold_rows_is_refused_un
     valid = {json.loads(r.value)["event_id"] for r in records if r.kind not in MALFORMED_KINDS}
     rebuilt = table(settings, "device_events_deduplicated").event_id
     assert rebuilt.is_unique and set(rebuilt) == valid
+
+
+def test_a_table_deleted_while_its_job_runs_stops_the_job_at_the_batch_that_made_it_again(spark, settings, monkeypatch):
+    """Deleted between two batches of a running job, the table was made again by the next
+    batch's append, holding that batch's rows alone, and the job went on writing into it."""
+    from spark_jobs.runtime.checkpoint import tables_kept
+
+    first, second = generate_events(200, seed=24, late_ratio=0.0), generate_events(100, seed=25, late_ratio=0.0)
+    produce(settings, first)
+    run_job(spark, settings, "dedup")
+    produce(settings, second)
+    uri = settings.table_uri("device_events_deduplicated")
+    recorded = tables_kept.record_tables
+
+    def then_deleted(checkpoint, tables):  # the run's tables exist and are recorded; then a hand
+        recorded(checkpoint, tables)
+        shutil.rmtree(uri)
+    monkeypatch.setattr(tables_kept, "record_tables", then_deleted)
+    with pytest.raises(TableLost) as stopped:
+        run_job(spark, settings, "dedup")
+    assert stopped.value.message.startswith("table device_events_deduplicated was gone when batch ")
+    assert "`sigflow checkpoint recover dedup --from raw`" in stopped.value.hint
+    monkeypatch.undo()
+    with pytest.raises(TableLost, match="was deleted and created again since dedup wrote it"):
+        run_job(spark, settings, "dedup")  # and so it stays stopped until rebuilt

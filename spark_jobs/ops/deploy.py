@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES
-from spark_jobs.errors import BrokerUnavailable
+from spark_jobs.errors import BrokerUnavailable, SigflowError
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.delta.properties import table_properties
 from spark_jobs.runtime.delta.schema import create_table
 from spark_jobs.runtime.kafka import address as kafka_address
@@ -58,6 +59,16 @@ def grow_topics(settings: Settings, partitions: int, topics: list[str] | None = 
 
 
 def ensure_tables(settings: Settings) -> list[str]:
-    return [f"table {name}: {create_table(settings.table_uri(name), spec, table_properties(settings, spec))}"
-            for name, spec in ALL_TABLES.items()]
+    """Create or migrate every table, except one a job's batches wrote that is gone now: made
+    again empty, it would stand in for the table the job's checkpoint goes on from, and is
+    refused, after the others are made, naming it (runtime/checkpoint/tables_kept.py)."""
+    lost = tables_kept.lost_tables(settings)
+    done = [f"table {name}: {create_table(settings.table_uri(name), spec, table_properties(settings, spec))}"
+            for name, spec in ALL_TABLES.items() if name not in lost]
+    if lost:
+        raise SigflowError(
+            "not made again: " + "; ".join(f"{name} {what}" for name, what in lost.items()),
+            f"if the tables moved, set delta_root to where they are; else restore each, or rebuild it with its "
+            f"job's recover ({tables_kept.RUNBOOK})", done)
+    return done
 

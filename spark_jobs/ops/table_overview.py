@@ -4,17 +4,14 @@ and how complete it is, from table_status (the same rows a reader without sigflo
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import ALL_TABLES, TABLE_STATUS
-from spark_jobs.errors import CheckpointDamaged
-from spark_jobs.jobs import JOB_NAMES, JOB_TABLES, RECONCILED_JOBS, writers_of
+from spark_jobs.jobs import RECONCILED_JOBS, writers_of
 from spark_jobs.ops import late_backlog
 from spark_jobs.runtime.checkpoint import tables_kept
-from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.delta import log_damage, table_access
 from spark_jobs.runtime.delta.increments import added_since
 
@@ -87,7 +84,7 @@ def overview(settings: Settings) -> list[TableOverview]:
         backlog = late_backlog.backlog(settings)
     except log_damage.TableUnreadable:
         backlog = {}
-    lost = _lost(settings)
+    lost = tables_kept.lost_tables(settings)
     found = []
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
@@ -108,17 +105,6 @@ def overview(settings: Settings) -> list[TableOverview]:
             name, table.version(), added_since(uri, None).rows,
             table.metadata().configuration.get(CHANGE_FEED) == "true", writers))
     return found
-
-
-def _lost(settings: Settings) -> dict[str, str]:
-    """Each job's own table that is gone, or was made anew, since the job's batches wrote it."""
-    lost = {}
-    for job in JOB_NAMES:
-        own = tables_kept.own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in JOB_TABLES[job]})
-        with contextlib.suppress(CheckpointDamaged, log_damage.TableUnreadable):  # shown as such elsewhere
-            changed = tables_kept.changed_tables(Checkpoint(settings.checkpoint_uri(job)), own)
-            lost |= {name: f"{change} since {job} wrote it" for name, change in changed.items()}
-    return lost
 
 
 def _writing(settings: Settings, table: str, job: str, status: dict,

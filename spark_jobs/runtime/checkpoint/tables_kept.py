@@ -8,14 +8,17 @@ rows its batches wrote has lost it: a new one would write those rows again."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 
-from spark_jobs.errors import SigflowError
-from spark_jobs.jobs import writers_of
+from spark_jobs.config import Settings
+from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.jobs import JOB_TABLES, writers_of
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.delta import table_access
 from spark_jobs.runtime.delta.increments import added_since
+from spark_jobs.runtime.delta.log_damage import TableUnreadable
 
 log = logging.getLogger("sigflow.runner")
 RUNBOOK = "docs/runbooks/table-damaged.md"
@@ -50,6 +53,19 @@ def changed_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> dict[st
 def own_tables(job: str, tables: Mapping[str, str]) -> dict[str, str]:
     """Those of ``tables`` only ``job`` writes: the ones its recover rebuilds."""
     return {name: uri for name, uri in tables.items() if writers_of(name) == (job,)}
+
+
+def lost_tables(settings: Settings) -> dict[str, str]:
+    """Each job's own table gone, or made anew, since the job's batches wrote it, with what
+    became of it and since whose batches; a job whose checkpoint or table cannot be read is
+    left to the commands that read them."""
+    lost = {}
+    for job, specs in JOB_TABLES.items():
+        own = own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in specs})
+        with contextlib.suppress(CheckpointDamaged, TableUnreadable):
+            changed = changed_tables(Checkpoint(settings.checkpoint_uri(job)), own)
+            lost |= {name: f"{change} since {job} wrote it" for name, change in changed.items()}
+    return lost
 
 
 def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str]) -> None:

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
+from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
 from spark_jobs.ops import restart
 from spark_jobs.ops.deploy import ensure_tables
 from spark_jobs.ops.status import job_status
 from spark_jobs.runtime.checkpoint.tables_kept import CheckpointMissing, TableLost
+from spark_jobs.runtime.delta.schema import create_table
 from tests.helpers import produce, run_job, sigflow, table
 
 
@@ -44,8 +47,12 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
     assert ("device_events_deduplicated: LOST: it is gone since dedup wrote it, its rows with it "
             "(see docs/runbooks/table-damaged.md)") in shown.stdout.splitlines(), shown.stdout
 
-    # sigflow_deploy's ensure_tables makes an empty one under the path: not the table the job wrote
-    ensure_tables(settings)
+    # sigflow_deploy's step does not make it again, saying why; another hand does, empty
+    with pytest.raises(SigflowError) as not_made:
+        ensure_tables(settings)
+    assert not_made.value.message == "not made again: device_events_deduplicated is gone since dedup wrote it"
+    assert "table device_events: exists" in not_made.value.details and not uri.exists()
+    create_table(str(uri), DEVICE_EVENTS_DEDUPLICATED)
     with pytest.raises(TableLost) as refused:
         run_job(spark, settings, "dedup")
     assert "device_events_deduplicated was deleted and created again since dedup wrote it" in refused.value.message

@@ -19,6 +19,7 @@ import pandas as pd
 from spark_jobs.config import Settings, duration_seconds
 from spark_jobs.contracts.tables import ALL_TABLES
 from spark_jobs.errors import SigflowError
+from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.delta import log_damage, table_access
 from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.delta.table_access import read_pandas
@@ -120,10 +121,12 @@ def _counts(settings: Settings) -> pd.DataFrame:
     """Each table's rows and version, from its files' statistics: no row is read."""
     from spark_jobs.runtime.delta.increments import added_since
 
-    rows = []
+    rows, lost = [], tables_kept.lost_tables(settings)
     for name in ALL_TABLES:
         uri = settings.table_uri(name)
-        if table_access.exists(uri):
+        if name in lost:
+            rows.append((name, f"LOST: it {lost[name]}, its rows with it (see {log_damage.RUNBOOK})", ""))
+        elif table_access.exists(uri):
             try:
                 whole = added_since(uri, None)
             except TableUnreadable as unreadable:

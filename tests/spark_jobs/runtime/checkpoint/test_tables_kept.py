@@ -12,7 +12,7 @@ import pytest
 from spark_jobs.contracts.tables import DEVICE_EVENTS_DEDUPLICATED
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
-from spark_jobs.ops import restart
+from spark_jobs.ops import report, restart
 from spark_jobs.ops.deploy import ensure_tables
 from spark_jobs.ops.status import job_status
 from spark_jobs.runtime.checkpoint.tables_kept import CheckpointMissing, TableLost
@@ -44,8 +44,9 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
                 "`sigflow checkpoint recover dedup --from raw` instead") in plan.refusals, plan.describe()
         assert plan.runbook == "docs/runbooks/table-damaged.md"
     shown = sigflow(settings, "tables")  # it said "not created yet (... the job's first run creates it)"
-    assert ("device_events_deduplicated: LOST: it is gone since dedup wrote it, its rows with it "
-            "(see docs/runbooks/table-damaged.md)") in shown.stdout.splitlines(), shown.stdout
+    lost = "LOST: it is gone since dedup wrote it, its rows with it (see docs/runbooks/table-damaged.md)"
+    assert f"device_events_deduplicated: {lost}" in shown.stdout.splitlines(), shown.stdout
+    assert f"<td>{lost}</td>" in report.build(settings)  # the report left it out
 
     # sigflow_deploy's step does not make it again, saying why; another hand does, empty
     with pytest.raises(SigflowError) as not_made:

@@ -222,7 +222,7 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     create_table(results_uri, DQ_RESULTS)  # or migrate it: table_version came later
     context = _context(settings)
     run_id, run_time = uuid.uuid4().hex[:12], datetime.now(timezone.utc)
-    reports, gone = [], []
+    reports, gone = [], {}  # gone: the line saying so, by table
     # A bar on a terminal only: Airflow task logs and pipes get the result lines alone.
     for name in tqdm(tables or list(all_suites), desc="quality", unit=" table", disable=None, leave=False):
         uri = settings.table_uri(name)
@@ -231,8 +231,8 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
             if checked is None:
                 log.info("%s: no table yet, skipped", name)
             else:
-                gone.append(f"{name}: GONE: no table at {uri}, where a run checked it at version {checked:,} "
-                            f"(docs/runbooks/table-damaged.md)")
+                gone[name] = (f"{name}: GONE: no table at {uri}, where a run checked it at version {checked:,} "
+                              f"(docs/runbooks/table-damaged.md)")
             continue
         increment = increments.added_since(uri, None if full else _last_passed(results_uri, name))
         reports.append(_check_table(context, settings, increment, name, all_suites[name], run_id, run_time))
@@ -244,12 +244,12 @@ def run(settings: Settings, tables: list[str] | None = None, full: bool = False)
     failed = [(r.table, o) for r in reports for o in r.failed_critical]
     if failed or gone:
         named = ", ".join([f"{t}: {o.expectation}({o.column or ''})" for t, o in failed]
-                          + [f"{line.split(':')[0]}: gone" for line in gone])
+                          + [f"{name}: gone" for name in gone])
         raise QualityFailed(
             f"data quality failed: {named}",
             f"see the bad rows above, dq_results run {run_id} and {data_docs_index(settings)}; "
             "runbook docs/runbooks/dq-failure.md",
-            reports, gone,
+            reports, list(gone.values()),
         )
     return reports
 

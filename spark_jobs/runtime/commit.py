@@ -20,9 +20,9 @@
    id, txnVersion = N), so Delta itself refuses a second copy; a new batch skips that
    lookup, which rebuilds the table's state on every append (``sink.DeltaSink.append``). An
    append that found its table gone (Delta made it again, its commit version 0) stops the
-   job there (``tables_kept.TableLost``). A table without rows gets no commit. A batch whose split gave no table, or a replay its
-   tables already hold, still runs its plan to the end, where its stateful operators commit
-   their state.
+   job there (``tables_kept.TableLost``). A table without rows gets no commit. A batch
+   whose split gave no table, or a replay its tables already hold, still runs its plan to
+   the end, where its stateful operators commit their state.
 5. **Late events.** Only when the job's stateful operators dropped rows as late (Spark's
    own count): the rows the plan observed as late (``late_events.observed``), or, where it
    could not judge them, the batch's range read again from where the query reads (Kafka, or

@@ -121,7 +121,8 @@ def plan_recover(
             if spec.name in lost:
                 rows = count_rows(uri)
                 plan.step(f"{spec.name} {lost[spec.name]} since {job.name} wrote it: the job rebuilds it"
-                          + (f" (the {rows:,} rows in it now deleted first)" if rows else ""), lambda uri=uri: delete_rows(uri))
+                          + (f" (the {rows:,} rows in it now deleted first)" if rows else ""),
+                          lambda uri=uri: delete_rows(uri))
                 continue
             plan.step(f"delete every row of {spec.name} ({count_rows(uri):,} rows); the job rebuilds it",
                       lambda uri=uri: delete_rows(uri))

@@ -138,7 +138,6 @@ class TopicMissing(SigflowError):
     def __init__(self, topic: str, target: Target):
         super().__init__(f"Kafka topic {topic!r} does not exist at {target}",
                          "create it with `sigflow topics create` (or the sigflow_deploy DAG)")
-        self.topic = topic
 
 
 def topic_partitions(target: Target, topic: str, timeout_s: float = 10.0,

@@ -296,6 +296,13 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
             "checkpoint_root, or see docs/runbooks/checkpoint-lost-or-corrupt.md")
     committed = set(checkpoint.committed_batches())
     lines = [f"{job}: checkpoint {checkpoint.uri}, app id {checkpoint.app_id(job)}"]
+    holder = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
+    lines.append(f"  lease: held by {holder.describe()}" if holder is not None and holder.alive() else "  lease: free")
+    recorded = checkpoint.table_ids()
+    if recorded:  # as its runs recorded them (tables_kept), and what became of any since
+        changed = tables_kept.changed_tables(checkpoint, {name: settings.table_uri(name) for name in recorded})
+        lines.append("  tables written: " + ", ".join(f"{name} ({changed[name]})" if name in changed else name
+                                                      for name in recorded))
     replay = checkpoint.replay_from_raw()
     if replay is not None:
         lines.append(f"  replaying device_events_raw (a restart's re-run): Kafka from {json.dumps(replay[1])} once "

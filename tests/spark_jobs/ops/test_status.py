@@ -3,6 +3,7 @@ lease and Kafka, the watermark in one form, and what to run next (docs/observabi
 
 import json
 import os
+import shutil
 import socket
 import time
 from datetime import datetime, timedelta
@@ -115,6 +116,13 @@ def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
     lines = status.inspect_checkpoint(settings, "ingest")
     assert lines[0].startswith("ingest: checkpoint") and "app id sigflow-ingest-" in lines[0]
     assert any("batch 0: committed" in line and "watermark none yet" in line for line in lines[1:])
+    # what its help says it shows besides: the lease and the tables its runs wrote
+    assert lines[1] == "  lease: free"
+    assert set(lines[2].removeprefix("  tables written: ").split(", ")) == {
+        "device_events_raw", "device_events", "device_alerts", "quarantined_events", "device_status",
+        "pipeline_metrics", "table_status"}, lines
+    shutil.rmtree(settings.table_uri("device_alerts"))
+    assert "device_alerts (is gone)" in status.inspect_checkpoint(settings, "ingest")[2]
 
     with pytest.raises(SigflowError, match="sessions has no checkpoint") as err:
         status.inspect_checkpoint(settings, "sessions")

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
 from spark_jobs.errors import CheckpointDamaged, SigflowError
-from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
@@ -256,7 +255,7 @@ def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Ver
     """The job's own table gone or made anew since its batches wrote it, or its checkpoint
     gone while they hold its rows: its next run is refused (runtime/checkpoint/tables_kept.py);
     one running now writes into a table that lacks the rows before."""
-    own = tables_kept.own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in JOB_TABLES.get(job, ())})
+    own = tables_kept.own_table_uris(settings, job)
     try:
         tables_kept.check_tables_kept(checkpoint, job, own)
         tables_kept.check_checkpoint_there(checkpoint, job, own, settings.kafka.starting_offsets)
@@ -265,7 +264,7 @@ def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Ver
     except tables_kept.CheckpointMissing as missing:
         return Verdict("CHECKPOINT LOST", missing.message.removeprefix(f"{job}: "), missing.hint)
     except TableUnreadable:  # `sigflow tables` names it; the run is refused naming it
-        return None
+        pass
     return None
 
 

@@ -130,14 +130,16 @@ class JobRun:
         kafka_source.require_classes(self.spark)
         self.sink = DeltaSink(self.spark, settings)
         self.tables = self._tables_written(job)
-        self.table_uris = {spec.name: settings.table_uri(spec.name) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)}
-        tables_kept.check_tables_kept(self.checkpoint, job.name, self.table_uris)  # before any is made again
-        tables_kept.check_checkpoint_there(self.checkpoint, job.name, self.table_uris, settings.kafka.starting_offsets)
+        written = self.tables + (PIPELINE_METRICS, TABLE_STATUS)
+        uris = {spec.name: settings.table_uri(spec.name) for spec in written}
+        # before any is made again
+        self.tables_to_record = tables_kept.check_tables_kept(self.checkpoint, job.name, uris)
+        tables_kept.check_checkpoint_there(self.checkpoint, job.name, uris, settings.kafka.starting_offsets)
         # at once (concurrent_writes), each a Delta commit of its own, mostly fixed cost, and
         # while the run goes on to start its query: waited for before anything is written
         # (``_start``, and ``BatchCommit`` before a batch's first write)
         self.tables_created = concurrent_writes.begin(self.spark, {
-            spec.name: partial(self.sink.ensure_table, spec) for spec in self.tables + (PIPELINE_METRICS, TABLE_STATUS)})
+            spec.name: partial(self.sink.ensure_table, spec) for spec in written})
         fence_after_takeover(settings, job.name, self.tables, self.lease,  # before this run's first write
                              tables_created=self._tables_ready)
         self.app_id = self.checkpoint.app_id(job.name)
@@ -201,7 +203,7 @@ class JobRun:
         self.tables_created.wait()
         with self.recording:
             if not self.tables_recorded:
-                tables_kept.record_tables(self.checkpoint, self.table_uris)
+                tables_kept.record_tables(self.checkpoint, self.tables_to_record)
                 self.tables_recorded = True
 
     def _start(self, trigger_interval: str):

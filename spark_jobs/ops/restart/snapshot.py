@@ -85,8 +85,8 @@ class JobSnapshot:
                 versions[spec.name], unreadable[spec.name] = None, damaged.finding
         lost = {}
         with contextlib.suppress(CheckpointDamaged):  # a damaged sigflow.json is one of its problems
-            lost = tables_kept.changed_tables(checkpoint, tables_kept.own_tables(job.name, {
-                spec.name: settings.table_uri(spec.name) for spec in job.tables if spec.name not in unreadable}))
+            lost = tables_kept.changed_tables(checkpoint, {
+                name: uri for name, uri in tables_kept.own_table_uris(settings, job.name).items() if name not in unreadable})
         return cls(settings, job, checkpoint, lease, holder, checkpoint.problems(), checkpoint.committed_batches(),
                    checkpoint.legacy_pending_rewind(), intent, versions,
                    reconciling if reconciling is not None and reconciling.alive() else None,

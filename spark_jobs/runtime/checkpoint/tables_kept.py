@@ -55,25 +55,33 @@ def own_tables(job: str, tables: Mapping[str, str]) -> dict[str, str]:
     return {name: uri for name, uri in tables.items() if writers_of(name) == (job,)}
 
 
+def own_table_uris(settings: Settings, job: str) -> dict[str, str]:
+    """The tables only ``job`` writes, by name, with their URIs."""
+    return own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in JOB_TABLES.get(job, ())})
+
+
 def lost_tables(settings: Settings) -> dict[str, str]:
     """Each job's own table gone, or made anew, since the job's batches wrote it, with what
     became of it and since whose batches; a job whose checkpoint or table cannot be read is
     left to the commands that read them."""
     lost = {}
-    for job, specs in JOB_TABLES.items():
-        own = own_tables(job, {spec.name: settings.table_uri(spec.name) for spec in specs})
+    for job in JOB_TABLES:
         with contextlib.suppress(CheckpointDamaged, TableUnreadable):
-            changed = changed_tables(Checkpoint(settings.checkpoint_uri(job)), own)
+            changed = changed_tables(Checkpoint(settings.checkpoint_uri(job)), own_table_uris(settings, job))
             lost |= {name: f"{change} since {job} wrote it" for name, change in changed.items()}
     return lost
 
 
-def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str]) -> None:
+def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str]) -> dict[str, str]:
     """Refuse a run of ``job`` whose own table (``tables``: name -> URI) is gone or replaced
     since its checkpoint's batches wrote it: its recover rebuilds it. A table other jobs write
-    too is not rebuilt by one job's recover: said, and the run goes on (it is created again)."""
+    too is not rebuilt by one job's recover: said, and the run goes on (it is created again).
+    Returns those of ``tables`` whose ids ``record_tables`` is to record once they exist: every
+    one before the first committed batch, then the ones not recorded yet or made again (the
+    others were just found as recorded)."""
     own = own_tables(job, tables)
-    for name, change in changed_tables(checkpoint, tables).items():
+    changed = changed_tables(checkpoint, tables)
+    for name, change in changed.items():
         if name not in own:
             log.warning("%s: table %s %s since this job last wrote it: the rows written before are not in it; "
                         "restore it from a backup to have them (%s)", job, name, change, RUNBOOK)
@@ -83,6 +91,10 @@ def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str
             "committed): written on from the checkpoint, it would lack every row of those batches",
             ("if the tables moved, set delta_root to where they are; else " if change == "is gone" else "")
             + f"restore it as it was, or rebuild it: `{rebuild_command(job)}` ({RUNBOOK})")
+    if checkpoint.last_committed() is None:
+        return dict(tables)
+    recorded = checkpoint.table_ids()
+    return {name: uri for name, uri in tables.items() if name not in recorded or name in changed}
 
 
 def check_checkpoint_there(checkpoint: Checkpoint, job: str, tables: Mapping[str, str], starting_offsets: str) -> None:
@@ -115,6 +127,7 @@ def _batches_of(job: str, uri: str) -> bool:
 
 
 def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:
-    """Record the tables' ids once they exist, for ``check_tables_kept`` to look for."""
+    """Record the tables' ids once they exist (those ``check_tables_kept`` returned), for its
+    next call to look for."""
     found = {name: table_access.table_id(uri) for name, uri in tables.items()}
     checkpoint.record_table_ids({name: table_id for name, table_id in found.items() if table_id})

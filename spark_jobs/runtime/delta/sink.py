@@ -91,7 +91,6 @@ class DeltaSink:
         A commit a takeover's fence failed (``fence.py``) landed nothing: ``still_held``
         raises when this run lost its lease (the fence was against it), else the append is
         made again (another job's fence of a table both append to)."""
-        commit_info = info.user_metadata()
         for attempt in _commit_again(tenacity.retry_if_exception(fence.is_fenced_commit), attempts=5):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
@@ -99,11 +98,11 @@ class DeltaSink:
                     log.info("%s: a fence failed batch %s's commit, this run still holds its lease: appending "
                              "again", spec.name, info.batch_id)
                 if not replay_possible:
-                    return self._append(df, spec, None, info.batch_id, commit_info)
+                    return self._append(df, spec, info, transaction=False)
                 if self._already_committed(spec, info.app_id, info.batch_id,
                                            self.committed_batch(spec, info.app_id)):
                     return None
-                return self._append(df, spec, info.app_id, info.batch_id, commit_info)
+                return self._append(df, spec, info, transaction=True)
 
     def append_held(self, rows: pa.Table, spec: TableSpec, info: CommitInfo, replay_possible: bool = True,
                     still_held: Callable[[], None] = lambda: None) -> int | None:
@@ -153,18 +152,20 @@ class DeltaSink:
         table's recent history."""
         return _committed(self.uri(spec), info.user_metadata())[0] or 0
 
-    def _append(self, df: DataFrame, spec: TableSpec, app_id: str | None, batch_id: int, commit_info: str) -> int | None:
-        uri = self.uri(spec)
+    def _append(self, df: DataFrame, spec: TableSpec, info: CommitInfo, transaction: bool) -> int | None:
+        """One Spark append carrying ``info`` (under Delta's application transaction when
+        ``transaction``): the rows it wrote, None when the transaction was already applied."""
+        uri, commit_info = self.uri(spec), info.user_metadata()
         writer = df.write.format("delta").mode("append").option("userMetadata", commit_info)
-        if app_id is not None:
-            writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+        if transaction:
+            writer = writer.option("txnAppId", info.app_id).option("txnVersion", info.batch_id)
         writer.save(uri)
         rows, version = _committed(uri, commit_info)
         if version == 0:  # the run made its tables before this: the append made it again
             raise TableLost(
-                f"table {spec.name} was gone when batch {batch_id} appended to it: Delta made it again, holding "
-                "that batch's rows alone, and the job stopped there",
-                f"rebuild it: `{rebuild_command(CommitInfo.parse(commit_info).job)}` ({RUNBOOK})")
+                f"table {spec.name} was gone when batch {info.batch_id} appended to it: Delta made it again, "
+                "holding that batch's rows alone, and the job stopped there",
+                f"rebuild it: `{rebuild_command(info.job)}` ({RUNBOOK})")
         return rows
 
     def append_unwritten(self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, info: CommitInfo,

@@ -14,7 +14,8 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
-from spark_jobs.runtime.checkpoint.lease import LEASE_FILE
+from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
 from tests.helpers import produce, run_job, sigflow
 
 QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, behind=0, age_s=30.0,
@@ -121,6 +122,12 @@ def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
     assert set(lines[2].removeprefix("  tables written: ").split(", ")) == {
         "device_events_raw", "device_events", "device_alerts", "quarantined_events", "device_status",
         "pipeline_metrics", "table_status"}, lines
+    held = Lease(Checkpoint(settings.checkpoint_uri("ingest")), "ingest", settings.operations.lease_ttl.seconds)
+    held.acquire()
+    try:
+        assert status.inspect_checkpoint(settings, "ingest")[1].startswith(f"  lease: held by ingest run {held.owner} ")
+    finally:
+        held.release()
     shutil.rmtree(settings.table_uri("device_alerts"))
     assert "device_alerts (is gone)" in status.inspect_checkpoint(settings, "ingest")[2]
 

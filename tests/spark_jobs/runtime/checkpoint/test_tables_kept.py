@@ -67,6 +67,10 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
                for r in caplog.records), caplog.text
     devices_since = {json.loads(r.value)["device_id"] for r in second if r.kind not in MALFORMED_KINDS}
     assert set(table(settings, "device_status").device_id) == devices_since
+    caplog.clear()  # the table made again is the one recorded now: said once
+    with caplog.at_level(logging.WARNING, logger="sigflow.runner"):
+        run_job(spark, settings, "ingest")
+    assert not any("device_status" in r.getMessage() for r in caplog.records), caplog.text
 
     # the refusal's hint, followed: every valid event once (from the Delta metadata: refused)
     assert "device_events_deduplicated was deleted and created again since dedup wrote it" in " ".join(

@@ -139,9 +139,12 @@ def test_delta_spark_itself_skips_a_transaction_it_already_holds(spark, settings
     sink = DeltaSink(spark, settings)
     sink.ensure_table(READINGS)
     batch = spark.createDataFrame([("d1", 1.0)], READINGS.schema)
-    assert sink._append(batch, READINGS, "app", 3, '{"try": 1}') == 1
-    assert sink._append(batch, READINGS, "app", 3, '{"try": 2}') is None  # the replay
-    assert sink._append(batch, READINGS, "app", 2, '{"try": 3}') is None  # an older batch
+    def attempt(batch_id: int, attempt_number: int) -> CommitInfo:  # each attempt's metadata its own
+        return CommitInfo(job="readings-writer", app_id="app", batch_id=batch_id, watermark_ms=attempt_number)
+
+    assert sink._append(batch, READINGS, attempt(3, 1), transaction=True) == 1
+    assert sink._append(batch, READINGS, attempt(3, 2), transaction=True) is None  # the replay
+    assert sink._append(batch, READINGS, attempt(2, 3), transaction=True) is None  # an older batch
     assert count_matching(settings.table_uri("readings")) == 1
 
 

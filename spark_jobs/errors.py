@@ -37,7 +37,12 @@ class KafkaRefused(BrokerUnavailable):
     """A broker answered but refused the connection: credentials, certificate or protocol."""
 
 
-class DataLossError(SigflowError):
+class NeedsRestart(SigflowError):
+    """What only a restart of the job mends (a recover, a rewind, a restart left half done
+    applied again): a run started again as things are fails alike."""
+
+
+class DataLossError(NeedsRestart):
     """Offsets a checkpoint needs are no longer in Kafka and failOnDataLoss is true."""
 
 
@@ -45,11 +50,11 @@ class DriverDied(SigflowError):
     """The Spark driver JVM exited during a batch (out of memory, as measured so far)."""
 
 
-class CheckpointIdentityLost(SigflowError):
+class CheckpointIdentityLost(NeedsRestart):
     """A checkpoint has batches but not the id its Delta commits carry (sigflow.json)."""
 
 
-class CheckpointDamaged(SigflowError):
+class CheckpointDamaged(NeedsRestart):
     """A file in the checkpoint cannot be read as Spark or sigflow wrote it."""
 
     def __init__(self, message: str, hint: str = "", finding: str = ""):

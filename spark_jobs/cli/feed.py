@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -109,9 +110,9 @@ def _check_simulation(args: argparse.Namespace) -> None:
     for name, value in (("--events", args.events), ("--devices", args.devices), ("--alert-every", args.alert_every)):
         if value < (0 if name == "--events" else 1):
             raise SigflowError(f"simulate: {name} {value} is out of range", f"give {name} a positive number")
-    if args.events == 0 and not args.rate > 0:
-        raise SigflowError(f"simulate: --rate {args.rate:g} events/s sends nothing", "give a rate above 0")
-    if args.duration is not None and not args.duration > 0:
+    if args.events == 0 and not 0 < args.rate < math.inf:
+        raise SigflowError(f"simulate: --rate {args.rate:g} events/s is no fleet's pace", "give a finite rate above 0")
+    if args.duration is not None and not 0 < args.duration < math.inf:
         raise SigflowError(f"simulate: --duration {args.duration:g} s is not a duration",
                            "give seconds above 0, or no --duration to run until stopped")
 

@@ -294,7 +294,11 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
             f"start it with `sigflow run {job}`; if it ran before, check SIGFLOW_DATA_DIR / "
             "checkpoint_root, or see docs/runbooks/checkpoint-lost-or-corrupt.md")
     committed = set(checkpoint.committed_batches())
-    lines = [f"{job}: checkpoint {checkpoint.uri}, app id {checkpoint.app_id(job)}"]
+    app_id = checkpoint.identity().get("app_id")  # read, never made: inspecting changes nothing
+    lines = [f"{job}: checkpoint {checkpoint.uri}, app id {app_id}" if app_id else
+             f"{job}: checkpoint {checkpoint.uri}, no app id recorded (sigflow.json): "
+             + ("its next run refuses to start, see docs/runbooks/checkpoint-lost-or-corrupt.md"
+                if checkpoint.offset_batches() else "its first run records one")]
     holder = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     lines.append(f"  lease: held by {holder.describe()}" if holder is not None and holder.alive() else "  lease: free")
     recorded = checkpoint.table_ids()

@@ -17,7 +17,13 @@ from pyspark import inheritable_thread_target
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import PIPELINE_METRICS, TABLE_STATUS
-from spark_jobs.errors import ConfigError, DriverDied, JobAlreadyRunning, first_line
+from spark_jobs.errors import (
+    ConfigError,
+    DriverDied,
+    JobAlreadyRunning,
+    NeedsRestart,
+    first_line,
+)
 from spark_jobs.jobs.base import RealTimeJob
 from spark_jobs.jobs.registry import JOBS, get_any_job, get_job
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
@@ -139,8 +145,12 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning))
             return LEASE_LOOK_S if waiting else failed_again(state)
 
+        said_needs: list[str] = []  # what a restart must mend, said once while it stays the same
+
         def say(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception()
+            if not isinstance(error, NeedsRestart):
+                said_needs.clear()
             if isinstance(error, JobAlreadyRunning) and not said_waiting.is_set():
                 log.info("%s: waits for its lease; %s", name, first_line(error))
                 said_waiting.set()
@@ -152,6 +162,13 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
                 said_waiting.set()
             elif isinstance(error, (_AskedToStop, JobAlreadyRunning)):
                 log.debug("%s: waiting for its lease (%s)", name, error or "a restart of it is being applied")
+            elif isinstance(error, NeedsRestart) and said_needs == [str(error)]:
+                log.debug("%s: still waits for a restart of it (%s)", name, first_line(error))
+            elif isinstance(error, NeedsRestart):
+                # started again as it is, it fails alike: said once, not at every try
+                log.error("%s cannot go on until a restart of it is applied: %s; the other jobs go on, and it "
+                          "starts again within %.0f s of that restart", name, error, RESTART_MAX_S)
+                said_needs[:] = [str(error)]
             else:
                 log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",
                           name, str(error).splitlines()[0] if str(error) else type(error).__name__,

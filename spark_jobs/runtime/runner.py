@@ -102,9 +102,10 @@ class JobRun:
         self.recording = threading.Lock()  # the query's batch thread and the main one both wait
         try:
             # checked holding the lease: a rewind recorded just before it was taken is seen
-            checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
-            checkpoint_guards.check_readable(self.checkpoint, job.name)
-            self._prepare(job, settings, spark)
+            with checkpoint_guards.naming_the_job(job.name):
+                checkpoint_guards.check_no_unfinished_restart(self.checkpoint, job.name)
+                checkpoint_guards.check_readable(self.checkpoint, job.name)
+                self._prepare(job, settings, spark)
         except BaseException:
             if self.tables_created is not None:  # none goes on once the lease is released
                 with contextlib.suppress(BaseException):  # the run's own failure is raised

@@ -5,11 +5,17 @@ with unchanged. Each refusal names the fix."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.errors import CheckpointDamaged, NeedsRestart, SigflowError
 from spark_jobs.jobs.base import StreamingJob
-from spark_jobs.runtime.checkpoint.directory import Checkpoint, recover_hint
+from spark_jobs.runtime.checkpoint.directory import (
+    RECOVER_HINT,
+    Checkpoint,
+    recover_hint,
+)
 from spark_jobs.runtime.kafka.admin import BROKER_TIME
 
 
@@ -19,14 +25,14 @@ def check_no_unfinished_restart(checkpoint: Checkpoint, job: str) -> None:
     older sigflow left half done is marked in sigflow.json instead, and refused alike."""
     intent = checkpoint.restart_intent()
     if intent is not None:
-        raise SigflowError(
+        raise NeedsRestart(
             f"{job}: a {intent.action} of its checkpoint did not finish ({len(intent.steps)} steps "
             "planned); running now could skip or repeat rows",
             f"finish it first: `{intent.finishing_command()}` (its plan lists what is left)",
         )
     pending = checkpoint.legacy_pending_rewind()
     if pending is not None:
-        raise SigflowError(
+        raise NeedsRestart(
             f"{job}: a rewind to batch {pending} did not finish",
             f"finish it first: sigflow checkpoint rewind {job} --to-batch {pending} --yes",
         )
@@ -37,11 +43,21 @@ def check_readable(checkpoint: Checkpoint, job: str) -> None:
     last committed one): a damaged one is refused here, naming the job's fix, where Spark
     failed the query with its JSON parser's error."""
     last = checkpoint.last_committed()
-    for batch_id in {*checkpoint.offset_batches()[-2:], *([] if last is None else [last])}:
-        try:
+    with naming_the_job(job):
+        for batch_id in {*checkpoint.offset_batches()[-2:], *([] if last is None else [last])}:
             checkpoint.offsets(batch_id)
-        except CheckpointDamaged as damaged:
-            raise CheckpointDamaged(f"{job}: {damaged.message}", recover_hint(job), damaged.finding) from None
+
+
+@contextmanager
+def naming_the_job(job: str) -> Iterator[None]:
+    """Damage found in the checkpoint, said with the job's own recover: a checkpoint knows no
+    job, and its errors name the command for any (``RECOVER_HINT``)."""
+    try:
+        yield
+    except CheckpointDamaged as damaged:
+        if damaged.hint != RECOVER_HINT:
+            raise
+        raise CheckpointDamaged(f"{job}: {damaged.message}", recover_hint(job), damaged.finding) from None
 
 
 def check_broker_time(job: StreamingJob, settings: Settings, timestamp_types: dict[str, str]) -> None:
@@ -100,7 +116,7 @@ def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, setting
     changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
     if changed:
         what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
-        raise SigflowError(
+        raise NeedsRestart(
             f"{job.name}: its checkpoint was built with other settings ({what}); resuming would "
             "mix state built under the old settings with the new",
             f"restore the old value, or rebuild under the new one: sigflow checkpoint recover "

@@ -16,7 +16,7 @@ import json
 from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import NeedsRestart
 from spark_jobs.runtime.checkpoint import storage
 
 INTENT_FILE = "sigflow.applying.json"
@@ -37,7 +37,7 @@ class RestartIntent(BaseModel):
         return self.command or f"sigflow checkpoint {self.action} {self.job} ... --yes with the same options"
 
 
-class UnreadableIntent(SigflowError):
+class UnreadableIntent(NeedsRestart):
     """An intent file that is there but is not one: which restart was half applied is unknown."""
 
 

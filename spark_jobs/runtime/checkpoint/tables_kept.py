@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.errors import CheckpointDamaged, NeedsRestart
 from spark_jobs.jobs import JOB_TABLES, writers_of
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.delta import table_access
@@ -25,11 +25,11 @@ RUNBOOK = "docs/runbooks/table-damaged.md"
 CHECKPOINT_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
 
 
-class TableLost(SigflowError):
+class TableLost(NeedsRestart):
     """A table the job has written is gone, or is another table now."""
 
 
-class CheckpointMissing(SigflowError):
+class CheckpointMissing(NeedsRestart):
     """A job's tables hold rows, and its checkpoint is not where the settings say."""
 
 

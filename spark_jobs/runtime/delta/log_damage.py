@@ -10,7 +10,7 @@ import re
 
 from pyarrow import fs as pafs
 
-from spark_jobs.errors import SigflowError, first_line
+from spark_jobs.errors import NeedsRestart, first_line
 from spark_jobs.runtime.checkpoint import storage
 
 RUNBOOK = "docs/runbooks/table-damaged.md"
@@ -19,7 +19,7 @@ NEWEST_ENTRIES = 100
 COMMIT_ENTRY = re.compile(r"\d{20}\.json")
 
 
-class TableUnreadable(SigflowError):
+class TableUnreadable(NeedsRestart):
     """The current version of a table cannot be read."""
 
     def __init__(self, message: str, hint: str, finding: str):

@@ -33,7 +33,10 @@ from tests.helpers import confluent_produce, run_job, table
 
 KAFKA_TIME = datetime(2026, 11, 22, 13, 0, tzinfo=timezone.utc)
 MAX_AHEAD = "1 minute"
-FUZZ = settings(max_examples=30, derandomize=True, deadline=None, database=None,
+# each example is a Spark job of its own, whose fixed cost outweighs its records': fifteen
+# batches of up to BATCH records each cover as many records as thirty of half the size
+BATCH = 50
+FUZZ = settings(max_examples=15, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
@@ -136,13 +139,13 @@ def _check(contract: Contract, batch, valid, quarantined) -> None:
 
 
 @FUZZ
-@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=25))
+@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=BATCH))
 def test_every_event_record_is_typed_or_quarantined_with_a_code(spark, batch):
     _check(EVENT_CONTRACT, batch, *_split(spark, parse_device_events, batch))
 
 
 @FUZZ
-@given(batch=st.lists(records(ALERT_CONTRACT), min_size=1, max_size=25))
+@given(batch=st.lists(records(ALERT_CONTRACT), min_size=1, max_size=BATCH))
 def test_every_alert_record_is_typed_or_quarantined_with_a_code(spark, batch):
     _check(ALERT_CONTRACT, batch, *_split(spark, parse_device_alerts, batch))
 

@@ -22,6 +22,7 @@ from spark_jobs.contracts.events import (
 )
 from spark_jobs.jobs.event_time import behind_watermark
 from tests.spark_jobs.contracts.test_contract_fuzz import (
+    BATCH,
     FUZZ,
     KAFKA_TIME,
     MAX_AHEAD,
@@ -127,13 +128,13 @@ def test_the_rows_keep_every_field_the_parser_took(spark):
 
 
 @FUZZ
-@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=25))
+@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=BATCH))
 def test_generated_event_records_give_the_same_rows_with_the_parser(spark, batch):
     assert_same_rows(spark, EVENT_CONTRACT, [value for _, value, _ in batch])
 
 
 @FUZZ
-@given(batch=st.lists(records(ALERT_CONTRACT), min_size=1, max_size=25))
+@given(batch=st.lists(records(ALERT_CONTRACT), min_size=1, max_size=BATCH))
 def test_generated_alert_records_give_the_same_rows_with_the_parser(spark, batch):
     assert_same_rows(spark, ALERT_CONTRACT, [value for _, value, _ in batch])
 
@@ -226,7 +227,7 @@ def test_the_late_rule_finds_the_same_events_as_the_contracts_checks_around_the_
 
 
 @FUZZ
-@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=25),
+@given(batch=st.lists(records(EVENT_CONTRACT), min_size=1, max_size=BATCH),
        behind=st.integers(0, 30 * 24 * 3600 * 1000))  # the generated events' times span 30 days
 def test_the_late_rule_finds_the_contracts_late_events_in_generated_records(spark, batch, behind):
     values = [value for _, value, _ in batch]

@@ -22,6 +22,7 @@ from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
 from spark_jobs.contracts.json_schema import problem, schema, schema_text
 from tests.helpers import REPO
 from tests.spark_jobs.contracts.test_contract_fuzz import (
+    BATCH,
     FUZZ,
     KAFKA_TIME,
     MAX_AHEAD,
@@ -85,13 +86,13 @@ def _agree(spark, contract: Contract, parse, batch) -> None:
 
 
 @AGREE
-@given(batch=st.lists(st.one_of(records(EVENT_CONTRACT), timed_records(EVENT_CONTRACT)), min_size=1, max_size=40))
+@given(batch=st.lists(st.one_of(records(EVENT_CONTRACT), timed_records(EVENT_CONTRACT)), min_size=1, max_size=2 * BATCH))
 def test_the_event_schema_and_the_parser_agree_on_every_record(spark, batch):
     _agree(spark, EVENT_CONTRACT, parse_device_events, batch)
 
 
 @AGREE
-@given(batch=st.lists(st.one_of(records(ALERT_CONTRACT), timed_records(ALERT_CONTRACT)), min_size=1, max_size=40))
+@given(batch=st.lists(st.one_of(records(ALERT_CONTRACT), timed_records(ALERT_CONTRACT)), min_size=1, max_size=2 * BATCH))
 def test_the_alert_schema_and_the_parser_agree_on_every_record(spark, batch):
     _agree(spark, ALERT_CONTRACT, parse_device_alerts, batch)
 

@@ -155,7 +155,8 @@ def test_simulate_sends_a_fleets_rate_by_the_wall_clock_for_its_duration(setting
 
 def test_simulate_refuses_numbers_that_make_no_traffic_in_one_line(settings):
     for options, named in ((["--rate", "0"], "--rate 0"), (["--late", "1.5"], "--late 1.5"),
-                           (["--duration", "-3"], "--duration -3"), (["--devices", "0"], "--devices 0")):
+                           (["--duration", "-3"], "--duration -3"), (["--devices", "0"], "--devices 0"),
+                           (["--rate", "inf"], "--rate inf"), (["--duration", "nan"], "--duration nan")):
         result = sigflow(settings, "simulate", *options, timeout=60)
         assert result.returncode == 2 and f"sigflow: error: simulate: {named}" in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 2  # the error and its hint

@@ -130,6 +130,12 @@ def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
         held.release()
     shutil.rmtree(settings.table_uri("device_alerts"))
     assert "device_alerts (is gone)" in status.inspect_checkpoint(settings, "ingest")[2]
+    # a checkpoint whose ids are lost is shown as it is: inspecting records no new id
+    identity = Path(settings.checkpoint_uri("ingest")) / "sigflow.json"
+    identity.unlink()
+    lines = status.inspect_checkpoint(settings, "ingest")
+    assert "no app id recorded" in lines[0] and "refuses to start" in lines[0], lines
+    assert any("batch 0: committed" in line for line in lines) and not identity.exists()
 
     with pytest.raises(SigflowError, match="sessions has no checkpoint") as err:
         status.inspect_checkpoint(settings, "sessions")

@@ -12,7 +12,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -96,6 +98,34 @@ def test_a_second_application_of_running_jobs_is_refused_before_it_starts_a_driv
     assert "dedup is already running on this host" in refusal[0] and f"pid {os.getpid()}" in refusal[0], second.stderr
     assert "Traceback" not in second.stderr and "one application" not in second.stdout
     assert status.running_holder(settings, "ingest") is None  # nothing of it was started
+
+
+def test_a_job_only_a_restart_can_mend_says_so_once_and_waits_while_the_others_go_on(spark, settings, caplog):
+    """In one application, a job whose checkpoint is damaged fails alike at every start:
+    it was reported as "failed ...; starting it again from its checkpoint" at every try,
+    once a minute for ever, as if it would mend by itself."""
+    s = settings.replace(max_offsets_per_trigger=100)
+    records = generate_events(150, devices=3, seed=51, late_ratio=0.0, duplicate_ratio=0.0, malformed_ratio=0.0)
+    produce(s, records)
+    damaged = Path(s.checkpoint_uri("dedup"))
+    damaged.mkdir(parents=True)
+    (damaged / "sigflow.json").write_text("{not json")
+    stop = threading.Event()
+    with caplog.at_level(logging.DEBUG, logger="sigflow.pipeline"):
+        app = threading.Thread(target=launch.keep_pipeline, args=(s, ["ingest", "dedup"], stop), daemon=True)
+        app.start()
+        try:
+            wait_for(lambda: len(table(s, "device_events")) == len(records), timeout_s=180,
+                     what="ingest to hold every record beside the damaged dedup")
+            wait_for(lambda: sum("still waits for a restart" in r.getMessage() for r in caplog.records) >= 2,
+                     timeout_s=60, what="dedup to be tried twice more")
+        finally:
+            stop.set()
+            app.join(timeout=120)
+    said = [r.getMessage() for r in caplog.records if r.name == "sigflow.pipeline" and r.levelno >= logging.WARNING]
+    assert len(said) == 1 and said[0].startswith("dedup cannot go on until a restart of it is applied: "), said
+    assert "sigflow.json is damaged" in said[0] and "sigflow checkpoint recover dedup" in said[0], said
+    assert not app.is_alive()
 
 
 @pytest.mark.slow  # a driver of its own, run as operators run it

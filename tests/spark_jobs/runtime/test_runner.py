@@ -179,7 +179,9 @@ def test_broker_killed_mid_run_is_retried_with_backoff_and_the_job_resumes_losin
 
 
 def test_a_job_stops_with_a_clear_message_once_the_broker_outage_budget_is_spent(spark, tmp_path, private_broker):
-    s = _fresh_topic(private_broker, make_settings(tmp_path / "data", "", broker_outage_budget="3 seconds"))
+    # a read fails after kafka_read_timeout_s (30 s by default): 5 s finds the outage sooner
+    s = _fresh_topic(private_broker, make_settings(tmp_path / "data", "", broker_outage_budget="3 seconds",
+                                                   kafka_read_timeout_s=5))
     produce(s, generate_events(20, malformed_ratio=0))
     run = JobRun(get_job("ingest"), s, spark)
     embedded.stop(private_broker)

@@ -28,7 +28,7 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.slow  # a three-broker cluster
 
-RATE, SECONDS, SEED = 60, 24, 21  # long enough to kill a leader with records still to come
+RATE, SECONDS, SEED = 90, 16, 21  # long enough to kill a leader with records still to come
 
 
 def _wait(condition, timeout_s: float, what: str, *watched: subprocess.Popen) -> None:

@@ -10,7 +10,7 @@ import re
 
 from pyarrow import fs as pafs
 
-from spark_jobs.errors import NeedsRestart, first_line
+from spark_jobs.errors import NeedsRestart, SigflowError, first_line
 from spark_jobs.runtime.checkpoint import storage
 
 RUNBOOK = "docs/runbooks/table-damaged.md"
@@ -19,12 +19,16 @@ NEWEST_ENTRIES = 100
 COMMIT_ENTRY = re.compile(r"\d{20}\.json")
 
 
-class TableUnreadable(NeedsRestart):
+class TableUnreadable(SigflowError):
     """The current version of a table cannot be read."""
 
     def __init__(self, message: str, hint: str, finding: str):
         super().__init__(message, hint)
         self.finding = finding  # the damage alone, as `sigflow tables` lists it
+
+
+class TableLogDamaged(TableUnreadable, NeedsRestart):
+    """A table whose log holds an entry Delta did not write: reading it again fails alike."""
 
 
 def unreadable(uri: str, error: Exception) -> TableUnreadable:
@@ -34,7 +38,7 @@ def unreadable(uri: str, error: Exception) -> TableUnreadable:
     entry = damaged_entry(uri)
     if entry is not None:
         finding = f"its log entry {entry} is not what Delta wrote ({said})"
-        return TableUnreadable(f"table {table} cannot be read: {finding}", f"see {RUNBOOK}", finding)
+        return TableLogDamaged(f"table {table} cannot be read: {finding}", f"see {RUNBOOK}", finding)
     return TableUnreadable(f"table {table} cannot be read at {uri}: {said}",
                            f"check the storage it is on; a damaged log: {RUNBOOK}", said)
 

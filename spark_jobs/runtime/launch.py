@@ -167,7 +167,8 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             elif isinstance(error, NeedsRestart):
                 # started again as it is, it fails alike: said once, not at every try
                 log.error("%s cannot go on until a restart of it is applied: %s; the other jobs go on, and it "
-                          "starts again within %.0f s of that restart", name, error, RESTART_MAX_S)
+                          "starts again within %.0f s of that restart", name,
+                          str(error).removeprefix(f"{name}: "), RESTART_MAX_S)
                 said_needs[:] = [str(error)]
             else:
                 log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",

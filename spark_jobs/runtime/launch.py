@@ -129,12 +129,21 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
     def keep(name: str) -> None:
         lease = leases[name]
         said_waiting = threading.Event()  # once per wait: the lease is looked at every LEASE_LOOK_S
+        # what only a restart mends, the generation of the lease the failed run took, and
+        # when to try again even so (a table restored by hand is no restart)
+        awaiting: dict = {}
 
         def once() -> None:
             if stop.is_set():
                 return
             if lease.stop_requested():  # until the restart that asked has been applied
                 raise _AskedToStop
+            taken = lease.latest_generation()
+            if awaiting and taken == awaiting["generation"] and time.monotonic() < awaiting["until"]:
+                # nothing has taken the lease since the run failed: no restart has been applied
+                raise awaiting["error"].with_traceback(None)
+            awaiting.clear()
+            awaiting["generation"] = -1 if taken is None else taken + 1  # what this run takes
             run_ = JobRun(get_job(name), settings, spark, shared=True)
             said_waiting.clear()
             summaries[name].append(run_.run_continuous(stop))
@@ -142,7 +151,7 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
                 raise _AskedToStop
 
         def pause(state: tenacity.RetryCallState) -> float:
-            waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning))
+            waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning, NeedsRestart))
             return LEASE_LOOK_S if waiting else failed_again(state)
 
         said_needs: list[str] = []  # what a restart must mend, said once while it stays the same
@@ -151,6 +160,11 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             error = state.outcome.exception()
             if not isinstance(error, NeedsRestart):
                 said_needs.clear()
+                awaiting.clear()
+            elif error is not awaiting.get("error"):  # a run that failed so: waits for a restart
+                awaiting.update(error=error, until=time.monotonic() + RESTART_MAX_S)
+            if isinstance(error, NeedsRestart) and error is awaiting.get("error") and said_needs == [str(error)]:
+                return  # looked at the lease again: no restart yet
             if isinstance(error, JobAlreadyRunning) and not said_waiting.is_set():
                 log.info("%s: waits for its lease; %s", name, first_line(error))
                 said_waiting.set()
@@ -167,8 +181,8 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             elif isinstance(error, NeedsRestart):
                 # started again as it is, it fails alike: said once, not at every try
                 log.error("%s cannot go on until a restart of it is applied: %s; the other jobs go on, and it "
-                          "starts again within %.0f s of that restart", name,
-                          str(error).removeprefix(f"{name}: "), RESTART_MAX_S)
+                          "starts again once that restart has been applied", name,
+                          str(error).removeprefix(f"{name}: "))
                 said_needs[:] = [str(error)]
             else:
                 log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",

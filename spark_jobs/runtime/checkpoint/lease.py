@@ -191,6 +191,11 @@ class Lease:
         except (ValueError, TypeError):  # pydantic's errors are ValueErrors
             return None
 
+    def latest_generation(self) -> int | None:
+        """The highest generation taken: every taking makes a new one, so a change says that
+        some run or restart has held the lease since."""
+        return max(storage.patiently()(self._generations), default=None)
+
     def holder(self) -> Holder | None:
         """Who holds the lease: the highest generation's holder, or None when there is none.
         Storage that fails for a moment is asked again; OSError once it keeps failing."""

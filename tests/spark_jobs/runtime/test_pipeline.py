@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
 from spark_jobs.jobs import writers_of
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
-from spark_jobs.ops import status
+from spark_jobs.ops import restart, status
 from spark_jobs.runtime import launch
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
@@ -100,13 +101,15 @@ def test_a_second_application_of_running_jobs_is_refused_before_it_starts_a_driv
     assert status.running_holder(settings, "ingest") is None  # nothing of it was started
 
 
-def test_a_job_only_a_restart_can_mend_says_so_once_and_waits_while_the_others_go_on(spark, settings, caplog):
+def test_a_job_only_a_restart_can_mend_says_so_once_and_starts_once_it_is_applied(spark, settings, caplog):
     """In one application, a job whose checkpoint is damaged fails alike at every start:
     it was reported as "failed ...; starting it again from its checkpoint" at every try,
-    once a minute for ever, as if it would mend by itself."""
+    once a minute for ever, as if it would mend by itself; the recover's plan told the
+    operator to run it, and once recovered it waited out its backoff."""
     s = settings.replace(max_offsets_per_trigger=100)
     records = generate_events(150, devices=3, seed=51, late_ratio=0.0, duplicate_ratio=0.0, malformed_ratio=0.0)
     produce(s, records)
+    ids = {json.loads(r.value)["event_id"] for r in records}
     damaged = Path(s.checkpoint_uri("dedup"))
     damaged.mkdir(parents=True)
     (damaged / "sigflow.json").write_text("{not json")
@@ -117,8 +120,13 @@ def test_a_job_only_a_restart_can_mend_says_so_once_and_waits_while_the_others_g
         try:
             wait_for(lambda: len(table(s, "device_events")) == len(records), timeout_s=180,
                      what="ingest to hold every record beside the damaged dedup")
-            wait_for(lambda: sum("still waits for a restart" in r.getMessage() for r in caplog.records) >= 2,
-                     timeout_s=60, what="dedup to be tried twice more")
+            time.sleep(3 * launch.LEASE_LOOK_S)
+            # it looks at its lease, and is not started again while no restart has taken it
+            assert not [r for r in caplog.records if "still waits for a restart" in r.getMessage()]
+            recover = restart.plan_recover(s, "dedup", "earliest", force=True)
+            assert "dedup starts again in its application, which waits for this restart" in recover.describe()
+            recover.apply()
+            wait_for(lambda: _deduplicated_ids(s) == ids, timeout_s=180, what="dedup to run once recovered")
         finally:
             stop.set()
             app.join(timeout=120)
@@ -126,6 +134,11 @@ def test_a_job_only_a_restart_can_mend_says_so_once_and_waits_while_the_others_g
     assert len(said) == 1 and said[0].startswith("dedup cannot go on until a restart of it is applied: "), said
     assert "sigflow.json is damaged" in said[0] and "sigflow checkpoint recover dedup" in said[0], said
     assert not app.is_alive()
+
+
+def _deduplicated_ids(s) -> set[str]:
+    rows = table(s, "device_events_deduplicated")
+    return set(rows.event_id) if len(rows.columns) else set()  # no table yet: no columns
 
 
 @pytest.mark.slow  # a driver of its own, run as operators run it

@@ -90,26 +90,34 @@ class Verdict:
 
 def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: int | None,
             stale_lease: bool, behind: int | None, age_s: float | None, trigger_s: float,
-            batch_records: int, stop_requested: bool = False) -> Verdict:
+            batch_records: int, stop_requested: bool = False, application_pid: int | None = None) -> Verdict:
     """The one word on-call reads first, from what the checkpoint, the lease and Kafka say
     (docs/observability.md states the rules). ``stop_requested``: `sigflow stop` asked the
     job, run in one application with others, to stop, and it stays stopped until a restart
-    of it is applied."""
+    of it is applied. ``application_pid``: the job's last run was one of an application
+    still running here, which starts it again (after a failure's backoff, or once the
+    restart a failure needs has been applied)."""
     waiting = f"{behind:,} records waiting in Kafka" if behind else "nothing waiting in Kafka"
     idle = "stopped by `sigflow stop` until a restart of it is applied" if stop_requested else "not running"
     start = f"`sigflow checkpoint resume {job} --yes`" if stop_requested else f"`sigflow run {job}`"
+    in_application = application_pid is not None and not stop_requested
+    if in_application:
+        idle = f"not running: its application (pid {application_pid}) starts it again"
+        start = f"its application's log says what it waits for (pid {application_pid})"
     if behind is None:
         waiting = "records waiting unknown (Kafka or the job's topics unavailable)"
     if not running and (stale_lease or (planned_batch is not None and planned_batch != last_batch)):
         stopped = (f"batch {planned_batch} was planned and never committed" if planned_batch != last_batch
                    else "its last run ended without releasing its lease")
+        rerun = (f"its application (pid {application_pid}) re-runs the batch once" if in_application
+                 else f"then `sigflow run {job}` (it re-runs the batch once)")
         return Verdict("FAILED", f"{stopped}: the last run stopped mid-way; {waiting}",
-                       f"docs/runbooks/job-crashed.md, then `sigflow run {job}` (it re-runs the batch once)")
+                       f"docs/runbooks/job-crashed.md, {rerun}")
     if last_batch is None:
         if running:
             return Verdict("OK", f"first batch under way; {waiting}")
-        return Verdict("NEVER RUN", f"{idle}; {waiting}" if stop_requested else waiting,
-                       start if behind or stop_requested else "")
+        return Verdict("NEVER RUN", f"{idle}; {waiting}" if stop_requested or in_application else waiting,
+                       start if behind or stop_requested or in_application else "")
     if running and behind and age_s is not None and age_s > max(STALLED_AFTER_TRIGGERS * trigger_s, STALLED_AFTER_MIN_S):
         return Verdict("STALLED", f"running, {waiting}, but no batch for {format_age(age_s).removesuffix(' ago')}",
                        "docs/runbooks/job-lagging.md")
@@ -119,7 +127,7 @@ def verdict(job: str, *, running: bool, last_batch: int | None, planned_batch: i
         return Verdict("LAGGING", f"running; {waiting}, more than one batch ({batch_records:,})",
                        "docs/runbooks/job-lagging.md")
     if not running:
-        return Verdict("OK", f"{idle}; {waiting}", start if stop_requested else "")
+        return Verdict("OK", f"{idle}; {waiting}", start if stop_requested or in_application else "")
     return Verdict("OK", f"running; {waiting}")
 
 
@@ -215,10 +223,10 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     planned = max(checkpoint.offset_batches(), default=None)
     committed: dict[str, dict[str, int]] = {}
     try:
+        checkpoint.identity()  # sigflow.json, which each run reads first
         offsets = checkpoint.offsets(last) if last is not None else None
     except CheckpointDamaged as damaged:  # one job's, said in its place: the others still answer
-        status.verdict = Verdict("DAMAGED", f"{damaged.finding}: its checkpoint cannot be read",
-                                 recover_hint(job).replace("rebuild the checkpoint: ", ""))
+        status.verdict = _damaged_verdict(job, damaged)
         return status
     if offsets is not None:
         status.last_batch = last
@@ -247,7 +255,8 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     status.verdict = verdict(
         job, running=running, last_batch=last, planned_batch=planned, stale_lease=left_held,
         behind=status.behind, age_s=status.age_s, trigger_s=_commit_interval_s(settings, job),
-        batch_records=settings.kafka.max_offsets_per_trigger, stop_requested=not running and job_lease.stop_requested())
+        batch_records=settings.kafka.max_offsets_per_trigger, stop_requested=not running and job_lease.stop_requested(),
+        application_pid=lease.pid if not running and lease is not None and lease.left_in_application() else None)
     return status
 
 
@@ -265,7 +274,14 @@ def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Ver
         return Verdict("CHECKPOINT LOST", missing.message.removeprefix(f"{job}: "), missing.hint)
     except TableUnreadable:  # `sigflow tables` names it; the run is refused naming it
         pass
+    except CheckpointDamaged as damaged:  # sigflow.json, which records the tables' ids
+        return _damaged_verdict(job, damaged)
     return None
+
+
+def _damaged_verdict(job: str, damaged: CheckpointDamaged) -> Verdict:
+    return Verdict("DAMAGED", f"{damaged.finding}: its checkpoint cannot be read",
+                   recover_hint(job).replace("rebuild the checkpoint: ", ""))
 
 
 def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, JobFigures] | None = None
@@ -294,19 +310,26 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
             f"start it with `sigflow run {job}`; if it ran before, check SIGFLOW_DATA_DIR / "
             "checkpoint_root, or see docs/runbooks/checkpoint-lost-or-corrupt.md")
     committed = set(checkpoint.committed_batches())
-    app_id = checkpoint.identity().get("app_id")  # read, never made: inspecting changes nothing
-    lines = [f"{job}: checkpoint {checkpoint.uri}, app id {app_id}" if app_id else
-             f"{job}: checkpoint {checkpoint.uri}, no app id recorded (sigflow.json): "
-             + ("its next run refuses to start, see docs/runbooks/checkpoint-lost-or-corrupt.md"
-                if checkpoint.offset_batches() else "its first run records one")]
+    try:
+        identity = checkpoint.identity()  # read, never made: inspecting changes nothing
+    except CheckpointDamaged as damaged:  # said, and the batches listed all the same
+        identity = None
+        lines = [f"{job}: checkpoint {checkpoint.uri}, {damaged.finding}: its next run refuses to start; "
+                 + recover_hint(job).replace("rebuild the checkpoint: ", "")]
+    if identity is not None:
+        app_id = identity.get("app_id")
+        lines = [f"{job}: checkpoint {checkpoint.uri}, app id {app_id}" if app_id else
+                 f"{job}: checkpoint {checkpoint.uri}, no app id recorded (sigflow.json): "
+                 + ("its next run refuses to start, see docs/runbooks/checkpoint-lost-or-corrupt.md"
+                    if checkpoint.offset_batches() else "its first run records one")]
     holder = Lease(checkpoint, job, settings.operations.lease_ttl.seconds).holder()
     lines.append(f"  lease: held by {holder.describe()}" if holder is not None and holder.alive() else "  lease: free")
-    recorded = checkpoint.table_ids()
+    recorded = checkpoint.table_ids() if identity is not None else {}
     if recorded:  # as its runs recorded them (tables_kept), and what became of any since
         changed = tables_kept.changed_tables(checkpoint, {name: settings.table_uri(name) for name in recorded})
         lines.append("  tables written: " + ", ".join(f"{name} ({changed[name]})" if name in changed else name
                                                       for name in recorded))
-    replay = checkpoint.replay_from_raw()
+    replay = checkpoint.replay_from_raw() if identity is not None else None
     if replay is not None:
         lines.append(f"  replaying device_events_raw (a restart's re-run): Kafka from {json.dumps(replay[1])} once "
                      "the batches have read that far")

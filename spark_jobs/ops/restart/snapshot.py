@@ -26,7 +26,7 @@ from spark_jobs.jobs.registry import get_job
 from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.intent import RestartIntent, UnreadableIntent
-from spark_jobs.runtime.checkpoint.lease import RECONCILE, RUN, Holder, Lease
+from spark_jobs.runtime.checkpoint.lease import RECONCILE, Holder, Lease
 from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from spark_jobs.runtime.delta.table_access import table_version
 
@@ -91,18 +91,10 @@ class JobSnapshot:
                    checkpoint.legacy_pending_rewind(), intent, versions,
                    reconciling if reconciling is not None and reconciling.alive() else None,
                    (holder is not None and holder.shared) or lease.stop_requested()
-                   or _left_by_a_live_application(last_holder), unreadable, lost)
+                   or (last_holder is not None and last_holder.left_in_application()), unreadable, lost)
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)
-
-
-def _left_by_a_live_application(holder: Holder | None) -> bool:
-    """The job's last run was one of several in an application still running on this host,
-    which let the lease go and tries the job again (runtime/launch.py): after a failure only
-    a restart mends, once the restart has been applied."""
-    return (holder is not None and holder.released and holder.shared and holder.purpose == RUN
-            and holder.process() is not None)
 
 
 def shared_tables(job: StreamingJob) -> tuple[TableSpec, ...]:

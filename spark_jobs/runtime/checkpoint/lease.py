@@ -150,6 +150,12 @@ class Holder:
             return False
         return self.renewed_in_time()
 
+    def left_in_application(self) -> bool:
+        """Let go by one job of an application still running on this host, which starts the
+        job again (runtime/launch.py): after a failure's backoff, or once the restart a
+        failure needs has been applied."""
+        return self.released and self.shared and self.purpose == RUN and self.process() is not None
+
     def describe(self) -> str:
         age = self.age()
         doing = f"{self.job} run" if self.purpose == RUN else f"{self.purpose} of {self.job}"

@@ -37,6 +37,10 @@ QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, be
     ({"stop_requested": True}, "OK", "`sigflow checkpoint resume dedup --yes`"),
     ({"last_batch": None, "planned_batch": None, "stop_requested": True}, "NEVER RUN",
      "`sigflow checkpoint resume dedup --yes`"),
+    # its last run one of an application still running, which starts it again
+    ({"behind": 10, "application_pid": 4242}, "LAGGING", "its application's log says what it waits for (pid 4242)"),
+    ({"application_pid": 4242}, "OK", "its application's log says what it waits for (pid 4242)"),
+    ({"planned_batch": 5, "application_pid": 4242}, "FAILED", "docs/runbooks/job-crashed.md"),
     ({"behind": 10, "running": True}, "OK", ""),  # within one batch of the end
     ({"behind": 1001, "running": True}, "LAGGING", "docs/runbooks/job-lagging.md"),
     ({"behind": 10, "running": True, "age_s": 101.0}, "OK", ""),  # 10 triggers not yet passed
@@ -109,6 +113,21 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     # a stateless job never has a watermark; a stateful one waits for its first
     assert "watermark" not in heads["ingest"] and "watermark" not in heads["alert-fastpath"], text
     assert heads["sessions"].endswith("watermark none yet"), text
+
+
+def test_a_damaged_sigflow_json_is_that_jobs_verdict_and_every_other_job_still_answers(settings):
+    """status failed as a whole, saying "recover JOB", when one job's sigflow.json (where its
+    runs record their tables' ids) was not JSON."""
+    damaged = Path(settings.checkpoint_uri("dedup"))
+    damaged.mkdir(parents=True)
+    (damaged / "metadata").write_text('{"id": "a-query-id"}')  # Spark's, written as its query starts
+    (damaged / "sigflow.json").write_text("{not json")
+    shown = {job.job: job.verdict for job in status.all_status(settings)}
+    assert shown["dedup"].word == "DAMAGED" and "sigflow.json" in shown["dedup"].reason, shown["dedup"]
+    assert "`sigflow checkpoint recover dedup --force`" in shown["dedup"].next_step
+    assert shown["ingest"].word == "NEVER RUN" and len(shown) == len(status.ALL_JOBS)
+    inspected = status.inspect_checkpoint(settings, "dedup")  # said in its place too, naming the job
+    assert "sigflow.json is not a JSON object" in inspected[0] and "recover dedup --force" in inspected[0], inspected
 
 
 def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):

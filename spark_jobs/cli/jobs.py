@@ -81,7 +81,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     holder = status.running_holder(settings, args.job)
     pid = restart.stop_running(settings, args.job, args.timeout)
-    if holder is not None and holder.shared:
+    if pid is not None and (holder is None or holder.shared):  # one of an application's jobs
         print(f"{args.job}: stopped after its batch in flight; the other jobs of its application (pid {pid}) go on, "
               f"and it stays stopped until a restart of it is applied (`sigflow checkpoint resume {args.job} --yes`)")
     else:

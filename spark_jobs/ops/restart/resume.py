@@ -24,10 +24,16 @@ def stop_running(settings: Settings, job: str, timeout_s: float = 120.0) -> int 
     None. Only that very process (pid and start time, psutil) is signalled, never one that
     reused its pid, and a run on another host is left to that host. A run that shares its
     application with other jobs (`sigflow pipeline --processing-time`) is asked to stop
-    instead, on any host: the others go on."""
+    instead, on any host: the others go on; so is a job its application, still running here,
+    would start again after a failure."""
     get_any_job(job)  # a name that is no job never becomes a checkpoint path
     holder = status.running_holder(settings, job)
     if holder is None:
+        lease = Lease(Checkpoint(settings.checkpoint_uri(job)), job, settings.operations.lease_ttl.seconds)
+        last = lease.holder()
+        if last is not None and last.left_in_application():  # it would start the job again: asked not to
+            lease.request_stop()
+            return last.pid
         return None
     if holder.purpose != RUN:
         raise SigflowError(f"{job} is not running: a {holder.purpose} of its checkpoint is being applied "

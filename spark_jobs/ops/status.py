@@ -313,9 +313,9 @@ def inspect_checkpoint(settings: Settings, job: str) -> list[str]:
     try:
         identity = checkpoint.identity()  # read, never made: inspecting changes nothing
     except CheckpointDamaged as damaged:  # said, and the batches listed all the same
-        identity = None
-        lines = [f"{job}: checkpoint {checkpoint.uri}, {damaged.finding}: its next run refuses to start; "
-                 + recover_hint(job).replace("rebuild the checkpoint: ", "")]
+        identity, shown = None, _damaged_verdict(job, damaged)
+        lines = [f"{job}: checkpoint {checkpoint.uri}, {shown.reason}, and its next run refuses to start; "
+                 f"next: {shown.next_step}"]
     if identity is not None:
         app_id = identity.get("app_id")
         lines = [f"{job}: checkpoint {checkpoint.uri}, app id {app_id}" if app_id else

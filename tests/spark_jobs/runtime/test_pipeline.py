@@ -123,12 +123,13 @@ def test_a_job_only_a_restart_can_mend_says_so_once_and_starts_once_it_is_applie
             time.sleep(3 * launch.LEASE_LOOK_S)
             # it looks at its lease, and is not started again while no restart has taken it
             assert not [r for r in caplog.records if "still waits for a restart" in r.getMessage()]
+            assert status.job_status(s, "dedup").verdict.word == "DAMAGED"
+            recover = restart.plan_recover(s, "dedup", "earliest", force=True)
+            assert "dedup starts again in its application, which waits for this restart" in recover.describe()
             # `sigflow stop` of the waiting job: its application would have started it again
             assert restart.stop_running(s, "dedup") == os.getpid()
             assert Lease(Checkpoint(s.checkpoint_uri("dedup")), "dedup", 60).stop_requested()
-            recover = restart.plan_recover(s, "dedup", "earliest", force=True)
-            assert "dedup starts again in its application, which waits for this restart" in recover.describe()
-            recover.apply()
+            recover.apply()  # and the restart applied lets it go on
             wait_for(lambda: _deduplicated_ids(s) == ids, timeout_s=180, what="dedup to run once recovered")
         finally:
             stop.set()

@@ -45,10 +45,19 @@ def register_tables() -> list[str]:
 
 
 def run_job(job: str) -> str:
-    """One available-now run of the job from its checkpoint: its summary line."""
+    """One available-now run of the job from its checkpoint: its summary line. A refusal only
+    a restart mends fails the task without its retries: each would start a driver to be
+    refused alike."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_jobs.errors import NeedsRestart
     from spark_jobs.runtime import launch
 
-    return _logged([launch.run(job, load_settings()).line()])[0]
+    try:
+        return _logged([launch.run(job, load_settings()).line()])[0]
+    except NeedsRestart as refused:
+        raise AirflowFailException(f"{refused} (no retry: a restart of {job} mends it, "
+                                   "the sigflow_restart DAG applies one)") from refused
 
 
 def check_table(table: str) -> str:

@@ -66,3 +66,20 @@ def test_a_dag_run_processes_kafka_into_every_table(spark, settings, dag_env):
     deduplicated = table(s, "device_events_deduplicated")["event_id"]
     assert deduplicated.is_unique
     assert set(ids) - set(late[late.job == "dedup"]["event_id"]) <= set(deduplicated) <= set(ids)
+
+
+def test_a_job_only_a_restart_mends_fails_its_task_once_without_retries(settings, dag_env):
+    """A damaged checkpoint failed ingest's task, then its two retries a minute apart, each
+    starting a driver to be refused alike; the log said nothing of a restart."""
+    from pathlib import Path
+
+    s = dag_env(settings)
+    damaged = Path(s.checkpoint_uri("ingest"))
+    damaged.mkdir(parents=True)
+    (damaged / "sigflow.json").write_text("{not json")
+    from airflow.dag_processing.dagbag import DagBag
+
+    run = DagBag(dag_folder=str(DAGS)).get_dag("sigflow_streaming").test()
+    tries = {ti.task_id: (str(ti.state).split(".")[-1].lower(), ti.try_number) for ti in run.get_task_instances()}
+    assert tries["ingest"] == ("failed", 1), tries  # its first try, of the three its retries allow
+    assert tries["dedup"][0] == "upstream_failed"

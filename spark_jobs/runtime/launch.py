@@ -129,21 +129,14 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
     def keep(name: str) -> None:
         lease = leases[name]
         said_waiting = threading.Event()  # once per wait: the lease is looked at every LEASE_LOOK_S
-        # what only a restart mends, the generation of the lease the failed run took, and
-        # when to try again even so (a table restored by hand is no restart)
-        awaiting: dict = {}
+        refused = _RestartAwaited(lease)
 
         def once() -> None:
             if stop.is_set():
                 return
             if lease.stop_requested():  # until the restart that asked has been applied
                 raise _AskedToStop
-            taken = lease.latest_generation()
-            if awaiting and taken == awaiting["generation"] and time.monotonic() < awaiting["until"]:
-                # nothing has taken the lease since the run failed: no restart has been applied
-                raise awaiting["error"].with_traceback(None)
-            awaiting.clear()
-            awaiting["generation"] = -1 if taken is None else taken + 1  # what this run takes
+            refused.before_a_run()
             run_ = JobRun(get_job(name), settings, spark, shared=True)
             said_waiting.clear()
             summaries[name].append(run_.run_continuous(stop))
@@ -154,17 +147,15 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
             waiting = isinstance(state.outcome.exception(), (_AskedToStop, JobAlreadyRunning, NeedsRestart))
             return LEASE_LOOK_S if waiting else failed_again(state)
 
-        said_needs: list[str] = []  # what a restart must mend, said once while it stays the same
-
         def say(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception()
-            if not isinstance(error, NeedsRestart):
-                said_needs.clear()
-                awaiting.clear()
-            elif error is not awaiting.get("error"):  # a run that failed so: waits for a restart
-                awaiting.update(error=error, until=time.monotonic() + RESTART_MAX_S)
-            if isinstance(error, NeedsRestart) and error is awaiting.get("error") and said_needs == [str(error)]:
-                return  # looked at the lease again: no restart yet
+            if isinstance(error, NeedsRestart):
+                if refused.anew(error):  # started again as it is, it fails alike: said once
+                    log.error("%s cannot go on until a restart of it is applied: %s; the other jobs go on, and "
+                              "it starts again once that restart has been applied", name,
+                              str(error).removeprefix(f"{name}: "))
+                return
+            refused.clear()
             if isinstance(error, JobAlreadyRunning) and not said_waiting.is_set():
                 log.info("%s: waits for its lease; %s", name, first_line(error))
                 said_waiting.set()
@@ -176,14 +167,6 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
                 said_waiting.set()
             elif isinstance(error, (_AskedToStop, JobAlreadyRunning)):
                 log.debug("%s: waiting for its lease (%s)", name, error or "a restart of it is being applied")
-            elif isinstance(error, NeedsRestart) and said_needs == [str(error)]:
-                log.debug("%s: still waits for a restart of it (%s)", name, first_line(error))
-            elif isinstance(error, NeedsRestart):
-                # started again as it is, it fails alike: said once, not at every try
-                log.error("%s cannot go on until a restart of it is applied: %s; the other jobs go on, and it "
-                          "starts again once that restart has been applied", name,
-                          str(error).removeprefix(f"{name}: "))
-                said_needs[:] = [str(error)]
             else:
                 log.error("%s failed (%s); starting it again from its checkpoint in %.0f s, the other jobs go on",
                           name, str(error).splitlines()[0] if str(error) else type(error).__name__,
@@ -203,6 +186,43 @@ def keep_pipeline(settings: Settings, job_names: list[str] | None = None, stop: 
         if future.exception() is not None:
             raise future.exception()
     return [summary for name in names for summary in summaries[name]]
+
+
+class _RestartAwaited:
+    """A job of one application refused for what only a restart of it mends (NeedsRestart):
+    its runs fail alike until then. Not run again until a restart has taken its lease (every
+    taking makes a new generation), or RESTART_MAX_S after the refusal even so (a table
+    restored by hand is no restart)."""
+
+    def __init__(self, lease: Lease):
+        self.lease = lease
+        self.error: NeedsRestart | None = None
+        self.generation = -1  # the lease's, as the run refused took it
+        self.until = 0.0
+        self.said = ""
+
+    def before_a_run(self) -> None:
+        """Raise the refusal again, without a run, while nothing has taken the lease since."""
+        taken = self.lease.latest_generation()
+        if self.error is not None and taken == self.generation and time.monotonic() < self.until:
+            raise self.error.with_traceback(None)
+        self.error = None
+        self.generation = 0 if taken is None else taken + 1  # what the run about to start takes (lease.py)
+
+    def anew(self, error: NeedsRestart) -> bool:
+        """Note a run's refusal: whether it is one to say (not the one raised again, nor one
+        said before in the same words)."""
+        if error is self.error:
+            return False
+        self.error, self.until = error, time.monotonic() + RESTART_MAX_S
+        if self.said == str(error):
+            log.debug("%s: still waits for a restart of it (%s)", self.lease.job, first_line(error))
+            return False
+        self.said = str(error)
+        return True
+
+    def clear(self) -> None:
+        self.error, self.said = None, ""
 
 
 def create_shared_tables(spark, settings: Settings, job_names: list[str]) -> None:

@@ -21,6 +21,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import LATE_EVENTS, PIPELINE_METRICS
+from spark_jobs.errors import NeedsRestart
 from spark_jobs.jobs import writers_of
 from spark_jobs.jobs.registry import get_job
 from spark_jobs.local.simulate import MALFORMED_KINDS, generate_events
@@ -138,6 +139,36 @@ def test_a_job_only_a_restart_can_mend_says_so_once_and_starts_once_it_is_applie
     assert len(said) == 1 and said[0].startswith("dedup cannot go on until a restart of it is applied: "), said
     assert "sigflow.json is damaged" in said[0] and "sigflow checkpoint recover dedup" in said[0], said
     assert not app.is_alive()
+
+
+def test_a_refused_job_is_run_again_once_a_restart_took_its_lease_or_a_minute_after_even_so(tmp_path, monkeypatch):
+    """What the wait above stands on, without a driver: the refusal is raised again, with no
+    run, while nothing has taken the job's lease since; a restart's taking lets the next run
+    go, and so does a minute (a table restored by hand takes no lease)."""
+    checkpoint = Checkpoint(str(tmp_path / "dedup"))
+    lease = Lease(checkpoint, "dedup", 60, shared=True)
+    waited = launch._RestartAwaited(lease)  # noqa: SLF001
+
+    def refused_run() -> NeedsRestart:
+        waited.before_a_run()
+        with lease:  # the run takes the lease, and is refused holding it
+            return NeedsRestart("dedup: its sigflow.json is damaged", "recover it")
+
+    first = refused_run()
+    assert waited.anew(first)  # said
+    for _ in range(3):  # looked at the lease again and again: no run, nothing said
+        with pytest.raises(NeedsRestart) as again:
+            waited.before_a_run()
+        assert again.value is first and not waited.anew(again.value)
+    with Lease(checkpoint, "dedup", 60, purpose="recover"):  # a restart applied
+        pass
+    assert not waited.anew(refused_run())  # run again at once; refused in the same words: not said again
+
+    later = time.monotonic() + launch.RESTART_MAX_S + 1
+    with pytest.raises(NeedsRestart):
+        waited.before_a_run()
+    monkeypatch.setattr(launch.time, "monotonic", lambda: later)
+    waited.before_a_run()  # a minute on: run again even so
 
 
 def _deduplicated_ids(s) -> set[str]:

@@ -200,11 +200,12 @@ class JobRun:
 
     def _tables_ready(self) -> None:
         """Wait for the run's tables to exist (``_prepare`` began creating them); the first
-        time, record them in the checkpoint (``tables_kept``)."""
+        time, record them in the checkpoint (``tables_kept``) and hand the sink their ids."""
         self.tables_created.wait()
         with self.recording:
             if not self.tables_recorded:
                 tables_kept.record_tables(self.checkpoint, self.tables_to_record)
+                self.sink.hold_ids(tables_kept.own_table_ids(self.checkpoint, self.job.name))
                 self.tables_recorded = True
 
     def _start(self, trigger_interval: str):

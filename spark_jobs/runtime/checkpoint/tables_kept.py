@@ -126,6 +126,11 @@ def _batches_of(job: str, uri: str) -> bool:
                    for m in table_access.commit_metadata(uri, limit)) for limit in (50, None))
 
 
+def own_table_ids(checkpoint: Checkpoint, job: str) -> dict[str, str]:
+    """The recorded ids of the tables only ``job`` writes."""
+    return {name: table_id for name, table_id in checkpoint.table_ids().items() if writers_of(name) == (job,)}
+
+
 def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:
     """Record the tables' ids once they exist (those ``check_tables_kept`` returned), for its
     next call to look for."""

@@ -11,7 +11,8 @@ batch that committed to Delta but not to Spark's commit log is not written twice
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
 
 import pyarrow as pa
 import tenacity
@@ -39,6 +40,12 @@ class DeltaSink:
     def __init__(self, spark: SparkSession, settings: Settings):
         self.spark = spark
         self.settings = settings
+        self.table_ids: dict[str, str] = {}  # the run's own tables, by the ids its start recorded
+
+    def hold_ids(self, ids: Mapping[str, str]) -> None:
+        """The ids of the tables only this run's job writes, as its start recorded them: an
+        append that lands in a table of another id stops the job (``_append``)."""
+        self.table_ids = dict(ids)
 
     def uri(self, spec: TableSpec) -> str:
         return self.settings.table_uri(spec.name)
@@ -150,7 +157,7 @@ class DeltaSink:
         """The rows an earlier attempt of this batch committed (a replay writes none, but its
         pipeline_metrics row reports the batch's real output): 0 when no longer in the
         table's recent history."""
-        return _committed(self.uri(spec), info.user_metadata())[0] or 0
+        return _committed(self.uri(spec), info.user_metadata()).rows or 0
 
     def _append(self, df: DataFrame, spec: TableSpec, info: CommitInfo, transaction: bool) -> int | None:
         """One Spark append carrying ``info`` (under Delta's application transaction when
@@ -160,13 +167,18 @@ class DeltaSink:
         if transaction:
             writer = writer.option("txnAppId", info.app_id).option("txnVersion", info.batch_id)
         writer.save(uri)
-        rows, version = _committed(uri, commit_info)
-        if version == 0:  # the run made its tables before this: the append made it again
+        committed = _committed(uri, commit_info)
+        if committed.version == 0:  # the run made its tables before this: the append made it again
             raise TableLost(
                 f"table {spec.name} was gone when batch {info.batch_id} appended to it: Delta made it again, "
                 "holding that batch's rows alone, and the job stopped there",
                 f"rebuild it: `{rebuild_command(info.job)}` ({RUNBOOK})")
-        return rows
+        if committed.version is not None and self.table_ids.get(spec.name, committed.table_id) != committed.table_id:
+            raise TableLost(
+                f"table {spec.name} was deleted and created again while {info.job} ran: batch {info.batch_id} "
+                "appended to the new table, which lacks the rows of the batches before, and the job stopped there",
+                f"rebuild it: `{rebuild_command(info.job)}` ({RUNBOOK})")
+        return committed.rows
 
     def append_unwritten(self, rows: list[dict[str, Any]], spec: TableSpec, app_id: str, info: CommitInfo,
                          batch_of: Callable[[dict[str, Any]], int]) -> int | None:
@@ -206,15 +218,23 @@ def _commit_again(retry: tenacity.retry_base, attempts: int = 10) -> tenacity.Re
                              stop=tenacity.stop_after_attempt(attempts), reraise=True)
 
 
-def _committed(uri: str, commit_info: str) -> tuple[int | None, int | None]:
+class _Commit(NamedTuple):
+    rows: int | None
+    version: int | None
+    table_id: str  # of the table the commit was looked for in
+
+
+def _committed(uri: str, commit_info: str) -> _Commit:
     """The rows our commit wrote, from its commit info (no second Spark job to count them),
     and its version; None for both when there is no such commit: Delta found the transaction
     already applied. Other drivers may have committed since (shared tables): ours carries
     our metadata."""
-    for entry in table_access.open_table(uri).history(20):
+    table = table_access.open_table(uri)
+    for entry in table.history(20):
         if entry.get("userMetadata") == commit_info:
-            return int(entry.get("operationMetrics", {}).get("numOutputRows", 0)), entry.get("version")
-    return None, None
+            return _Commit(int(entry.get("operationMetrics", {}).get("numOutputRows", 0)), entry.get("version"),
+                           table.metadata().id)
+    return _Commit(None, None, table.metadata().id)
 
 
 def _every_column(rows: pa.Table, arrow_schema: pa.Schema) -> pa.Table:

@@ -134,3 +134,33 @@ def test_a_table_deleted_while_its_job_runs_stops_the_job_at_the_batch_that_made
     monkeypatch.undo()
     with pytest.raises(TableLost, match="was deleted and created again since dedup wrote it"):
         run_job(spark, settings, "dedup")  # and so it stays stopped until rebuilt
+
+
+def test_a_table_created_again_while_its_job_runs_stops_the_job_at_the_batch_that_wrote_into_it(
+        spark, settings, monkeypatch):
+    """Deleted between two batches of a running job and created again by another hand before
+    the next batch, the table took that batch's rows at its version 1 or later (no version 0
+    to give it away), and the job went on writing into it without its earlier batches' rows,
+    until its next start."""
+    from spark_jobs.runtime.checkpoint import tables_kept
+
+    first, second = generate_events(200, seed=26, late_ratio=0.0), generate_events(100, seed=27, late_ratio=0.0)
+    produce(settings, first)
+    run_job(spark, settings, "dedup")
+    produce(settings, second)
+    uri = settings.table_uri("device_events_deduplicated")
+    recorded = tables_kept.record_tables
+
+    def then_made_again(checkpoint, tables):  # the run's tables exist and are recorded; then a hand
+        recorded(checkpoint, tables)
+        shutil.rmtree(uri)
+        create_table(uri, DEVICE_EVENTS_DEDUPLICATED)
+    monkeypatch.setattr(tables_kept, "record_tables", then_made_again)
+    with pytest.raises(TableLost) as stopped:
+        run_job(spark, settings, "dedup")
+    assert stopped.value.message.startswith("table device_events_deduplicated was deleted and created again "
+                                            "while dedup ran: batch "), stopped.value.message
+    assert "`sigflow checkpoint recover dedup --from raw`" in stopped.value.hint
+    monkeypatch.undo()
+    with pytest.raises(TableLost, match="was deleted and created again since dedup wrote it"):
+        run_job(spark, settings, "dedup")  # and so it stays stopped until rebuilt

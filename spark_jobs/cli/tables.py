@@ -9,6 +9,13 @@ from spark_jobs.jobs import RECONCILED_JOBS
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
+    if args.action == "rebuild":
+        from spark_jobs.ops import rebuild
+        from spark_jobs.runtime.spark import get_spark
+
+        settings = settings_of(args)
+        print("\n".join(rebuild.rebuild(get_spark(settings, "sigflow-rebuild"), settings, args.table).lines()))
+        return 0
     from spark_jobs.ops import table_overview
 
     for table in table_overview.overview(settings_of(args)):
@@ -50,6 +57,10 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("tables", help="per table: version, rows, change feed, freshness and how complete it is")
     p.set_defaults(func=cmd_tables)
+    actions = p.add_subparsers(dest="action")  # none: the overview
+    rebuild = actions.add_parser("rebuild", help="write a table several jobs keep again from the tables its "
+                                 "rows come from (while the jobs run)")
+    rebuild.add_argument("table", choices=("device_status",))
 
     p = sub.add_parser("quality", help="Great Expectations checks of the Delta tables")
     p.set_defaults(func=cmd_quality)

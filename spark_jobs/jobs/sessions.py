@@ -208,13 +208,16 @@ def device_sessions(settings: StreamingSettings, events: DataFrame, timeout_from
 def split(settings: StreamingSettings, rows: DataFrame, batch: BatchContext) -> dict[str, DataFrame]:
     """The closed sessions to device_sessions; every session the batch closed or left open to
     device_status, whose merge keeps each device's latest (runtime/delta/newest.py)."""
-    return {
-        DEVICE_SESSIONS.name: rows.where(F.col("closed_reason").isNotNull()),
-        DEVICE_STATUS.name: rows.select(
-            "device_id", "session_start", "session_end",
-            F.col("event_count").alias("session_event_count"), F.col("avg_signal").alias("session_avg_signal"),
-            F.col("closed_reason").isNotNull().alias("session_closed")),
-    }
+    return {DEVICE_SESSIONS.name: rows.where(F.col("closed_reason").isNotNull()), DEVICE_STATUS.name: session_status(rows)}
+
+
+def session_status(sessions: DataFrame) -> DataFrame:
+    """device_status's session part of each session, open or closed (``closed_reason`` null
+    while open): a batch's, or device_sessions' rows."""
+    return sessions.select(
+        "device_id", "session_start", "session_end",
+        F.col("event_count").alias("session_event_count"), F.col("avg_signal").alias("session_avg_signal"),
+        F.col("closed_reason").isNotNull().alias("session_closed"))
 
 
 SESSIONS = StreamingJob(

@@ -57,7 +57,7 @@ from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta import concurrent_writes
 from spark_jobs.runtime.delta.commit_info import CommitInfo
-from spark_jobs.runtime.delta.sink import DeltaSink
+from spark_jobs.runtime.delta.sink import DeltaSink, with_kept_names
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from spark_jobs.runtime.kafka.connection import KafkaConnection
 from spark_jobs.runtime.kafka.source import KafkaRecords
@@ -235,7 +235,7 @@ class BatchCommit:
         replay_possible = batch_id <= self.replayable_upto
 
         def write(spec: TableSpec) -> int | None:
-            frame, rows = _with_kept_names(outputs.get(spec.name), spec), None
+            frame, rows = with_kept_names(outputs.get(spec.name), spec), None
             self.lease.check()  # again at each commit: a driver stalled since the batch began may have lost it
             if frame is not None and spec.merge_key:
                 # its few rows are collected anyway: no emptiness check first (a Spark job of its
@@ -305,15 +305,6 @@ def _read_nothing(offsets, previous) -> bool:
         return offsets.sources == previous.sources
     ends = [end for source in offsets.sources if source for parts in source.values() for end in parts.values()]
     return bool(ends) and all(end == 0 for end in ends)
-
-
-def _with_kept_names(frame: DataFrame | None, spec: TableSpec) -> DataFrame | None:
-    """The rows with each renamed column's value under its former name too (``KeptName``),
-    for appends and merges alike, where the job's split gave the new name."""
-    if frame is None or not spec.kept_names:
-        return frame
-    kept = {k.old: F.col(k.new) for k in spec.kept_names if k.new in frame.columns and k.old not in frame.columns}
-    return frame.withColumns(kept) if kept else frame
 
 
 def _stamped(frame: DataFrame, spec: TableSpec, info: CommitInfo) -> DataFrame:

@@ -23,6 +23,8 @@ from spark_jobs.runtime.delta.log_damage import TableUnreadable
 log = logging.getLogger("sigflow.runner")
 RUNBOOK = "docs/runbooks/table-damaged.md"
 CHECKPOINT_RUNBOOK = "docs/runbooks/checkpoint-lost-or-corrupt.md"
+# a table several jobs write, written again from the tables its rows come from (ops/rebuild.py)
+REBUILD_COMMANDS = {"device_status": "sigflow tables rebuild device_status"}
 
 
 class TableLost(NeedsRestart):
@@ -83,8 +85,9 @@ def check_tables_kept(checkpoint: Checkpoint, job: str, tables: Mapping[str, str
     changed = changed_tables(checkpoint, tables)
     for name, change in changed.items():
         if name not in own:
-            log.warning("%s: table %s %s since this job last wrote it: the rows written before are not in it; "
-                        "restore it from a backup to have them (%s)", job, name, change, RUNBOOK)
+            log.warning("%s: table %s %s since this job last wrote it: the rows written before are not in it; %s "
+                        "(%s)", job, name, change, f"write them again with `{REBUILD_COMMANDS[name]}`"
+                        if name in REBUILD_COMMANDS else "restore it from a backup to have them", RUNBOOK)
             continue
         raise TableLost(
             f"{job}: table {name} {change} since {job} wrote it (its batches 0 to {checkpoint.last_committed():,} "

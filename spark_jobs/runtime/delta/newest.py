@@ -1,12 +1,15 @@
 """Which of two rows of a key is newer, per part of a table kept current by merge
 (``TableSpec.merge_parts``): the larger of the part's order columns, compared in order. One
 rule, written twice: as Arrow, to keep a batch's newest row per key before the merge, and as
-the merge's SQL condition against the table's row."""
+the merge's SQL condition against the table's row. ``newest_candidates`` narrows rows too
+many for a driver to the few among which the Arrow rule then chooses."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
 
 from spark_jobs.contracts.tables import MergePart
 
@@ -52,3 +55,19 @@ def _first_of_each_key(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
         differs = pc.fill_null(pc.not_equal(values.slice(1), values.slice(0, len(values) - 1)), True)
         changed = differs if changed is None else pc.or_(changed, differs)
     return pa.concat_arrays([pa.array([True]), changed])
+
+
+def newest_candidates(rows: DataFrame, key: tuple[str, ...], parts: tuple[MergePart, ...]) -> DataFrame:
+    """Of each part ``rows`` hold, each key's rows with the largest order columns (a tie keeps
+    them all): the rows among which ``newest_per_key`` chooses, few enough to collect, where
+    ``rows`` are a whole table's."""
+    narrowed = []
+    for part in (part for part in parts if part.order[0] in rows.columns):
+        order = [F.col(column).desc_nulls_last() for column in part.order]
+        ranked = rows.select(*key, *part.columns).where(F.col(part.order[0]).isNotNull())
+        narrowed.append(ranked.withColumn("_rank", F.rank().over(Window.partitionBy(*key).orderBy(*order)))
+                        .where(F.col("_rank") == 1).drop("_rank"))
+    result = narrowed[0]
+    for part_rows in narrowed[1:]:
+        result = result.unionByName(part_rows, allowMissingColumns=True)
+    return result

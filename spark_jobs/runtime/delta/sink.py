@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 import pyarrow as pa
 import tenacity
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs.config import Settings
 from spark_jobs.contracts.tables import TableSpec
@@ -144,14 +145,7 @@ class DeltaSink:
         key on the driver, then merged through delta-rs, whose merge skips the Spark job and
         the state rebuild of a Spark merge; a replay's merge finds nothing newer and changes
         nothing."""
-        arrow_schema = schema.arrow_schema(spec)
-        rows = df.toArrow()
-        if rows.num_rows == 0:
-            return 0
-        rows = _every_column(rows, arrow_schema)
-        rows = newest_per_key(rows, spec.merge_key, spec.merge_parts).select(list(spec.columns)).cast(arrow_schema)
-        metrics = table_access.merge_newer(self.uri(spec), rows, spec.merge_key, spec.merge_parts, info.user_metadata())
-        return int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0))
+        return merge_newest(self.uri(spec), df.toArrow(), spec, info.user_metadata()).changed
 
     def rows_written_before(self, spec: TableSpec, info: CommitInfo) -> int:
         """The rows an earlier attempt of this batch committed (a replay writes none, but its
@@ -216,6 +210,37 @@ def _commit_again(retry: tenacity.retry_base, attempts: int = 10) -> tenacity.Re
     won), each after a short random pause so writers that collided do not collide again."""
     return tenacity.Retrying(retry=retry, wait=tenacity.wait_random(0.05, 0.5),
                              stop=tenacity.stop_after_attempt(attempts), reraise=True)
+
+
+class Merged(NamedTuple):
+    inserted: int
+    updated: int
+
+    @property
+    def changed(self) -> int:
+        return self.inserted + self.updated
+
+
+def with_kept_names(frame: DataFrame | None, spec: TableSpec) -> DataFrame | None:
+    """The rows with each renamed column's value under its former name too (``KeptName``),
+    for appends and merges alike, where the job gave the new name."""
+    if frame is None or not spec.kept_names:
+        return frame
+    kept = {k.old: F.col(k.new) for k in spec.kept_names if k.new in frame.columns and k.old not in frame.columns}
+    return frame.withColumns(kept) if kept else frame
+
+
+def merge_newest(uri: str, rows: pa.Table, spec: TableSpec, user_metadata: str) -> Merged:
+    """Merge ``rows`` (any number per key, any of the table's columns) into a table kept
+    current by key: each key's newest row per part (``newest_per_key``), each part of the
+    table's row taking it only where it is newer; the rows inserted and updated."""
+    if rows.num_rows == 0:
+        return Merged(0, 0)
+    arrow_schema = schema.arrow_schema(spec)
+    rows = _every_column(rows, arrow_schema)
+    rows = newest_per_key(rows, spec.merge_key, spec.merge_parts).select(list(spec.columns)).cast(arrow_schema)
+    metrics = table_access.merge_newer(uri, rows, spec.merge_key, spec.merge_parts, user_metadata)
+    return Merged(int(metrics.get("num_target_rows_inserted", 0)), int(metrics.get("num_target_rows_updated", 0)))
 
 
 class _Commit(NamedTuple):

@@ -2,15 +2,17 @@
 event (largest event time; of two at the same time, the later one to reach Kafka) and its
 latest alert by the same rule, devices known only from alerts included; its last final
 tumbling window and its latest session, open or closed. Kept through a restart, a replay of
-batches by a rewind and its re-run: a re-run finds nothing newer."""
+batches by a rewind and its re-run: a re-run finds nothing newer. Lost, written again by
+`sigflow tables rebuild device_status` from the tables its parts come from."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pandas as pd
 
-from spark_jobs.ops import restart
+from spark_jobs.ops import rebuild, restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
@@ -78,14 +80,30 @@ def test_device_status_is_each_devices_latest_event_and_alert_through_restarts_a
     run_job(spark, s, "ingest")
     assert _status(s) == everything  # the re-run finds nothing newer
 
+    # lost, then made again by ingest's next run holding only what came since; the rebuild
+    # writes every device's newest again from device_events and device_alerts
+    shutil.rmtree(s.table_uri("device_status"))
+    third = [Event("c1", "d1", at(12, 8), 10.0), Event("c2", "d5", at(12, 2), 11.0)]
+    send(s, third)
+    run_job(spark, s, "ingest")
+    assert set(_status(s)) == {"d1", "d5"}
+    rebuilt = rebuild.rebuild(spark, s, "device_status")
+    assert _status(s) == _oracle(first + second + third, first_alerts + second_alerts)
+    # d1's row gains its alert (the table made again had none), d5's is as new as it gets
+    assert (rebuilt.inserted, rebuilt.updated) == (len(_status(s)) - 2, 1), rebuilt.lines()
+    assert ("device_status: window part: none, device_signal_averages not created yet (windowed-averages has "
+            "not run)") in rebuilt.lines()
+    again = rebuild.rebuild(spark, s, "device_status")
+    assert (again.inserted, again.updated) == (0, 0), again.lines()  # nothing older left to change
 
-def _windows_and_sessions_oracle(runs: list[list[Event]]) -> dict[str, tuple]:
+
+def _windows_and_sessions_oracle(runs: list[list[Event]], closed_only: bool = False) -> dict[str, tuple]:
     """Each device's last final tumbling window (start, end, events, mean signal) and its
     latest session (start, last event, events, mean signal, closed), by the rules alone: late
     events (at or behind the batch before's watermark) and repeats dropped; a window final
     once the watermark reaches its end; a session the run of events no more than the gap
-    apart, closed once the watermark reaches its last event plus the gap. Each run is an
-    available-now run: its batch, then a no-data batch."""
+    apart, closed once the watermark reaches its last event plus the gap (``closed_only``: its
+    latest closed session). Each run is an available-now run: its batch, then a no-data batch."""
     oracle = EventTimeOracle()
     for events in runs:
         oracle.run_batch(events)
@@ -97,12 +115,19 @@ def _windows_and_sessions_oracle(runs: list[list[Event]]) -> dict[str, tuple]:
     sessions: dict[str, tuple] = {}
     for device in {e.device_id for e in oracle.kept}:
         kept = sorted((e.t_ms, e.signal) for e in oracle.kept if e.device_id == device)
-        latest = [kept[0]]
+        runs_of_events = [[kept[0]]]
         for event in kept[1:]:
-            latest = latest + [event] if event[0] - latest[-1][0] <= GAP_MS else [event]
-        last = latest[-1][0]
-        sessions[device] = (latest[0][0], last, len(latest), round(sum(sig for _, sig in latest) / len(latest), 6),
-                            last + GAP_MS <= oracle.watermark_ms)
+            if event[0] - runs_of_events[-1][-1][0] <= GAP_MS:
+                runs_of_events[-1].append(event)
+            else:
+                runs_of_events.append([event])
+        for session in reversed(runs_of_events):
+            last = session[-1][0]
+            closed = last + GAP_MS <= oracle.watermark_ms
+            if closed or not closed_only:
+                sessions[device] = (session[0][0], last, len(session),
+                                    round(sum(sig for _, sig in session) / len(session), 6), closed)
+                break
     return {device: (windows.get(device), sessions.get(device)) for device in windows.keys() | sessions.keys()}
 
 
@@ -168,3 +193,18 @@ def test_device_status_holds_each_devices_last_final_window_and_latest_session_t
     plan.apply()
     run_job(spark, s, "sessions")
     assert _windows_and_sessions(s) == everything and _status(s) == events_and_alerts
+
+    # lost and rebuilt: the windows and every closed session again; a device whose latest
+    # session is open has its last closed one (device_sessions holds no open session) until
+    # the sessions job writes the open one again, at that device's next event
+    shutil.rmtree(s.table_uri("device_status"))
+    rebuild.rebuild(spark, s, "device_status")
+    recovered = _windows_and_sessions_oracle([first + second], closed_only=True)  # device_sessions as recovered
+    assert recovered["d1"][1][0] != everything["d1"][1][0] and recovered["d3"][1] is None  # both kinds
+    assert _windows_and_sessions(s) == {device: (window, recovered.get(device, (None, None))[1])
+                                        for device, (window, _) in everything.items()}
+    assert _status(s) == events_and_alerts
+    third = [Event("c1", "d3", at(12, 48), 2.0)]
+    send(s, third)
+    run_job(spark, s, "sessions")
+    assert _windows_and_sessions(s)["d3"][1] == _windows_and_sessions_oracle([first + second, third])["d3"][1]

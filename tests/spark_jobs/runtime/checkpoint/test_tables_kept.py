@@ -63,8 +63,9 @@ def test_a_table_gone_or_made_anew_since_its_job_wrote_it_is_refused_until_rebui
     shutil.rmtree(settings.table_uri("device_status"))
     with caplog.at_level(logging.WARNING, logger="sigflow.runner"):
         run_job(spark, settings, "ingest")
-    assert any("ingest: table device_status is gone since this job last wrote it" in r.getMessage()
-               for r in caplog.records), caplog.text
+    assert any(r.getMessage().startswith("ingest: table device_status is gone since this job last wrote it: the "
+                                         "rows written before are not in it; write them again with `sigflow "
+                                         "tables rebuild device_status`") for r in caplog.records), caplog.text
     devices_since = {json.loads(r.value)["device_id"] for r in second if r.kind not in MALFORMED_KINDS}
     assert set(table(settings, "device_status").device_id) == devices_since
     caplog.clear()  # the table made again is the one recorded now: said once

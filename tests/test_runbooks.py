@@ -63,8 +63,13 @@ def _damage_a_dedup_table_log(settings):
     newest.write_bytes(newest.read_bytes()[:100])
 
 
+def _lose_device_status(settings):
+    shutil.rmtree(settings.table_uri("device_status"))
+
+
 SETUP = {("checkpoint-lost-or-corrupt.md", 1): _lose_ingest_checkpoint,
-         ("table-damaged.md", 0): _damage_a_dedup_table_log}
+         ("table-damaged.md", 0): _damage_a_dedup_table_log,
+         ("table-damaged.md", 1): _lose_device_status}
 
 
 def _ingest_runs_again(settings):
@@ -72,13 +77,16 @@ def _ingest_runs_again(settings):
     assert Path(settings.checkpoint_uri("ingest")).is_dir() and verdict not in ("NEVER RUN", "FAILED"), verdict
 
 
-def _dedup_table_read_again(settings):
+def _dedup_table_and_device_status_back(settings):
     rows = table(settings, "device_events_deduplicated")
     assert len(rows) > 0 and rows.event_id.is_unique
+    devices = set(table(settings, "device_events").device_id) | set(table(settings, "device_alerts").device_id)
+    status = table(settings, "device_status")
+    assert status.device_id.is_unique and set(status.device_id) == devices
 
 
 # After a runbook's last block: the incident it is about is over.
-FIXED = {"checkpoint-lost-or-corrupt.md": _ingest_runs_again, "table-damaged.md": _dedup_table_read_again}
+FIXED = {"checkpoint-lost-or-corrupt.md": _ingest_runs_again, "table-damaged.md": _dedup_table_and_device_status_back}
 
 
 def _nothing_lost_or_doubled(settings, sent: Counter) -> None:

@@ -41,6 +41,8 @@ def test_bench_ends_with_one_rate_and_ratio_line_per_job_and_quarantines_the_who
     assert idle[0] == "none" and idle[1].isdigit(), out
     handwritten = re.findall(r"hand-written (\S+): ([\d,]+) events/s", out)
     assert [kind for kind, _ in handwritten] == list(MEASURED)
+    # ingest's fifth table by hand too (Delta's MERGE), beside it with no target of its own
+    assert re.search(r"^bench ingest vs_handwritten_ingest_with_device_status=\d", out, re.M), out
     storm = re.search(r"storm \(10% malformed\): .* ([\d,]+) quarantined of ([\d,]+) malformed", out)
     assert storm and storm[1] == storm[2] != "0", out
     # every target the run measured, beside its figure (docs/benchmarks.md)

@@ -19,7 +19,9 @@ device_signal_averages holds now, a reconcile's correction included.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +33,7 @@ from spark_jobs.contracts.tables import (
     DEVICE_SESSIONS,
     DEVICE_SIGNAL_AVERAGES,
     DEVICE_STATUS,
+    TableSpec,
 )
 from spark_jobs.errors import SigflowError
 from spark_jobs.jobs import ingest, sessions, windowed_averages
@@ -40,14 +43,22 @@ from spark_jobs.runtime.delta.newest import newest_candidates
 from spark_jobs.runtime.delta.sink import DeltaSink, merge_newest, with_kept_names
 
 REBUILDS = tuple(tables_kept.REBUILD_COMMANDS)
-# each part: the tables it comes from, the job that writes them, its function from their rows
+
+
+class Part(NamedTuple):
+    name: str
+    sources: tuple[TableSpec, ...]  # the tables it comes from
+    job: str  # the job that writes them
+    rows_of: Callable[..., DataFrame]  # that job's function from their rows to the part's
+    columns: tuple[str, ...]  # one of them set: a device has the part
+
+
 PARTS = (
-    ("event and alert", (DEVICE_EVENTS, DEVICE_ALERTS), "ingest", ingest.device_status),
-    ("window", (DEVICE_SIGNAL_AVERAGES,), "windowed-averages", windowed_averages.final_tumbling_windows),
-    ("session", (DEVICE_SESSIONS,), "sessions", sessions.session_status),
+    Part("event and alert", (DEVICE_EVENTS, DEVICE_ALERTS), "ingest", ingest.device_status, ("event_id", "alert_id")),
+    Part("window", (DEVICE_SIGNAL_AVERAGES,), "windowed-averages", windowed_averages.final_tumbling_windows,
+         ("window_start",)),
+    Part("session", (DEVICE_SESSIONS,), "sessions", sessions.session_status, ("session_start",)),
 )
-PART_COLUMNS = {"event and alert": ("event_id", "alert_id"), "window": ("window_start",),
-                "session": ("session_start",)}
 
 
 @dataclass(frozen=True)
@@ -67,27 +78,30 @@ def rebuild(spark: SparkSession, settings: Settings, table: str) -> Rebuilt:
     if table not in REBUILDS:
         raise SigflowError(f"no rebuild of {table}", f"rebuilt from other tables: {', '.join(REBUILDS)}; "
                            "a job's own table is rebuilt by its recover (docs/runbooks/table-damaged.md)")
-    frames, said = [], []
-    for part, sources, job, rows_of in PARTS:
-        uris = [settings.table_uri(spec.name) for spec in sources]
-        names = " and ".join(spec.name for spec in sources)
-        if not all(table_access.exists(uri) for uri in uris):
-            said.append(f"{table}: {part} part: none, {names} not created yet ({job} has not run)")
+    present = [part for part in PARTS
+               if all(table_access.exists(settings.table_uri(spec.name)) for spec in part.sources)]
+    rows = None
+    if present:
+        frames = [part.rows_of(*(spark.read.format("delta").load(settings.table_uri(spec.name))
+                                 for spec in part.sources)) for part in present]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame, allowMissingColumns=True)
+        union = with_kept_names(union, DEVICE_STATUS)
+        rows = newest_candidates(union, DEVICE_STATUS.merge_key, DEVICE_STATUS.merge_parts).toArrow()
+    said = []
+    for part in PARTS:
+        names = " and ".join(spec.name for spec in part.sources)
+        if part not in present:
+            said.append(f"{table}: {part.name} part: none, {names} not created yet ({part.job} has not run)")
             continue
-        frames.append((part, names, rows_of(*(spark.read.format("delta").load(uri) for uri in uris))))
-    if not frames:
+        held = pc.count_distinct(rows.filter(_any_valid(rows, part.columns))["device_id"]).as_py()
+        said.append(f"{table}: {part.name} part from {names}: {held:,} devices")
+    if rows is None:
         return Rebuilt(table, tuple(said), 0, 0)
-    union: DataFrame = frames[0][2]
-    for _, _, frame in frames[1:]:
-        union = union.unionByName(frame, allowMissingColumns=True)
-    union = with_kept_names(union, DEVICE_STATUS)
-    rows = newest_candidates(union, DEVICE_STATUS.merge_key, DEVICE_STATUS.merge_parts).toArrow()
-    for part, names, _ in frames:
-        held = pc.count_distinct(rows.filter(_any_valid(rows, PART_COLUMNS[part]))["device_id"]).as_py()
-        said.append(f"{table}: {part} part from {names}: {held:,} devices")
     DeltaSink(spark, settings).ensure_table(DEVICE_STATUS)
-    merged = merge_newest(settings.table_uri(table), rows, DEVICE_STATUS,
-                          json.dumps({"sigflow_rebuild": {"from": [names for _, names, _ in frames]}}))
+    merged = merge_newest(settings.table_uri(table), rows, DEVICE_STATUS, json.dumps(
+        {"sigflow_rebuild": {"from": [spec.name for part in present for spec in part.sources]}}))
     return Rebuilt(table, tuple(said), merged.inserted, merged.updated)
 
 

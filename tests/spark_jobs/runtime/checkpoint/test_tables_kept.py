@@ -112,9 +112,26 @@ def test_a_job_whose_checkpoint_is_gone_and_whose_tables_hold_rows_is_refused_un
     assert rebuilt.is_unique and set(rebuilt) == valid
 
 
-def test_a_table_deleted_while_its_job_runs_stops_the_job_at_the_batch_that_made_it_again(spark, settings, monkeypatch):
-    """Deleted between two batches of a running job, the table was made again by the next
-    batch's append, holding that batch's rows alone, and the job went on writing into it."""
+def _deleted(uri: str) -> None:
+    shutil.rmtree(uri)
+
+
+def _created_again(uri: str) -> None:
+    shutil.rmtree(uri)
+    create_table(uri, DEVICE_EVENTS_DEDUPLICATED)
+
+
+@pytest.mark.parametrize(("hand", "stopped_with"), [
+    # made again by the next batch's append, holding that batch's rows alone (its version 0)
+    (_deleted, "table device_events_deduplicated was gone when batch "),
+    # made again by another hand first: the batch's append is its version 1, another table's
+    (_created_again, "table device_events_deduplicated was deleted and created again while dedup ran: batch "),
+], ids=["deleted", "created-again"])
+def test_a_table_lost_while_its_job_runs_stops_the_job_at_the_batch_that_wrote_into_another(
+        spark, settings, monkeypatch, hand, stopped_with):
+    """Deleted between two batches of a running job, or deleted and created again, the table
+    took the next batch's rows without its earlier batches' ones, and the job went on writing
+    into it until its next start."""
     from spark_jobs.runtime.checkpoint import tables_kept
 
     first, second = generate_events(200, seed=24, late_ratio=0.0), generate_events(100, seed=25, late_ratio=0.0)
@@ -124,43 +141,13 @@ def test_a_table_deleted_while_its_job_runs_stops_the_job_at_the_batch_that_made
     uri = settings.table_uri("device_events_deduplicated")
     recorded = tables_kept.record_tables
 
-    def then_deleted(checkpoint, tables):  # the run's tables exist and are recorded; then a hand
+    def then_lost(checkpoint, tables):  # the run's tables exist and are recorded; then a hand
         recorded(checkpoint, tables)
-        shutil.rmtree(uri)
-    monkeypatch.setattr(tables_kept, "record_tables", then_deleted)
+        hand(uri)
+    monkeypatch.setattr(tables_kept, "record_tables", then_lost)
     with pytest.raises(TableLost) as stopped:
         run_job(spark, settings, "dedup")
-    assert stopped.value.message.startswith("table device_events_deduplicated was gone when batch ")
-    assert "`sigflow checkpoint recover dedup --from raw`" in stopped.value.hint
-    monkeypatch.undo()
-    with pytest.raises(TableLost, match="was deleted and created again since dedup wrote it"):
-        run_job(spark, settings, "dedup")  # and so it stays stopped until rebuilt
-
-
-def test_a_table_created_again_while_its_job_runs_stops_the_job_at_the_batch_that_wrote_into_it(
-        spark, settings, monkeypatch):
-    """Deleted between two batches of a running job and created again by another hand before
-    the next batch, the table took that batch's rows at its version 1 or later (no version 0
-    to give it away), and the job went on writing into it without its earlier batches' rows,
-    until its next start."""
-    from spark_jobs.runtime.checkpoint import tables_kept
-
-    first, second = generate_events(200, seed=26, late_ratio=0.0), generate_events(100, seed=27, late_ratio=0.0)
-    produce(settings, first)
-    run_job(spark, settings, "dedup")
-    produce(settings, second)
-    uri = settings.table_uri("device_events_deduplicated")
-    recorded = tables_kept.record_tables
-
-    def then_made_again(checkpoint, tables):  # the run's tables exist and are recorded; then a hand
-        recorded(checkpoint, tables)
-        shutil.rmtree(uri)
-        create_table(uri, DEVICE_EVENTS_DEDUPLICATED)
-    monkeypatch.setattr(tables_kept, "record_tables", then_made_again)
-    with pytest.raises(TableLost) as stopped:
-        run_job(spark, settings, "dedup")
-    assert stopped.value.message.startswith("table device_events_deduplicated was deleted and created again "
-                                            "while dedup ran: batch "), stopped.value.message
+    assert stopped.value.message.startswith(stopped_with), stopped.value.message
     assert "`sigflow checkpoint recover dedup --from raw`" in stopped.value.hint
     monkeypatch.undo()
     with pytest.raises(TableLost, match="was deleted and created again since dedup wrote it"):

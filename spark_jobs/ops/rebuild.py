@@ -80,6 +80,8 @@ def rebuild(spark: SparkSession, settings: Settings, table: str) -> Rebuilt:
                            "a job's own table is rebuilt by its recover (docs/runbooks/table-damaged.md)")
     present = [part for part in PARTS
                if all(table_access.exists(settings.table_uri(spec.name)) for spec in part.sources)]
+    for spec in (spec for part in present for spec in part.sources):
+        table_access.open_table(settings.table_uri(spec.name))  # a damaged one named, before Spark reads it
     rows = None
     if present:
         frames = [part.rows_of(*(spark.read.format("delta").load(settings.table_uri(spec.name))

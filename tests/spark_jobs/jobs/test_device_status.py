@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from spark_jobs.ops import rebuild, restart
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
+from spark_jobs.runtime.delta.log_damage import TableUnreadable
 from tests.helpers import at, run_job, send, send_alert, single_partition_topics, table
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
 
@@ -208,3 +211,12 @@ def test_device_status_holds_each_devices_last_final_window_and_latest_session_t
     send(s, third)
     run_job(spark, s, "sessions")
     assert _windows_and_sessions(s)["d3"][1] == _windows_and_sessions_oracle([first + second, third])["d3"][1]
+
+    # a table a part comes from, damaged: named, with its runbook, before anything is read or written
+    newest = max((Path(s.table_uri("device_sessions")) / "_delta_log").glob("*.json"))
+    newest.write_bytes(newest.read_bytes()[:50])
+    before = _windows_and_sessions(s)
+    with pytest.raises(TableUnreadable) as refused:
+        rebuild.rebuild(spark, s, "device_status")
+    assert refused.value.message.startswith(f"table device_sessions cannot be read: its log entry {newest.name} ")
+    assert _windows_and_sessions(s) == before

@@ -78,10 +78,9 @@ def rebuild(spark: SparkSession, settings: Settings, table: str) -> Rebuilt:
     if table not in REBUILDS:
         raise SigflowError(f"no rebuild of {table}", f"rebuilt from other tables: {', '.join(REBUILDS)}; "
                            "a job's own table is rebuilt by its recover (docs/runbooks/table-damaged.md)")
+    # one read of each: a damaged one is named (TableUnreadable) before Spark reads it
     present = [part for part in PARTS
-               if all(table_access.exists(settings.table_uri(spec.name)) for spec in part.sources)]
-    for spec in (spec for part in present for spec in part.sources):
-        table_access.open_table(settings.table_uri(spec.name))  # a damaged one named, before Spark reads it
+               if all(table_access.table_id(settings.table_uri(spec.name)) for spec in part.sources)]
     rows = None
     if present:
         frames = [part.rows_of(*(spark.read.format("delta").load(settings.table_uri(spec.name))

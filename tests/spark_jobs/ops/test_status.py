@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.errors import SigflowError
+from spark_jobs.errors import DataLossError, SigflowError
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
+from spark_jobs.runtime.kafka import offsets as kafka_offsets
 from tests.helpers import produce, run_job, sigflow
 
 QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, behind=0, age_s=30.0,
@@ -113,6 +114,64 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     # a stateless job never has a watermark; a stateful one waits for its first
     assert "watermark" not in heads["ingest"] and "watermark" not in heads["alert-fastpath"], text
     assert heads["sessions"].endswith("watermark none yet"), text
+
+
+def _delete_records(settings, before: dict[int, int]) -> None:
+    """What retention does: each partition's records before an offset gone."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = settings.streaming.events_topic
+    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(topic, p, offset) for p, offset in before.items()]).values():
+        future.result(30)
+
+
+def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_next_run_stops_on_them(spark, settings):
+    """status counted only what Kafka still held and said LAGGING, `sigflow run dedup` next,
+    and that run stopped on the records retention had deleted."""
+    bounds = lambda: kafka_offsets.topic_bounds(settings.kafka.bootstrap_servers, settings.streaming.events_topic)  # noqa: E731
+    produce(settings, generate_events(90, malformed_ratio=0))
+    run_job(spark, settings, "dedup")
+    read_to = {p: end for p, (_, end) in bounds().items()}
+    produce(settings, generate_events(90, seed=2, malformed_ratio=0))
+    run_job(spark, settings, "ingest")  # device_events_raw holds every record
+    ends = {p: end for p, (_, end) in bounds().items()}
+    cut = {p: max(read_to[p], ends[p] - 5) for p in ends}  # the newest 5 a partition kept
+    _delete_records(settings, cut)
+    gone, left = sum(cut[p] - read_to[p] for p in ends), sum(ends[p] - cut[p] for p in ends)
+    assert gone > 0
+
+    shown = {s.job: s for s in status.all_status(settings)}
+    dedup = shown["dedup"]
+    assert (dedup.verdict.word, dedup.behind) == ("DATA LOSS", left), dedup.lines()
+    assert f"Kafka no longer holds {gone:,} records it has not read" in dedup.verdict.reason
+    assert "its next run stops on them" in dedup.verdict.reason and "device_events_raw holds them" in dedup.verdict.reason
+    assert dedup.verdict.next_step.startswith("`sigflow checkpoint recover dedup --from raw --force`")
+    assert shown["ingest"].verdict.word == "OK"  # it read them before they went
+    assert shown["windowed-averages"].verdict.word == "NEVER RUN"  # nothing read: it starts at the earliest
+    text = sigflow(settings, "status").stdout
+    assert "dedup: DATA LOSS" in text and "next: `sigflow checkpoint recover dedup --from raw --force`" in text, text
+
+    with pytest.raises(DataLossError, match="no longer has offsets"):
+        run_job(spark, settings, "dedup")
+    lenient = settings.replace(fail_on_data_loss=False)
+    skipping = {s.job: s for s in status.all_status(lenient)}["dedup"].verdict
+    assert skipping.word == "DATA LOSS" and "its next batch skips them" in skipping.reason and not skipping.next_step
+    assert run_job(spark, lenient, "dedup").rows_in == left
+    assert {s.job: s for s in status.all_status(settings)}["dedup"].verdict.word == "OK"
+
+
+@pytest.mark.parametrize("job, gap, next_step", [
+    ("ingest", status.KafkaGap("events[0]", 10, 40, 50), "produce them again if their source can"),
+    ("dedup", status.KafkaGap("events[0]", 60, 0, 9), "produce them again if their source can"),
+])
+def test_records_nothing_else_holds_are_produced_again_or_the_gap_accepted(job, gap, next_step):
+    found = status.data_loss_verdict(job, [gap], fail_on_data_loss=True, raw_holds=False)
+    assert found.word == "DATA LOSS" and found.next_step.startswith(next_step)
+    assert f"`SIGFLOW_FAIL_ON_DATA_LOSS=false sigflow run {job}` once" in found.next_step
+    assert ("30 records" in found.reason) == (not gap.recreated)
+    assert ("created again" in found.reason) == gap.recreated
 
 
 def test_a_damaged_sigflow_json_is_that_jobs_verdict_and_every_other_job_still_answers(settings):

@@ -81,6 +81,18 @@ def produce(settings: Settings, records: list[SimRecord] | list[tuple[bytes | No
     return produce_records(settings.kafka.bootstrap_servers, topic or settings.streaming.events_topic, pairs)
 
 
+def delete_from_kafka(settings: Settings, topic: str, before: dict[int, int] | None = None) -> None:
+    """What retention does: each partition's records before an offset gone (``before``:
+    partition -> offset; by default every record so far)."""
+    from confluent_kafka import TopicPartition
+
+    if before is None:
+        before = {p: end for p, (_, end) in kafka_offsets.topic_bounds(settings.kafka.bootstrap_servers, topic).items()}
+    admin = kafka_admin.admin(settings.kafka.bootstrap_servers)
+    for future in admin.delete_records([TopicPartition(topic, p, offset) for p, offset in before.items()]).values():
+        future.result(30)
+
+
 def confluent_produce(bootstrap: str, topic: str, pairs) -> int:
     """Send (key, value) pairs with librdkafka: for volumes kafka-python takes long over
     (it sends about 6 MB/s here)."""

@@ -16,7 +16,7 @@ from spark_jobs.local.simulate import generate_events
 from spark_jobs.ops import prometheus
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
-from tests.helpers import REPO, produce, run_job, system_tool
+from tests.helpers import REPO, delete_from_kafka, produce, run_job, system_tool
 
 RULES = REPO / "infra" / "prometheus" / "sigflow-alerts.yml"
 JOBS = ("ingest", "windowed-averages")
@@ -61,7 +61,7 @@ def _expected(rules: dict, alert: str, **labels) -> dict:
     return {"exp_labels": {**rule["labels"], **labels}, "exp_annotations": annotations}
 
 
-@pytest.mark.slow  # two jobs run twice, seven scrapes
+@pytest.mark.slow  # two jobs run twice, eight scrapes
 def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tmp_path):
     promtool = system_tool("promtool", "prometheus")
     scrapes = []
@@ -92,6 +92,8 @@ def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tm
     subprocess.run([sys.executable, "-c", crash], cwd=REPO)  # a run that dies holding its lease
     step(50)
     assert scrapes[-1][2]['sigflow_job_status{sigflow_job="ingest",status="FAILED"}'] == 1.0
+    delete_from_kafka(settings, settings.streaming.events_topic)  # retention passes what neither job read
+    step(60)
 
     rules = yaml.safe_load(RULES.read_text())
     ingest, averages = {"sigflow_job": "ingest"}, {"sigflow_job": "windowed-averages"}
@@ -112,13 +114,17 @@ def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tm
         # the crashed run
         (55, "SigflowJobFailed"): [_expected(rules, "SigflowJobFailed", **ingest, status="FAILED")],
         (55, "SigflowNoBatch"): [],
+        (55, "SigflowDataLoss"): [],
+        # records gone before either job read them
+        (65, "SigflowDataLoss"): [_expected(rules, "SigflowDataLoss", **labels, status="DATA LOSS")
+                                  for labels in (ingest, averages)],
     }
     test = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
         "tests": [{
             "interval": "1m",
-            "input_series": _input_series(scrapes, until=60),
+            "input_series": _input_series(scrapes, until=70),
             "alert_rule_test": [{"eval_time": f"{minute}m", "alertname": name, "exp_alerts": expected}
                                 for (minute, name), expected in alerts.items()],
         }],
@@ -135,4 +141,4 @@ def test_the_compose_prometheus_configuration_and_its_rules_are_valid():
     promtool = system_tool("promtool", "prometheus")
     result = subprocess.run([promtool, "check", "config", str(RULES.parent / "prometheus.yml")],
                             capture_output=True, text=True)
-    assert result.returncode == 0 and "6 rules found" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "7 rules found" in result.stdout, result.stdout + result.stderr

@@ -17,7 +17,7 @@ from spark_jobs.ops import status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
-from tests.helpers import produce, run_job, sigflow
+from tests.helpers import delete_from_kafka, produce, run_job, sigflow
 
 QUIET = dict(running=False, last_batch=4, planned_batch=4, stale_lease=False, behind=0, age_s=30.0,
              trigger_s=10.0, batch_records=1000)
@@ -116,17 +116,6 @@ def test_status_counts_waiting_records_before_the_first_batch_and_after_the_last
     assert heads["sessions"].endswith("watermark none yet"), text
 
 
-def _delete_records(settings, before: dict[int, int]) -> None:
-    """What retention does: each partition's records before an offset gone."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    topic = settings.streaming.events_topic
-    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
-    for future in admin.delete_records([TopicPartition(topic, p, offset) for p, offset in before.items()]).values():
-        future.result(30)
-
-
 def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_next_run_stops_on_them(spark, settings):
     """status counted only what Kafka still held and said LAGGING, `sigflow run dedup` next,
     and that run stopped on the records retention had deleted."""
@@ -138,7 +127,7 @@ def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_ne
     run_job(spark, settings, "ingest")  # device_events_raw holds every record
     ends = {p: end for p, (_, end) in bounds().items()}
     cut = {p: max(read_to[p], ends[p] - 5) for p in ends}  # the newest 5 a partition kept
-    _delete_records(settings, cut)
+    delete_from_kafka(settings, settings.streaming.events_topic, cut)
     gone, left = sum(cut[p] - read_to[p] for p in ends), sum(ends[p] - cut[p] for p in ends)
     assert gone > 0
 

@@ -13,8 +13,7 @@ import pytest
 from spark_jobs.errors import SigflowError
 from spark_jobs.ops import maintenance, reconcile, restart
 from spark_jobs.ops.restart.plan import PlanRefused
-from spark_jobs.runtime.kafka import offsets as kafka_offsets
-from tests.helpers import run_job, send, sigflow, table
+from tests.helpers import delete_from_kafka, run_job, send, sigflow, table
 from tests.spark_jobs.ops.test_reconcile import (
     ADVANCE,
     FINAL_MS,
@@ -41,18 +40,6 @@ def every_record_counted():
     for event in ON_TIME + LATE_WITHIN + ADVANCE:
         first.setdefault((event.device_id, event.event_id), event)
     return list(first.values())
-
-
-def delete_from_kafka(s, topic: str) -> None:
-    """What retention does: every record so far gone, by offset."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    bootstrap = s.kafka.bootstrap_servers
-    ends = kafka_offsets.topic_bounds(bootstrap, topic)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_records([TopicPartition(topic, p, end) for p, (_, end) in ends.items()]).values():
-        future.result(30)
 
 
 @pytest.mark.slow

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import CheckpointDamaged, SigflowError
+from spark_jobs.errors import CheckpointDamaged, NeedsRestart, SigflowError
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
-from spark_jobs.runtime.checkpoint import tables_kept
+from spark_jobs.runtime.checkpoint import guards, tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint, recover_hint
 from spark_jobs.runtime.checkpoint.lease import Holder, Lease
 from spark_jobs.runtime.delta.log_damage import TableUnreadable
@@ -83,7 +83,8 @@ def format_age(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED, TABLE LOST, CHECKPOINT LOST, DATA LOSS
+    word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED, TABLE LOST, CHECKPOINT LOST, DATA LOSS,
+    #            RESTART UNFINISHED
     reason: str
     next_step: str = ""
 
@@ -291,6 +292,10 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
     last = checkpoint.last_committed()
     planned = max(checkpoint.offset_batches(), default=None)
     committed: dict[str, dict[str, int]] = {}
+    if not running:  # a restart being applied holds the lease, its intent recorded
+        status.verdict = _unfinished_restart_verdict(checkpoint, job)
+        if status.verdict is not None:
+            return status
     try:
         checkpoint.identity()  # sigflow.json, which each run reads first
         offsets = checkpoint.offsets(last) if last is not None else None
@@ -333,6 +338,16 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         batch_records=settings.kafka.max_offsets_per_trigger, stop_requested=not running and job_lease.stop_requested(),
         application_pid=lease.pid if not running and lease is not None and lease.left_in_application() else None)
     return status
+
+
+def _unfinished_restart_verdict(checkpoint: Checkpoint, job: str) -> Verdict | None:
+    """A restart whose apply stopped half way: every run of the job, and every other restart
+    of it, is refused until that one has been applied again (the check each run makes first)."""
+    try:
+        guards.check_no_unfinished_restart(checkpoint, job)
+    except NeedsRestart as unfinished:
+        return Verdict("RESTART UNFINISHED", unfinished.message.removeprefix(f"{job}: "), unfinished.hint)
+    return None
 
 
 def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:

@@ -10,7 +10,7 @@ import pytest
 
 from spark_jobs.errors import SigflowError
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.ops import maintenance, restart
+from spark_jobs.ops import maintenance, restart, status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.delta.table_access import commit_metadata
@@ -83,10 +83,15 @@ def test_a_rewind_cut_short_blocks_the_job_until_it_is_run_again(spark, settings
     half.changes.insert(1, dies)  # intent recorded, one table's rows deleted, then a crash
     with pytest.raises(RuntimeError):
         half.apply()
-    with pytest.raises(SigflowError, match="did not finish"):
+    with pytest.raises(SigflowError, match="did not finish") as refused:
         run_job(spark, s, "dedup")
     assert "did not finish" in restart.plan(s, "dedup", "resume").describe()
+    # status says what the run says, where it said OK with nothing to do
+    shown = status.job_status(s, "dedup").verdict
+    assert (shown.word, shown.next_step) == ("RESTART UNFINISHED", refused.value.hint), shown
+    assert half.command in shown.next_step
     restart.plan(s, "dedup", "rewind", to_batch=ends[0]).apply()
+    assert status.job_status(s, "dedup").verdict.word != "RESTART UNFINISHED"
     run_job(spark, s, "dedup")
     assert _dedup_rows(s) == uninterrupted
 

@@ -84,7 +84,7 @@ def format_age(seconds: float) -> str:
 @dataclass(frozen=True)
 class Verdict:
     word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED, TABLE LOST, CHECKPOINT LOST, DATA LOSS,
-    #            RESTART UNFINISHED
+    #            RESTART UNFINISHED, SETTINGS CHANGED
     reason: str
     next_step: str = ""
 
@@ -325,7 +325,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             gaps = _gaps(settings, job, committed, in_kafka)
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
-    status.verdict = _tables_verdict(settings, checkpoint, job)
+    status.verdict = _settings_verdict(settings, checkpoint, job) or _tables_verdict(settings, checkpoint, job)
     if status.verdict is not None:
         return status
     if gaps:  # a run, or the restart its application waits for, stops on them
@@ -348,6 +348,17 @@ def _unfinished_restart_verdict(checkpoint: Checkpoint, job: str) -> Verdict | N
     except NeedsRestart as unfinished:
         return Verdict("RESTART UNFINISHED", unfinished.message.removeprefix(f"{job}: "), unfinished.hint)
     return None
+
+
+def _settings_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:
+    """A setting the job's state was built with, another in these settings: a run with them is
+    refused (runtime/checkpoint/guards.py). Only the settings the checkpoint recorded."""
+    recorded = checkpoint.identity().get("settings") or {}
+    changed = guards.settings_changed(recorded, guards.checkpoint_settings(get_any_job(job), settings))
+    if not changed:
+        return None
+    refused = guards.incompatible(job, changed)
+    return Verdict("SETTINGS CHANGED", refused.message.removeprefix(f"{job}: "), refused.hint)
 
 
 def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:

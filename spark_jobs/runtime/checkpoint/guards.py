@@ -113,12 +113,21 @@ def check_settings_compatible(checkpoint: Checkpoint, job: StreamingJob, setting
         from_spark = {k: kept[conf] for k, conf in SPARK_KEEPS.items() if k in current and conf in kept}
         recorded = {**current, **earlier, **from_spark, **(recorded or {})}
         checkpoint.save_identity({**identity, "settings": recorded})
-    changed = {k: (recorded.get(k), v) for k, v in current.items() if recorded.get(k) != v}
+    changed = settings_changed(recorded, current)
     if changed:
-        what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
-        raise NeedsRestart(
-            f"{job.name}: its checkpoint was built with other settings ({what}); resuming would "
-            "mix state built under the old settings with the new",
-            f"restore the old value, or rebuild under the new one: sigflow checkpoint recover "
-            f"{job.name} --from earliest --force --yes (see {INCOMPATIBLE_RUNBOOK})",
-        )
+        raise incompatible(job.name, changed)
+
+
+def settings_changed(recorded: dict[str, str], current: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Each setting the checkpoint recorded that is another now: (then, now)."""
+    return {k: (recorded[k], v) for k, v in current.items() if k in recorded and recorded[k] != v}
+
+
+def incompatible(job: str, changed: dict[str, tuple[str, str]]) -> NeedsRestart:
+    what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+    return NeedsRestart(
+        f"{job}: its checkpoint was built with other settings ({what}); resuming would "
+        "mix state built under the old settings with the new",
+        f"restore the old value, or rebuild under the new one: sigflow checkpoint recover "
+        f"{job} --from earliest --force --yes (see {INCOMPATIBLE_RUNBOOK})",
+    )

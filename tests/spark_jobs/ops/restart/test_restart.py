@@ -269,7 +269,12 @@ def test_a_changed_window_setting_is_refused_with_the_runbook_not_a_stack_trace(
     assert out.returncode == 2
     assert "tumbling_window was '5 minutes', now '10 minutes'" in out.stderr
     assert "docs/runbooks/incompatible-change.md" in out.stderr and "Traceback" not in out.stderr
+    # status with those settings says so, where it said OK
+    shown = status.job_status(settings.replace(tumbling_window="10 minutes"), "windowed-averages").verdict
+    assert shown.word == "SETTINGS CHANGED" and "tumbling_window was '5 minutes', now '10 minutes'" in shown.reason
+    assert "docs/runbooks/incompatible-change.md" in shown.next_step
     run_job(spark, settings.replace(trigger_interval="1 second"), "windowed-averages")  # compatible change
+    assert status.job_status(settings.replace(trigger_interval="1 second"), "windowed-averages").verdict.word == "OK"
 
 
 def test_a_changed_watermark_policy_is_refused_because_spark_would_ignore_it(spark, settings):

@@ -13,7 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_jobs.config import Settings
-from spark_jobs.errors import CheckpointDamaged, NeedsRestart, SigflowError
+from spark_jobs.errors import (
+    CheckpointDamaged,
+    CheckpointIdentityLost,
+    NeedsRestart,
+    SigflowError,
+)
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
@@ -297,10 +302,13 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         if status.verdict is not None:
             return status
     try:
-        checkpoint.identity()  # sigflow.json, which each run reads first
+        checkpoint.check_identity_kept(job)  # sigflow.json, which each run reads first
         offsets = checkpoint.offsets(last) if last is not None else None
     except CheckpointDamaged as damaged:  # one job's, said in its place: the others still answer
         status.verdict = _damaged_verdict(job, damaged)
+        return status
+    except CheckpointIdentityLost as lost:
+        status.verdict = Verdict("DAMAGED", lost.message, lost.hint)
         return status
     if offsets is not None:
         status.last_batch = last

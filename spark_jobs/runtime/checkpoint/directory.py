@@ -150,18 +150,23 @@ class Checkpoint:
         Tied to the checkpoint, not the job name: a fresh checkpoint restarts batch ids at 0,
         and must not be mistaken for batches an earlier checkpoint already wrote.
         """
+        identity = self.check_identity_kept(job)
+        if "app_id" not in identity:
+            identity = {"app_id": _new_app_id(job), "job": job, **identity}
+            self.save_identity(identity)
+        return identity["app_id"]
+
+    def check_identity_kept(self, job: str) -> dict:
+        """sigflow.json, refused when it is gone from a checkpoint with batches: a new id would
+        let the batch in flight be appended a second time under it."""
         identity = self.identity()
         if "app_id" not in identity and self.offset_batches():
-            # A new id would let the batch in flight be appended a second time under it.
             raise CheckpointIdentityLost(
                 f"the checkpoint at {self.uri} has batches (offsets/) but no sigflow.json, the id "
                 "its Delta commits carry: a new one would write its last batch twice",
                 f"rebuild it: `sigflow checkpoint recover {job}` (docs/runbooks/checkpoint-lost-or-corrupt.md)",
             )
-        if "app_id" not in identity:
-            identity = {"app_id": _new_app_id(job), "job": job, **identity}
-            self.save_identity(identity)
-        return identity["app_id"]
+        return identity
 
     def checkpoint_id(self, job: str) -> str:
         """Stable for the life of the checkpoint (the app id changes on every rewind)."""

@@ -178,6 +178,17 @@ def test_a_damaged_sigflow_json_is_that_jobs_verdict_and_every_other_job_still_a
     assert "sigflow.json is not a JSON object" in inspected[0] and "recover dedup --force" in inspected[0], inspected
 
 
+def test_a_checkpoint_with_batches_and_no_sigflow_json_is_damaged_as_its_run_finds_it(settings):
+    """status said FAILED, `sigflow run dedup` next, and that run was refused: a new id would
+    write its last batch twice."""
+    checkpoint = Path(settings.checkpoint_uri("dedup"))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}')
+    shown = {job.job: job.verdict for job in status.all_status(settings)}["dedup"]
+    assert shown.word == "DAMAGED" and "no sigflow.json" in shown.reason, shown
+    assert shown.next_step.startswith("rebuild it: `sigflow checkpoint recover dedup`")
+
+
 def test_checkpoint_inspect_lists_batches_and_their_offsets(spark, settings):
     produce(settings, generate_events(50, malformed_ratio=0))
     run_job(spark, settings, "ingest")

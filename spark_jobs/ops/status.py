@@ -20,6 +20,7 @@ from spark_jobs.errors import (
     SigflowError,
 )
 from spark_jobs.jobs.registry import ALL_JOBS, REAL_TIME_JOBS, get_any_job
+from spark_jobs.ops import kafka_gaps
 from spark_jobs.ops.late_backlog import LateBacklog, backlog
 from spark_jobs.ops.late_backlog import describe as describe_backlog
 from spark_jobs.ops.metrics_totals import JobFigures, MetricsTotals
@@ -210,75 +211,6 @@ def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]], in_
     return lag
 
 
-@dataclass(frozen=True)
-class KafkaGap:
-    """Offsets of one partition a job has not read that Kafka no longer holds: retention (or
-    a deletion of records) passed them, or the topic was deleted and created again."""
-
-    partition: str  # "topic[p]"
-    read_to: int  # the offset the job's next batch starts at
-    earliest: int  # Kafka's first offset there now
-    end: int
-
-    @property
-    def recreated(self) -> bool:
-        return self.read_to > self.end
-
-    @property
-    def records(self) -> int:
-        return 0 if self.recreated else self.earliest - self.read_to
-
-    def describe(self) -> str:
-        if self.recreated:
-            return (f"{self.partition} ends at offset {self.end:,}, before {self.read_to:,} where the job had read "
-                    "to: the topic was deleted and created again")
-        return f"{self.partition} offsets {self.read_to:,} to {self.earliest - 1:,}"
-
-
-def _gaps(settings: Settings, job: str, committed: dict[str, dict[str, int]], in_kafka: TopicOffsets) -> list[KafkaGap]:
-    """Where the job's next batch would start at an offset Kafka no longer holds."""
-    gaps = []
-    for topic in get_any_job(job).topics(settings.streaming):
-        for p, (earliest, end) in in_kafka(topic).items():
-            read_to = committed.get(topic, {}).get(str(p))
-            if read_to is not None and (int(read_to) < earliest or int(read_to) > end):
-                gaps.append(KafkaGap(f"{topic}[{p}]", int(read_to), earliest, end))
-    return gaps
-
-
-def data_loss_verdict(job: str, gaps: list[KafkaGap], fail_on_data_loss: bool, raw_holds: bool) -> Verdict:
-    """Records gone from Kafka before the job read them: its next run stops on them, or with
-    fail_on_data_loss off skips them. ``raw_holds``: ingest read them into device_events_raw
-    first, so a recover from raw gives the job every one of them."""
-    counted = sum(gap.records for gap in gaps)
-    reason = (f"Kafka no longer holds {f'{counted:,} records' if counted else 'records'} it has not read: "
-              + "; ".join(gap.describe() for gap in gaps))
-    if not fail_on_data_loss:
-        return Verdict("DATA LOSS", f"{reason}; its next batch skips them (fail_on_data_loss is off), logging each range")
-    reason += "; its next run stops on them"
-    if raw_holds:
-        return Verdict("DATA LOSS", f"{reason}. ingest read them: device_events_raw holds them",
-                       f"`sigflow checkpoint recover {job} --from raw --force`, its plan first "
-                       "(docs/runbooks/recompute-beyond-retention.md)")
-    return Verdict("DATA LOSS", reason, "produce them again if their source can, or accept the gap: "
-                   f"`SIGFLOW_FAIL_ON_DATA_LOSS=false sigflow run {job}` once (docs/runbooks/checkpoint-lost-or-corrupt.md)")
-
-
-def _raw_holds(settings: Settings, job: str, gaps: list[KafkaGap]) -> bool:
-    """Whether ingest's committed batches read every record of the gaps (none a topic made again)."""
-    if job == "ingest" or any(gap.recreated for gap in gaps):
-        return False
-    ingest = Checkpoint(settings.checkpoint_uri("ingest"))
-    try:
-        last = ingest.last_committed()
-        offsets = ingest.offsets(last) if last is not None else None
-    except CheckpointDamaged:
-        return False
-    read = {f"{topic}[{p}]": int(to) for source in (offsets.sources if offsets else []) if source
-            for topic, parts in source.items() for p, to in parts.items()}
-    return all(read.get(gap.partition, -1) >= gap.earliest for gap in gaps)
-
-
 def _commit_interval_s(settings: Settings, job: str) -> float:
     """How often the job commits a batch when it runs continuously."""
     if job in REAL_TIME_JOBS:
@@ -324,20 +256,21 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         status.processed_rows_per_second = float(figures.latest["processed_rows_per_second"])
         status.state_rows = int(figures.latest["state_rows"])
         status.rows_dropped_by_watermark = figures.sums["rows_dropped_by_watermark"]
-    gaps: list[KafkaGap] = []
+    gaps: list[kafka_gaps.KafkaGap] = []
     if with_lag:
         in_kafka = in_kafka or topic_offsets(settings)
         try:
             status.lag = _lag(settings, job, committed, in_kafka)
             status.behind = sum(status.lag.values())
-            gaps = _gaps(settings, job, committed, in_kafka)
+            gaps = kafka_gaps.gaps(get_any_job(job).topics(settings.streaming), committed, in_kafka)
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
     status.verdict = _settings_verdict(settings, checkpoint, job) or _tables_verdict(settings, checkpoint, job)
     if status.verdict is not None:
         return status
     if gaps:  # a run, or the restart its application waits for, stops on them
-        status.verdict = data_loss_verdict(job, gaps, settings.kafka.fail_on_data_loss, _raw_holds(settings, job, gaps))
+        status.verdict = Verdict("DATA LOSS", *kafka_gaps.described(
+            job, gaps, settings.kafka.fail_on_data_loss, kafka_gaps.raw_holds(settings, job, gaps)))
         return status
     left_held = lease is not None and not lease.released and not running  # a run that died holding it
     status.verdict = verdict(

@@ -13,7 +13,7 @@ import pytest
 
 from spark_jobs.errors import DataLossError, SigflowError
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.ops import status
+from spark_jobs.ops import kafka_gaps, status
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import LEASE_FILE, Lease
 from spark_jobs.runtime.kafka import offsets as kafka_offsets
@@ -151,31 +151,16 @@ def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_ne
     assert {s.job: s for s in status.all_status(settings)}["dedup"].verdict.word == "OK"
 
 
-@pytest.mark.parametrize("job, gap, next_step", [
-    ("ingest", status.KafkaGap("events[0]", 10, 40, 50), "produce them again if their source can"),
-    ("dedup", status.KafkaGap("events[0]", 60, 0, 9), "produce them again if their source can"),
+@pytest.mark.parametrize("job, gap", [
+    ("ingest", kafka_gaps.KafkaGap("events[0]", 10, 40, 50)),  # nothing before it read them
+    ("dedup", kafka_gaps.KafkaGap("events[0]", 60, 0, 9)),  # a topic made again: raw holds another topic's
 ])
-def test_records_nothing_else_holds_are_produced_again_or_the_gap_accepted(job, gap, next_step):
-    found = status.data_loss_verdict(job, [gap], fail_on_data_loss=True, raw_holds=False)
-    assert found.word == "DATA LOSS" and found.next_step.startswith(next_step)
-    assert f"`SIGFLOW_FAIL_ON_DATA_LOSS=false sigflow run {job}` once" in found.next_step
-    assert ("30 records" in found.reason) == (not gap.recreated)
-    assert ("created again" in found.reason) == gap.recreated
-
-
-def test_a_damaged_sigflow_json_is_that_jobs_verdict_and_every_other_job_still_answers(settings):
-    """status failed as a whole, saying "recover JOB", when one job's sigflow.json (where its
-    runs record their tables' ids) was not JSON."""
-    damaged = Path(settings.checkpoint_uri("dedup"))
-    damaged.mkdir(parents=True)
-    (damaged / "metadata").write_text('{"id": "a-query-id"}')  # Spark's, written as its query starts
-    (damaged / "sigflow.json").write_text("{not json")
-    shown = {job.job: job.verdict for job in status.all_status(settings)}
-    assert shown["dedup"].word == "DAMAGED" and "sigflow.json" in shown["dedup"].reason, shown["dedup"]
-    assert "`sigflow checkpoint recover dedup --force`" in shown["dedup"].next_step
-    assert shown["ingest"].word == "NEVER RUN" and len(shown) == len(status.ALL_JOBS)
-    inspected = status.inspect_checkpoint(settings, "dedup")  # said in its place too, naming the job
-    assert "sigflow.json is not a JSON object" in inspected[0] and "recover dedup --force" in inspected[0], inspected
+def test_records_nothing_else_holds_are_produced_again_or_the_gap_accepted(job, gap):
+    reason, next_step = kafka_gaps.described(job, [gap], fail_on_data_loss=True, in_raw=False)
+    assert next_step.startswith("produce them again if their source can")
+    assert f"`SIGFLOW_FAIL_ON_DATA_LOSS=false sigflow run {job}` once" in next_step
+    assert ("30 records" in reason) == (not gap.recreated)
+    assert ("created again" in reason) == gap.recreated
 
 
 def test_a_checkpoint_with_batches_and_no_sigflow_json_is_damaged_as_its_run_finds_it(settings):

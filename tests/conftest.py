@@ -74,31 +74,6 @@ def pytest_unconfigure(config):
     faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture(autouse=True)
-def logging_as_the_test_found_it():
-    """A CLI command a test runs in this process sets logging up as for a process of its own
-    (cli/console.py): every library's records from INFO, or DEBUG with -v, to a handler on
-    the stderr the test captured. Left so, every later test of the worker captured that
-    chatter, each record an error trace of its own once that stream was closed: two Kafka
-    tests after `sigflow -v report` printed 31 MB. Levels, handlers and propagation are put
-    back; pytest's own capture handlers, which it adds and removes each phase, are left to it."""
-    from _pytest.logging import LogCaptureHandler
-
-    def ours(handlers):
-        return [h for h in handlers if not isinstance(h, LogCaptureHandler)]
-
-    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
-                                      if isinstance(logger, logging.Logger))]
-    found = {logger: (logger.level, logger.propagate, ours(logger.handlers)) for logger in loggers}
-    yield
-    for logger, (level, propagate, handlers) in found.items():
-        if logger.level != level:
-            logger.setLevel(level)
-        logger.propagate = propagate
-        if ours(logger.handlers) != handlers:
-            logger.handlers[:] = [h for h in logger.handlers if isinstance(h, LogCaptureHandler)] + handlers
-
-
 @pytest.fixture(scope="session")
 def embedded_broker(tmp_path_factory):
     settings = load_settings(

@@ -81,6 +81,29 @@ def produce(settings: Settings, records: list[SimRecord] | list[tuple[bytes | No
     return produce_records(settings.kafka.bootstrap_servers, topic or settings.streaming.events_topic, pairs)
 
 
+def sigflow_here(args: list[str]) -> int:
+    """`sigflow ARGS` in this process: its exit code. The command sets logging up as for a
+    process of its own (cli/console.py): every library's records from INFO, or DEBUG with
+    -v, to a handler on the stderr the test captured. Left so, every later test of the worker
+    captured that chatter, each record an error trace of its own once that stream was
+    closed: two Kafka tests after `sigflow -v report` printed 31 MB. Each logger's level,
+    handlers and propagation are put back as the command found them."""
+    import logging
+
+    from spark_jobs.cli.main import main
+
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    found = [(logger, logger.level, logger.handlers[:], logger.propagate) for logger in loggers]
+    try:
+        return main(args)
+    finally:
+        for logger, level, handlers, propagate in found:
+            if logger.level != level:
+                logger.setLevel(level)
+            logger.handlers[:], logger.propagate = handlers, propagate
+
+
 def delete_from_kafka(settings: Settings, topic: str, before: dict[int, int] | None = None) -> None:
     """What retention does: each partition's records before an offset gone (``before``:
     partition -> offset; by default every record so far)."""

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.cli import main
 from spark_jobs.local.simulate import event_payload, generate_alerts, generate_events
 from spark_jobs.ops import status
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from tests.conftest import make_settings
-from tests.helpers import REPO, cli_env, produce, run_job, table
+from tests.helpers import REPO, cli_env, produce, run_job, sigflow_here, table
 
 pytestmark = pytest.mark.slow  # every runbook block against a stack with three jobs run twice
 
@@ -117,7 +116,7 @@ def _run_block(block: str, env: dict[str, str], monkeypatch) -> str:
             for name, value in {**env, **scoped}.items():
                 m.setenv(name, value)
             with contextlib.redirect_stdout(out):
-                code = main(words[1:])
+                code = sigflow_here(words[1:])
         assert code == 0, f"{line!r} exited {code}:\n{out.getvalue()}"
     return out.getvalue()
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from spark_jobs.cli import observe
-from spark_jobs.cli.main import main
+from tests.helpers import sigflow_here
 
 
 def _failing(args):
@@ -19,7 +19,7 @@ def _failing(args):
 def test_a_failure_nothing_explains_is_one_line_and_its_traceback_is_behind_v(monkeypatch, capsys, verbose):
     monkeypatch.setattr(observe, "cmd_report", _failing)
 
-    code = main(["-v", "report"] if verbose else ["report"])
+    code = sigflow_here(["-v", "report"] if verbose else ["report"])
 
     err = capsys.readouterr().err
     assert code == 2

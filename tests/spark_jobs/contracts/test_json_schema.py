@@ -15,12 +15,11 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from spark_jobs.cli import main
 from spark_jobs.config import Duration
 from spark_jobs.contracts.contract import ALERT_CONTRACT, EVENT_CONTRACT, Contract
 from spark_jobs.contracts.events import parse_device_alerts, parse_device_events
 from spark_jobs.contracts.json_schema import problem, schema, schema_text
-from tests.helpers import REPO
+from tests.helpers import REPO, sigflow_here
 from tests.spark_jobs.contracts.test_contract_fuzz import (
     BATCH,
     FUZZ,
@@ -101,7 +100,7 @@ def test_the_schema_files_in_docs_are_the_generated_ones(capsys):
     for contract in (EVENT_CONTRACT, ALERT_CONTRACT):
         published = REPO / "docs" / "contracts" / f"{contract.name}.schema.json"
         assert published.read_text() == schema_text(contract), f"regenerate {published.relative_to(REPO)}"
-        assert main(["contract", "schema", contract.name]) == 0
+        assert sigflow_here(["contract", "schema", contract.name]) == 0
         assert json.loads(capsys.readouterr().out) == schema(contract)
         Draft202012Validator.check_schema(schema(contract))
 
@@ -115,7 +114,7 @@ def test_produce_validate_names_the_first_failing_lines_and_sends_none(tmp_path,
              json.dumps({**good, "event_time": an_hour_ago[:19]})]
     path = Path(tmp_path, "events.jsonl")
     path.write_text("\n".join(lines) + "\n")
-    assert main(["produce", "--validate", "--file", str(path)]) == 2
+    assert sigflow_here(["produce", "--validate", "--file", str(path)]) == 2
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         "line 2: wrong_type: field 'signal' must be a number, got STRING",
@@ -126,6 +125,6 @@ def test_produce_validate_names_the_first_failing_lines_and_sends_none(tmp_path,
     assert "3 of 4 lines break the events contract" in err and "nothing was sent" in err
 
     path.write_text(lines[0] + "\n")  # a file that meets it is sent: here to no broker at all
-    assert main(["produce", "--validate", "--file", str(path)]) == 2
+    assert sigflow_here(["produce", "--validate", "--file", str(path)]) == 2
     out, err = capsys.readouterr()
     assert out.splitlines() == ["1 lines meet the events contract"] and "Kafka at 127.0.0.1:1" in err

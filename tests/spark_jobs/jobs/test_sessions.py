@@ -9,11 +9,18 @@ import json
 import random
 from datetime import datetime, timezone
 
-from spark_jobs.cli import main
 from spark_jobs.jobs.event_time import valid_events
 from spark_jobs.jobs.sessions import SESSIONS, device_sessions
 from spark_jobs.ops.operator_state import read_state
-from tests.helpers import at, cli_env, run_job, send, single_partition, table
+from tests.helpers import (
+    at,
+    cli_env,
+    run_job,
+    send,
+    sigflow_here,
+    single_partition,
+    table,
+)
 from tests.oracle import MINUTE_MS, Event, EventTimeOracle
 
 GAP_MS = 30 * MINUTE_MS
@@ -93,7 +100,7 @@ def test_first_batch_trap_scenario_closes_exactly_the_expected_sessions(spark, s
     for name, value in cli_env(s).items():
         if name.startswith("SIGFLOW_") or name == "KAFKA_BOOTSTRAP_SERVERS":
             monkeypatch.setenv(name, value)
-    assert main(["checkpoint", "inspect", "sessions", "--state", "--device", "A"]) == 0
+    assert sigflow_here(["checkpoint", "inspect", "sessions", "--state", "--device", "A"]) == 0
     sessions_id = state["applyInPandasWithState"].operator_id
     assert f"applyInPandasWithState #{sessions_id}: 0 row(s)" in capsys.readouterr().out  # A's closed
 

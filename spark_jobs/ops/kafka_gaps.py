@@ -77,7 +77,7 @@ def described(job: str, found: list[KafkaGap], fail_on_data_loss: bool, in_raw: 
         return f"{reason}; its next batch skips them (fail_on_data_loss is off), logging each range", ""
     reason += "; its next run stops on them"
     if in_raw:
-        return (f"{reason}. ingest read them: device_events_raw holds them",
+        return (f"{reason}; ingest read them into device_events_raw",
                 f"`sigflow checkpoint recover {job} --from raw --force`, its plan first "
                 "(docs/runbooks/recompute-beyond-retention.md)")
     return reason, ("produce them again if their source can, or accept the gap: "

@@ -135,7 +135,7 @@ def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_ne
     dedup = shown["dedup"]
     assert (dedup.verdict.word, dedup.behind) == ("DATA LOSS", left), dedup.lines()
     assert f"Kafka no longer holds {gone:,} records it has not read" in dedup.verdict.reason
-    assert "its next run stops on them" in dedup.verdict.reason and "device_events_raw holds them" in dedup.verdict.reason
+    assert "its next run stops on them" in dedup.verdict.reason and "ingest read them into device_events_raw" in dedup.verdict.reason
     assert dedup.verdict.next_step.startswith("`sigflow checkpoint recover dedup --from raw --force`")
     assert shown["ingest"].verdict.word == "OK"  # it read them before they went
     assert shown["windowed-averages"].verdict.word == "NEVER RUN"  # nothing read: it starts at the earliest

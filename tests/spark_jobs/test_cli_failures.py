@@ -29,11 +29,14 @@ def test_a_failure_nothing_explains_is_one_line_and_its_traceback_is_behind_v(mo
     assert ("SomeFrame" in err) == verbose  # the error's further lines: with the traceback only
 
 
-def test_a_command_run_in_the_tests_process_leaves_logging_to_the_next_test():
-    """Runs after the -v case above (a file's tests run in order, on one worker): that
-    command's DEBUG levels and its handler on a stderr since closed are gone, so this
-    worker's later tests do not capture every library's chatter, each record an error trace."""
-    root = logging.getLogger()
-    assert root.level == logging.WARNING
-    assert logging.getLogger("kafka").getEffectiveLevel() > logging.DEBUG
-    assert not [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
+def test_a_command_run_in_the_tests_process_leaves_logging_as_it_found_it(monkeypatch):
+    """`main` sets logging up as for a process of its own: with -v, DEBUG everywhere and a
+    handler on the stderr the test captured, closed after it. Left so, every later test of
+    the worker captured each library's records, each an error trace of its own."""
+    monkeypatch.setattr(observe, "cmd_report", _failing)
+    root, kafka = logging.getLogger(), logging.getLogger("kafka")
+    found = (root.level, root.handlers[:], kafka.level, kafka.propagate)
+
+    assert sigflow_here(["-v", "report"]) == 2
+
+    assert (root.level, root.handlers[:], kafka.level, kafka.propagate) == found

@@ -163,6 +163,21 @@ def test_records_nothing_else_holds_are_produced_again_or_the_gap_accepted(job, 
     assert ("created again" in reason) == gap.recreated
 
 
+def test_a_damaged_sigflow_json_is_that_jobs_verdict_and_every_other_job_still_answers(settings):
+    """status failed as a whole, saying "recover JOB", when one job's sigflow.json (where its
+    runs record their tables' ids) was not JSON."""
+    damaged = Path(settings.checkpoint_uri("dedup"))
+    damaged.mkdir(parents=True)
+    (damaged / "metadata").write_text('{"id": "a-query-id"}')  # Spark's, written as its query starts
+    (damaged / "sigflow.json").write_text("{not json")
+    shown = {job.job: job.verdict for job in status.all_status(settings)}
+    assert shown["dedup"].word == "DAMAGED" and "sigflow.json" in shown["dedup"].reason, shown["dedup"]
+    assert "`sigflow checkpoint recover dedup --force`" in shown["dedup"].next_step
+    assert shown["ingest"].word == "NEVER RUN" and len(shown) == len(status.ALL_JOBS)
+    inspected = status.inspect_checkpoint(settings, "dedup")  # said in its place too, naming the job
+    assert "sigflow.json is not a JSON object" in inspected[0] and "recover dedup --force" in inspected[0], inspected
+
+
 def test_a_checkpoint_with_batches_and_no_sigflow_json_is_damaged_as_its_run_finds_it(settings):
     """status said FAILED, `sigflow run dedup` next, and that run was refused: a new id would
     write its last batch twice."""

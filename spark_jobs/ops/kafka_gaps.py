@@ -17,7 +17,8 @@ from spark_jobs.runtime.checkpoint.directory import Checkpoint
 class KafkaGap:
     """Offsets of one partition a job has not read that Kafka no longer holds."""
 
-    partition: str  # "topic[p]"
+    topic: str
+    partition: int
     read_to: int  # the offset the job's next batch starts at
     earliest: int  # Kafka's first offset there now
     end: int
@@ -30,11 +31,15 @@ class KafkaGap:
     def records(self) -> int:
         return 0 if self.recreated else self.earliest - self.read_to
 
+    @property
+    def name(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
     def describe(self) -> str:
         if self.recreated:
-            return (f"{self.partition} ends at offset {self.end:,}, before {self.read_to:,} where the job had read "
+            return (f"{self.name} ends at offset {self.end:,}, before {self.read_to:,} where the job had read "
                     "to: the topic was deleted and created again")
-        return f"{self.partition} offsets {self.read_to:,} to {self.earliest - 1:,}"
+        return f"{self.name} offsets {self.read_to:,} to {self.earliest - 1:,}"
 
 
 def gaps(topics: Iterable[str], committed: dict[str, dict[str, int]],
@@ -47,7 +52,7 @@ def gaps(topics: Iterable[str], committed: dict[str, dict[str, int]],
         for p, (earliest, end) in in_kafka(topic).items():
             read_to = committed.get(topic, {}).get(str(p))
             if read_to is not None and not earliest <= int(read_to) <= end:
-                found.append(KafkaGap(f"{topic}[{p}]", int(read_to), earliest, end))
+                found.append(KafkaGap(topic, p, int(read_to), earliest, end))
     return found
 
 
@@ -56,15 +61,13 @@ def raw_holds(settings: Settings, job: str, found: list[KafkaGap]) -> bool:
     device_events_raw (none is a topic made again)."""
     if job == "ingest" or any(gap.recreated for gap in found):
         return False
-    ingest = Checkpoint(settings.checkpoint_uri("ingest"))
+    wanted: dict[str, dict[int, int]] = {}
+    for gap in found:
+        wanted.setdefault(gap.topic, {})[gap.partition] = gap.earliest
     try:
-        last = ingest.last_committed()
-        offsets = ingest.offsets(last) if last is not None else None
+        return Checkpoint(settings.checkpoint_uri("ingest")).committed_through(wanted)
     except CheckpointDamaged:
         return False
-    read = {f"{topic}[{p}]": int(to) for source in (offsets.sources if offsets else []) if source
-            for topic, parts in source.items() for p, to in parts.items()}
-    return all(read.get(gap.partition, -1) >= gap.earliest for gap in found)
 
 
 def described(job: str, found: list[KafkaGap], fail_on_data_loss: bool, in_raw: bool) -> tuple[str, str]:

@@ -234,7 +234,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         if status.verdict is not None:
             return status
     try:
-        checkpoint.check_identity_kept(job)  # sigflow.json, which each run reads first
+        identity = checkpoint.check_identity_kept(job)  # sigflow.json, which each run reads first
         offsets = checkpoint.offsets(last) if last is not None else None
     except CheckpointDamaged as damaged:  # one job's, said in its place: the others still answer
         status.verdict = _damaged_verdict(job, damaged)
@@ -265,7 +265,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             gaps = kafka_gaps.gaps(get_any_job(job).topics(settings.streaming), committed, in_kafka)
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
-    status.verdict = _settings_verdict(settings, checkpoint, job) or _tables_verdict(settings, checkpoint, job)
+    status.verdict = _settings_verdict(settings, identity, job) or _tables_verdict(settings, checkpoint, job)
     if status.verdict is not None:
         return status
     if gaps:  # a run, or the restart its application waits for, stops on them
@@ -291,10 +291,11 @@ def _unfinished_restart_verdict(checkpoint: Checkpoint, job: str) -> Verdict | N
     return None
 
 
-def _settings_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:
+def _settings_verdict(settings: Settings, identity: dict, job: str) -> Verdict | None:
     """A setting the job's state was built with, another in these settings: a run with them is
-    refused (runtime/checkpoint/guards.py). Only the settings the checkpoint recorded."""
-    recorded = checkpoint.identity().get("settings") or {}
+    refused (runtime/checkpoint/guards.py). Only the settings the checkpoint (``identity``: its
+    sigflow.json) recorded."""
+    recorded = identity.get("settings") or {}
     changed = guards.settings_changed(recorded, guards.checkpoint_settings(get_any_job(job), settings))
     if not changed:
         return None

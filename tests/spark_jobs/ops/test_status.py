@@ -152,8 +152,8 @@ def test_records_kafka_deleted_before_a_job_read_them_are_its_verdict_and_its_ne
 
 
 @pytest.mark.parametrize("job, gap", [
-    ("ingest", kafka_gaps.KafkaGap("events[0]", 10, 40, 50)),  # nothing before it read them
-    ("dedup", kafka_gaps.KafkaGap("events[0]", 60, 0, 9)),  # a topic made again: raw holds another topic's
+    ("ingest", kafka_gaps.KafkaGap("events", 0, 10, 40, 50)),  # nothing before it read them
+    ("dedup", kafka_gaps.KafkaGap("events", 0, 60, 0, 9)),  # a topic made again: raw holds another topic's
 ])
 def test_records_nothing_else_holds_are_produced_again_or_the_gap_accepted(job, gap):
     reason, next_step = kafka_gaps.described(job, [gap], fail_on_data_loss=True, in_raw=False)

@@ -18,7 +18,7 @@ from spark_jobs.jobs.registry import JOBS, get_job
 from spark_jobs.local import broker as embedded
 from spark_jobs.local.broker import free_port
 from spark_jobs.local.simulate import generate_events
-from spark_jobs.ops import prometheus
+from spark_jobs.ops import prometheus, status
 from spark_jobs.runtime.kafka import admin as kafka_admin
 from spark_jobs.runtime.lineage_events import events_file
 from spark_jobs.runtime.runner import JobRun
@@ -72,6 +72,10 @@ def test_lost_kafka_offsets_stop_the_job_unless_fail_on_data_loss_is_false(spark
 
     _recreate_topic(s, s.streaming.events_topic)  # offsets 0..59 are gone; the new topic starts at 0
     produce(s, generate_events(9, seed=3, malformed_ratio=0))
+    # status says so before the run: each partition now ends before where ingest had read to
+    shown = status.job_status(s, "ingest").verdict
+    assert shown.word == "DATA LOSS" and "the topic was deleted and created again" in shown.reason, shown
+    assert shown.next_step.startswith("produce them again if their source can")
     with pytest.raises(DataLossError, match="no longer has offsets") as err:
         run_job(spark, s)
     assert "runbooks" in err.value.hint

@@ -23,7 +23,7 @@ from spark_jobs.contracts.reasons import REASON_CODES
 # Not `job`: Prometheus gives that label to the scrape target's job name.
 JOB_LABEL = "sigflow_job"
 VERDICTS = ("OK", "LAGGING", "STALLED", "FAILED", "NEVER RUN", "DAMAGED", "TABLE LOST", "CHECKPOINT LOST",
-            "DATA LOSS", "RESTART UNFINISHED", "SETTINGS CHANGED")
+            "DATA LOSS", "RESTART UNFINISHED", "SETTINGS CHANGED", "PRODUCER CLOCK")
 # pipeline_metrics column -> counter name and help
 COUNTS = {
     "input_rows": ("sigflow_input_records_total", "Records read from Kafka by committed batches"),

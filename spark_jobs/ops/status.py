@@ -90,7 +90,7 @@ def format_age(seconds: float) -> str:
 @dataclass(frozen=True)
 class Verdict:
     word: str  # OK, LAGGING, STALLED, FAILED, NEVER RUN, DAMAGED, TABLE LOST, CHECKPOINT LOST, DATA LOSS,
-    #            RESTART UNFINISHED, SETTINGS CHANGED
+    #            RESTART UNFINISHED, SETTINGS CHANGED, PRODUCER CLOCK
     reason: str
     next_step: str = ""
 
@@ -200,6 +200,17 @@ def topic_offsets(settings: Settings, listing: kafka_admin.ClusterMetadata | Non
     return functools.cache(functools.partial(kafka_offsets.topic_bounds, bootstrap, listing=listing))
 
 
+TopicClocks = Callable[[str], str]  # a topic -> which clock stamps its records (kafka_admin.TIMESTAMP_TYPE)
+
+
+def topic_clocks(settings: Settings, client=None) -> TopicClocks:
+    """Each topic's ``message.timestamp.type``, asked of Kafka once per topic through one
+    client (``client``: the one a reachability check answered)."""
+    target = kafka_address.connection(settings)
+    client = client or kafka_admin.admin(target)
+    return functools.cache(lambda topic: kafka_admin.timestamp_types(target, [topic], client=client)[topic])
+
+
 def _lag(settings: Settings, job: str, committed: dict[str, dict[str, int]], in_kafka: TopicOffsets) -> dict[str, int]:
     """Records behind per partition of the job's topics: from the committed offsets, or from
     the earliest offset for a partition the job has not read yet (a new job, a new partition)."""
@@ -219,8 +230,10 @@ def _commit_interval_s(settings: Settings, job: str) -> float:
 
 
 def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | None = None,
-               with_lag: bool = True, in_kafka: TopicOffsets | None = None) -> JobStatus:
-    """``in_kafka``: the topics' offsets, shared by the jobs of one status (``topic_offsets``)."""
+               with_lag: bool = True, in_kafka: TopicOffsets | None = None,
+               clocks: TopicClocks | None = None) -> JobStatus:
+    """``in_kafka`` and ``clocks``: the topics' offsets and clocks, shared by the jobs of one
+    status (``topic_offsets``, ``topic_clocks``)."""
     checkpoint = Checkpoint(settings.checkpoint_uri(job))
     job_lease = Lease(checkpoint, job, settings.operations.lease_ttl.seconds)
     lease = job_lease.holder()
@@ -257,15 +270,18 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
         status.state_rows = int(figures.latest["state_rows"])
         status.rows_dropped_by_watermark = figures.sums["rows_dropped_by_watermark"]
     gaps: list[kafka_gaps.KafkaGap] = []
+    clock_refusal = None
     if with_lag:
         in_kafka = in_kafka or topic_offsets(settings)
         try:
             status.lag = _lag(settings, job, committed, in_kafka)
             status.behind = sum(status.lag.values())
             gaps = kafka_gaps.gaps(get_any_job(job).topics(settings.streaming), committed, in_kafka)
+            clock_refusal = _clock_verdict(settings, job, clocks or topic_clocks(settings))
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
-    status.verdict = _settings_verdict(settings, identity, job) or _tables_verdict(settings, checkpoint, job)
+    status.verdict = (_settings_verdict(settings, identity, job) or _tables_verdict(settings, checkpoint, job)
+                      or clock_refusal)
     if status.verdict is not None:
         return status
     if gaps:  # a run, or the restart its application waits for, stops on them
@@ -303,6 +319,19 @@ def _settings_verdict(settings: Settings, identity: dict, job: str) -> Verdict |
     return Verdict("SETTINGS CHANGED", refused.message.removeprefix(f"{job}: "), refused.hint)
 
 
+def _clock_verdict(settings: Settings, job: str, clocks: TopicClocks) -> Verdict | None:
+    """A source topic stamped with its producers' clock: a micro-batch run is refused
+    (runtime/checkpoint/guards.py) unless the settings accept it."""
+    if job in REAL_TIME_JOBS or settings.kafka.accept_producer_time:
+        return None
+    topics = get_any_job(job).topics(settings.streaming)
+    try:
+        guards.check_broker_time(get_any_job(job), settings, {topic: clocks(topic) for topic in topics})
+    except SigflowError as refused:
+        return Verdict("PRODUCER CLOCK", refused.message.removeprefix(f"{job}: "), refused.hint)
+    return None
+
+
 def _tables_verdict(settings: Settings, checkpoint: Checkpoint, job: str) -> Verdict | None:
     """The job's own table gone or made anew since its batches wrote it, or its checkpoint
     gone while they hold its rows: its next run is refused (runtime/checkpoint/tables_kept.py);
@@ -331,14 +360,15 @@ def all_status(settings: Settings, with_lag: bool = True, metrics: dict[str, Job
                ) -> list[JobStatus]:
     """Every job's status; ``metrics``: pipeline_metrics already read (``read_metrics``)."""
     metrics = read_metrics(settings) if metrics is None else metrics
-    in_kafka = None
+    in_kafka = clocks = None
     try:
         if with_lag:
             answered = kafka_admin.check_reachable(kafka_address.connection(settings), timeout_s=3)
             in_kafka = topic_offsets(settings, answered.listing)
+            clocks = topic_clocks(settings, answered.client)
     except SigflowError:
         with_lag = False  # status must still answer while Kafka is down
-    statuses = [job_status(settings, job, metrics, with_lag, in_kafka) for job in ALL_JOBS]
+    statuses = [job_status(settings, job, metrics, with_lag, in_kafka, clocks) for job in ALL_JOBS]
     late = backlog(settings)
     for status in statuses:
         status.late_backlog = late.get(status.job)

@@ -165,22 +165,32 @@ def test_a_producer_clock_ahead_cannot_move_the_watermark_on_a_topic_sigflow_cre
 
 def test_a_job_refuses_a_topic_stamped_with_the_producers_clock_unless_told_to_accept_it(spark, settings):
     """On a CreateTime topic the producer sets the timestamp that bounds event time: the job
-    refuses to start, in one line naming the topic and the fix; accept_producer_time runs it."""
+    refuses to start, in one line naming the topic and the fix; accept_producer_time runs it.
+    `sigflow status` says so before the run does, in the run's words."""
     import pytest
     from confluent_kafka.admin import NewTopic
 
     from spark_jobs.errors import SigflowError
+    from spark_jobs.ops import status
 
     topic = "producer-time-" + settings.streaming.events_topic
     admin = kafka_admin.admin(settings.kafka.bootstrap_servers)
     admin.create_topics([NewTopic(topic, 1, 1, config={"message.timestamp.type": "CreateTime"})])[topic].result(15)
     s = settings.replace(events_topic=topic)
     send(s, [Event("a", "d1", at(9, 0), 1.0)])
+    shown = {job.job: job.verdict for job in status.all_status(s)}
     with pytest.raises(SigflowError, match=f"topic {topic} is stamped with the producer's clock") as refused:
         run_job(spark, s, "dedup")
     assert "use-broker-time" in refused.value.hint and "kafka_accept_producer_time" in refused.value.hint
-    run_job(spark, s.replace(kafka_accept_producer_time=True), "dedup")
+    assert (shown["dedup"].word, f"dedup: {shown['dedup'].reason}", shown["dedup"].next_step) == (
+        "PRODUCER CLOCK", refused.value.message, refused.value.hint)
+    # ingest reads it too; the fast path reads only the alerts' topic, stamped by the broker
+    assert shown["ingest"].word == "PRODUCER CLOCK" and shown["alert-fastpath"].word != "PRODUCER CLOCK"
+    accepting = s.replace(kafka_accept_producer_time=True)
+    assert status.job_status(accepting, "dedup").verdict.word == "NEVER RUN"
+    run_job(spark, accepting, "dedup")
     assert table(s, "device_events_deduplicated").event_id.tolist() == ["a"]
+    assert status.job_status(accepting, "dedup").verdict.word == "OK"
 
 
 def test_the_payload_names_the_device_whatever_the_key_and_an_empty_value_is_quarantined(spark, settings):

@@ -166,7 +166,7 @@ class TableSpec:
     # renamed columns' former names, still written (docs/consumers.md, "Renamed columns")
     kept_names: tuple[KeptName, ...] = ()
     # only jobs' drivers commit to it, a few rows a batch through delta-rs (runtime/delta/sink.py):
-    # it checkpoints every ``DRIVER_CHECKPOINT_INTERVAL`` commits and is created by delta-rs
+    # it checkpoints every ``DRIVER_CHECKPOINT_INTERVAL`` commits
     driver_commits: bool = False
 
     @property

@@ -1,9 +1,9 @@
 """A table's schema in place: created when missing, migrated additively when the contract
 grew. Deploy does it before any job runs (``create_table``, delta-rs, no Spark needed), and
-a job once more before its first batch (``DeltaSink.ensure_table``: ``ensure_with_spark`` for
-a table Spark appends to, ``create_table`` for one only drivers commit to), so a job started right after
-a contract change writes to a table that has its columns. Nothing here writes rows but a
-migration's backfill."""
+a job once more before its first batch (``DeltaSink.ensure_table``, the same), so a job
+started right after a contract change writes to a table that has its columns; reconcile's
+tables are made by Spark (``ensure_with_spark``). Nothing here writes rows but a migration's
+backfill."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 import pyarrow as pa
+from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
 from spark_jobs.contracts.tables import (
@@ -20,7 +21,8 @@ from spark_jobs.contracts.tables import (
     key_constraint,
 )
 from spark_jobs.errors import SigflowError, first_line
-from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.checkpoint import storage
+from spark_jobs.runtime.delta import table_access, version_checksum
 from spark_jobs.runtime.waiting import wait_until
 
 log = logging.getLogger("sigflow.delta")
@@ -76,8 +78,13 @@ def _create_with_spark(spark: SparkSession, uri: str, spec: TableSpec, propertie
 
 def create_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:
     """Create the table with its schema when missing, or migrate it, without Spark (delta-rs):
-    what was done. `sigflow_deploy` does this before any job runs."""
-    return _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec, properties or {}), properties or {})
+    what was done. `sigflow_deploy` does this before any job runs. A table it created gets
+    its newest version's checksum, which Spark's first append to it reads
+    (``version_checksum``)."""
+    done = _ensure(uri, spec, lambda: _create_with_delta_rs(uri, spec, properties or {}), properties or {})
+    if done == "created":
+        version_checksum.write_for_new_table(uri)
+    return done
 
 
 def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str]) -> None:
@@ -93,6 +100,8 @@ def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str])
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: dict[str, str]) -> str:
     if not _table_exists(uri):
         try:
+            if _holds_files(uri):  # Spark's CREATE TABLE refuses such a location; delta-rs would not
+                raise FileExistsError(f"{uri} holds files but no Delta table")
             create()
         except Exception as exc:
             # Jobs start at once and share tables: another driver may have committed
@@ -115,12 +124,20 @@ def _not_a_table(uri: str, spec: TableSpec, exc: Exception) -> SigflowError:
         f"table {spec.name} cannot be created at {uri}, and no other job's creation of it finished "
         f"within {CREATOR_WAIT_S:.0f} s: {first_line(exc)[:300]}",
         "where the location holds files but no Delta table (a copy made by hand, a creation cut off "
-        "before its first commit), move them aside, then start the job again: it creates the table",
+        "before its first commit), move them aside, then try again: the next run or deploy creates the table",
     )
 
 
 def _table_exists(uri: str) -> bool:
     return table_access.exists(uri)
+
+
+def _holds_files(uri: str) -> bool:
+    """Whether the location holds any file: another job's creation under way, or files a
+    table made there would stand beside without holding (and a vacuum of it would delete)."""
+    fs, root = storage.filesystem(uri)
+    found = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return any(info.type == pafs.FileType.File for info in found)
 
 
 def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:

@@ -53,13 +53,10 @@ class DeltaSink:
 
     def ensure_table(self, spec: TableSpec) -> str:
         """Create the table when missing, or add the columns it lacks, and keep its retention
-        as the settings say: what was done. A table Spark appends to is created by Spark,
-        whose creating commit writes the checksum its first append reads; one only drivers
-        commit to (``TableSpec.driver_commits``) by delta-rs, as those commits are, in a
-        tenth of the time (docs/streaming-facts.md)."""
-        if spec.driver_commits:
-            return schema.create_table(self.uri(spec), spec, table_properties(self.settings, spec))
-        return schema.ensure_with_spark(self.spark, self.uri(spec), spec, table_properties(self.settings, spec))
+        as the settings say: what was done. Created by delta-rs, in a tenth of the time of
+        Spark's CREATE TABLE, with the version checksum a first Spark append reads
+        (``version_checksum``; docs/streaming-facts.md)."""
+        return schema.create_table(self.uri(spec), spec, table_properties(self.settings, spec))
 
     def committed_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The highest version the table's application transaction of ``app_id`` holds."""

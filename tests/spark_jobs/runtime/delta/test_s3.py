@@ -350,3 +350,36 @@ def test_raw_on_s3_is_read_for_a_replay_as_on_local_disk(s3, monkeypatch):
     assert records.schema == ARROW_SCHEMA
     assert records.column("offset").to_pylist() == list(range(15, 25))  # in offset order, across two files
     assert records.column("value").to_pylist() == [f"v1-{o}".encode() for o in range(15, 25)]
+
+
+def test_a_table_created_on_s3_gets_its_checksum_and_a_prefix_holding_files_is_refused(s3, monkeypatch):
+    """delta-rs creates the table and its newest version's checksum on S3 as on a local disk
+    (runtime/delta/version_checksum.py); a table's location is its prefix followed by a
+    slash, so another table whose name begins with it is no file of it, and a prefix that
+    holds a file but no table is refused."""
+    from spark_jobs.contracts.tables import (
+        DEVICE_EVENTS,
+        DEVICE_EVENTS_RAW,
+        LATE_EVENTS,
+    )
+    from spark_jobs.errors import SigflowError
+    from spark_jobs.runtime.checkpoint import storage
+    from spark_jobs.runtime.delta import schema, table_access
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
+    root = f"s3a://{BUCKET}/checksums"
+    for spec in (DEVICE_EVENTS_RAW, DEVICE_EVENTS):  # device_events after device_events_raw's files
+        uri = f"{root}/{spec.name}"
+        assert schema.create_table(uri, spec) == "created"
+        fs, path = storage.filesystem(uri)
+        version = table_access.open_table(uri).version()
+        written = json.loads(storage.read_bytes(fs, f"{path}/_delta_log/{version:020d}.crc"))
+        assert (written["numFiles"], written["metadata"]["id"]) == (0, table_access.table_id(uri))
+
+    fs, path = storage.filesystem(f"{root}/late_events")
+    with fs.open_output_stream(f"{path}/part-00000-0f3a.c000.snappy.parquet") as out:
+        out.write(b"PAR1")
+    with pytest.raises(SigflowError, match="table late_events cannot be created"):
+        schema.create_table(f"{root}/late_events", LATE_EVENTS)

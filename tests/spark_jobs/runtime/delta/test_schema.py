@@ -1,7 +1,7 @@
 """Jobs started at once create the tables they share: one creates, the others wait for its
-first commit; a location that never becomes a table is refused with one clear line. A table
-only drivers commit to is created by delta-rs, one Spark appends to by Spark. A run creates
-its tables while its query starts, and no batch writes before they exist."""
+first commit; a location that holds files but never becomes a table is refused with one
+clear line. A run creates its tables (by delta-rs) while its query starts, and no batch
+writes before they exist."""
 
 from __future__ import annotations
 
@@ -40,26 +40,43 @@ def _creation_under_way(uri) -> None:
     (log / ".00000000000000000000.json.b5c1f0e2.tmp").write_text("{}")
 
 
-def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tmp_path):
+def _creation_lands(uri, spec) -> None:
+    """The other job's first commit lands where ``_creation_under_way`` left it writing."""
+    for entry in (uri / "_delta_log").glob(".*.tmp"):
+        entry.unlink()
+    schema.create_table(str(uri), spec)
+
+
+@pytest.mark.parametrize("ensure", ["delta-rs", "Spark"])
+def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tmp_path, ensure):
     uri = tmp_path / "late_events"
     _creation_under_way(uri)
-    other_job = threading.Timer(2.0, schema.create_table, (str(uri), LATE_EVENTS))
+    other_job = threading.Timer(2.0, _creation_lands, (uri, LATE_EVENTS))
     other_job.start()
     try:
-        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
+        if ensure == "Spark":
+            schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
+        else:
+            assert schema.create_table(str(uri), LATE_EVENTS).startswith("exists")
     finally:
         other_job.join()
     assert table_access.exists(str(uri))
+    assert [entry["operation"] for entry in table_access.open_table(str(uri)).history()].count("CREATE TABLE") == 1
     assert set(spark.read.format("delta").load(str(uri)).columns) == set(LATE_EVENTS.schema.fieldNames())
 
 
-def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("left", ["a creation cut off", "a copy's data file"])
+def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark, tmp_path, monkeypatch, left):
     monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
     uri = tmp_path / "late_events"
-    _creation_under_way(uri)
+    if left == "a creation cut off":
+        _creation_under_way(uri)
+    else:  # a vacuum of a table made beside it would delete it
+        uri.mkdir()
+        (uri / "part-00000-0f3a.c000.snappy.parquet").write_bytes(b"PAR1")
 
     with pytest.raises(SigflowError) as refused:
-        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
+        schema.create_table(str(uri), LATE_EVENTS)
 
     assert refused.value.message.startswith(f"table late_events cannot be created at {uri}")
     assert "move them aside" in refused.value.hint
@@ -134,7 +151,7 @@ def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_ta
     def other_job() -> None:
         batch_split.wait(120)
         time.sleep(5.0)  # a batch that did not wait would have written meanwhile
-        schema.create_table(str(uri), DEVICE_EVENTS)
+        _creation_lands(uri, DEVICE_EVENTS)
 
     creator = threading.Thread(target=other_job)
     creator.start()

@@ -18,7 +18,11 @@ from spark_jobs.contracts.tables import (
 )
 from spark_jobs.local.simulate import generate_events
 from spark_jobs.runtime.delta.commit_info import CommitInfo
-from spark_jobs.runtime.delta.schema import arrow_schema, create_table
+from spark_jobs.runtime.delta.schema import (
+    arrow_schema,
+    create_table,
+    ensure_with_spark,
+)
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.delta.table_access import (
     commit_metadata,
@@ -303,7 +307,7 @@ def test_no_writer_can_leave_a_tables_key_null(spark, settings):
     """Every table, made by either writer, refuses a row without its key: Spark's append of
     a window with no kind, delta-rs's append of a status row with no table name."""
     averages = settings.table_uri(DEVICE_SIGNAL_AVERAGES.name)
-    assert DeltaSink(spark, settings).ensure_table(DEVICE_SIGNAL_AVERAGES) == "created"  # by Spark
+    assert ensure_with_spark(spark, averages, DEVICE_SIGNAL_AVERAGES) == "created"  # by Spark (reconcile's)
     assert DeltaTable(averages).version() == 0  # the constraint in the creating commit
     for name, spec in ALL_TABLES.items():
         if name != DEVICE_SIGNAL_AVERAGES.name:

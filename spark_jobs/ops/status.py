@@ -277,7 +277,7 @@ def job_status(settings: Settings, job: str, metrics: dict[str, JobFigures] | No
             status.lag = _lag(settings, job, committed, in_kafka)
             status.behind = sum(status.lag.values())
             gaps = kafka_gaps.gaps(get_any_job(job).topics(settings.streaming), committed, in_kafka)
-            clock_refusal = _clock_verdict(settings, job, clocks or topic_clocks(settings))
+            clock_refusal = _clock_verdict(settings, job, clocks)
         except SigflowError:  # a topic not created yet: status still answers for the rest
             pass
     status.verdict = (_settings_verdict(settings, identity, job) or _tables_verdict(settings, checkpoint, job)
@@ -319,11 +319,12 @@ def _settings_verdict(settings: Settings, identity: dict, job: str) -> Verdict |
     return Verdict("SETTINGS CHANGED", refused.message.removeprefix(f"{job}: "), refused.hint)
 
 
-def _clock_verdict(settings: Settings, job: str, clocks: TopicClocks) -> Verdict | None:
+def _clock_verdict(settings: Settings, job: str, clocks: TopicClocks | None) -> Verdict | None:
     """A source topic stamped with its producers' clock: a micro-batch run is refused
     (runtime/checkpoint/guards.py) unless the settings accept it."""
     if job in REAL_TIME_JOBS or settings.kafka.accept_producer_time:
         return None
+    clocks = clocks or topic_clocks(settings)
     topics = get_any_job(job).topics(settings.streaming)
     try:
         guards.check_broker_time(get_any_job(job), settings, {topic: clocks(topic) for topic in topics})

@@ -98,7 +98,7 @@ def test_each_alert_fires_on_series_recorded_from_a_real_run(spark, settings, tm
     step(60)
     # runs that will be refused: a table of ingest's own deleted, and windowed-averages' window
     # changed in the settings the exporter reads, where its state was built with another
-    shutil.rmtree(settings.table_uri("device_events_raw").removeprefix("file://"))
+    shutil.rmtree(settings.table_uri("device_events_raw"))
     scrapes.append((70, *_scrape(settings.replace(tumbling_window="7 minutes"))))
 
     rules = yaml.safe_load(RULES.read_text())

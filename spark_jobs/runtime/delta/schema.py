@@ -29,6 +29,7 @@ log = logging.getLogger("sigflow.delta")
 # How long a job that found a table's location mid-creation waits for the creating job's
 # first commit: a driver among six starting on 2 cores can take seconds between the two.
 CREATOR_WAIT_S = 30.0
+LOG_FOLDER = "_delta_log"
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
@@ -100,7 +101,7 @@ def _create_with_delta_rs(uri: str, spec: TableSpec, properties: dict[str, str])
 def _ensure(uri: str, spec: TableSpec, create: Callable[[], None], properties: dict[str, str]) -> str:
     if not _table_exists(uri):
         try:
-            if _holds_files(uri):  # Spark's CREATE TABLE refuses such a location; delta-rs would not
+            if _holds_data_files(uri):  # Spark's CREATE TABLE refuses such a location; delta-rs would not
                 raise FileExistsError(f"{uri} holds files but no Delta table")
             create()
         except Exception as exc:
@@ -132,12 +133,14 @@ def _table_exists(uri: str) -> bool:
     return table_access.exists(uri)
 
 
-def _holds_files(uri: str) -> bool:
-    """Whether the location holds any file: another job's creation under way, or files a
-    table made there would stand beside without holding (and a vacuum of it would delete)."""
+def _holds_data_files(uri: str) -> bool:
+    """Whether the location holds a file outside its log: one a table made there would stand
+    beside without holding, and a vacuum of it would delete. What a creation cut off left in
+    the log is no such file (delta-rs' ``mode="error"`` settles creations at once)."""
     fs, root = storage.filesystem(uri)
+    log_folder = f"{root.rstrip('/')}/{LOG_FOLDER}/"
     found = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    return any(info.type == pafs.FileType.File for info in found)
+    return any(info.type == pafs.FileType.File and not info.path.startswith(log_folder) for info in found)
 
 
 def migrate_table(uri: str, spec: TableSpec, properties: dict[str, str] | None = None) -> str:

@@ -1,6 +1,6 @@
 """Jobs started at once create the tables they share: one creates, the others wait for its
 first commit; a location that holds files but never becomes a table is refused with one
-clear line. A run creates its tables (by delta-rs) while its query starts, and no batch
+clear line, by either writer. A run creates its tables (by delta-rs) while its query starts, and no batch
 writes before they exist."""
 
 from __future__ import annotations
@@ -40,24 +40,20 @@ def _creation_under_way(uri) -> None:
     (log / ".00000000000000000000.json.b5c1f0e2.tmp").write_text("{}")
 
 
-def _creation_lands(uri, spec) -> None:
-    """The other job's first commit lands where ``_creation_under_way`` left it writing."""
-    for entry in (uri / "_delta_log").glob(".*.tmp"):
-        entry.unlink()
-    schema.create_table(str(uri), spec)
+def _copys_data_file(uri) -> None:
+    """A data file a copy made by hand left where no table is: a table made beside it would
+    not hold it, and a vacuum of that table would delete it."""
+    uri.mkdir(parents=True)
+    (uri / "part-00000-0f3a.c000.snappy.parquet").write_bytes(b"PAR1")
 
 
-@pytest.mark.parametrize("ensure", ["delta-rs", "Spark"])
-def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tmp_path, ensure):
+def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tmp_path):
     uri = tmp_path / "late_events"
     _creation_under_way(uri)
-    other_job = threading.Timer(2.0, _creation_lands, (uri, LATE_EVENTS))
+    other_job = threading.Timer(2.0, schema.create_table, (str(uri), LATE_EVENTS))
     other_job.start()
     try:
-        if ensure == "Spark":
-            schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
-        else:
-            assert schema.create_table(str(uri), LATE_EVENTS).startswith("exists")
+        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
     finally:
         other_job.join()
     assert table_access.exists(str(uri))
@@ -65,22 +61,34 @@ def test_a_job_finding_a_table_mid_creation_waits_for_its_first_commit(spark, tm
     assert set(spark.read.format("delta").load(str(uri)).columns) == set(LATE_EVENTS.schema.fieldNames())
 
 
-@pytest.mark.parametrize("left", ["a creation cut off", "a copy's data file"])
-def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark, tmp_path, monkeypatch, left):
+def test_a_location_holding_files_but_no_table_is_refused_with_what_to_do(spark, tmp_path, monkeypatch):
     monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
     uri = tmp_path / "late_events"
-    if left == "a creation cut off":
-        _creation_under_way(uri)
-    else:  # a vacuum of a table made beside it would delete it
-        uri.mkdir()
-        (uri / "part-00000-0f3a.c000.snappy.parquet").write_bytes(b"PAR1")
+    _creation_under_way(uri)
 
     with pytest.raises(SigflowError) as refused:
-        schema.create_table(str(uri), LATE_EVENTS)
+        schema.ensure_with_spark(spark, str(uri), LATE_EVENTS)
 
     assert refused.value.message.startswith(f"table late_events cannot be created at {uri}")
     assert "move them aside" in refused.value.hint
     assert "\n" not in str(refused.value)
+
+
+def test_delta_rs_refuses_a_copys_data_file_and_creates_over_a_creation_cut_off(tmp_path, monkeypatch):
+    """delta-rs itself would make a table beside any file: sigflow refuses a location with a
+    data file in it, as Spark's CREATE TABLE does, and creates over what a creation cut off
+    left in the log (a temporary commit), as delta-rs did before."""
+    monkeypatch.setattr(schema, "CREATOR_WAIT_S", 1.0)
+    copied, cut_off = tmp_path / "copied" / "late_events", tmp_path / "cut_off" / "late_events"
+    _copys_data_file(copied)
+    _creation_under_way(cut_off)
+
+    with pytest.raises(SigflowError) as refused:
+        schema.create_table(str(copied), LATE_EVENTS)
+    assert refused.value.message.startswith(f"table late_events cannot be created at {copied}")
+    assert "move them aside" in refused.value.hint
+    assert not table_access.exists(str(copied))
+    assert schema.create_table(str(cut_off), LATE_EVENTS) == "created"
 
 
 def test_a_migration_whose_property_commit_loses_to_another_drivers_sets_what_the_table_still_lacks(
@@ -133,14 +141,14 @@ def test_six_drivers_creating_a_table_only_drivers_commit_to_make_one_whole_tabl
     assert spark.read.format("delta").load(settings.table_uri(spec.name)).count() == 0
 
 
-def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_table_once_created(spark, settings):
+def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_table_once_created(
+        spark, settings, monkeypatch):
     """A run creates its tables while its query starts: a first batch ready to write before
     one of its tables exists waits for that creation, instead of letting its Spark append
     create a table without the key constraint and properties sigflow declares."""
     records = generate_events(40, seed=21, malformed_ratio=0)
     produce(settings, records)
     uri = Path(settings.table_uri(DEVICE_EVENTS.name))
-    _creation_under_way(uri)  # another job's, landing only once the batch is ready to write
     batch_split = threading.Event()
 
     def split(*args):
@@ -148,18 +156,19 @@ def test_a_run_whose_table_is_created_slowly_writes_its_first_batch_into_that_ta
         batch_split.set()
         return tables
 
-    def other_job() -> None:
-        batch_split.wait(120)
-        time.sleep(5.0)  # a batch that did not wait would have written meanwhile
-        _creation_lands(uri, DEVICE_EVENTS)
+    create = schema._create_with_delta_rs
 
-    creator = threading.Thread(target=other_job)
-    creator.start()
+    def slowly(location, spec, properties) -> None:  # lands only once the batch is ready to write
+        if spec.name == DEVICE_EVENTS.name:
+            batch_split.wait(120)
+            time.sleep(5.0)  # a batch that did not wait would have written meanwhile
+        create(location, spec, properties)
+
+    monkeypatch.setattr(schema, "_create_with_delta_rs", slowly)
     try:
         run_job(spark, settings, dataclasses.replace(INGEST, split=split))
     finally:
         batch_split.set()
-        creator.join()
 
     events = table_access.open_table(str(uri))
     assert [entry["operation"] for entry in sorted(events.history(), key=lambda e: e["version"])][0] == "CREATE TABLE"
@@ -175,7 +184,7 @@ def test_a_run_whose_table_cannot_be_created_stops_with_one_line_and_writes_noth
     records = generate_events(40, seed=22, malformed_ratio=0)
     produce(settings, records)
     blocked = Path(settings.table_uri(DEVICE_EVENTS.name))
-    _creation_under_way(blocked)
+    _copys_data_file(blocked)
 
     with pytest.raises(SigflowError, match=f"table {DEVICE_EVENTS.name} cannot be created") as refused:
         run_job(spark, settings, "ingest")

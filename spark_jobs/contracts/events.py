@@ -156,10 +156,11 @@ def with_contract_columns(
     ``max_ahead``: how far a time may be after the record's Kafka timestamp. ``flat_parser``:
     False sends every record through the checks, as a session without the parser's JAR does."""
     steps = _contract_projections(contract, max_ahead, flat_parser)
-    checked = kafka_df
-    for stage in steps.stages:
-        checked = checked.withColumns(stage)
-    return checked.select("*", *steps.checked).drop(*steps.helpers).select("*", *steps.reason).drop("_reason")
+    checked = kafka_df._jdf  # noqa: SLF001 - the steps are the JVM's own sequences (_JvmSteps)
+    for names, columns in steps.stages:
+        checked = checked.withColumns(names, columns)
+    checked = checked.select(steps.checked).drop(steps.helpers).select(steps.reason).drop("_reason")
+    return DataFrame(checked, kafka_df.sparkSession)
 
 
 @dataclass(frozen=True)
@@ -173,21 +174,46 @@ class _Projections:
     reason: list[Column]
 
 
-_built: dict[tuple[str, str, bool], tuple[object, _Projections]] = {}  # with the JVM they were built in
+@dataclass(frozen=True)
+class _JvmSteps:
+    """``_Projections`` as the JVM's own sequences, each step one py4j call: through
+    PySpark's API a list of columns is converted column by column, a call each (about 230
+    calls and 25 to 45 ms of a batch's two parses, docs/streaming-facts.md)."""
+
+    stages: list[tuple[object, object]]  # names, columns
+    checked: object  # every column, then the typed ones and _reason
+    helpers: object
+    reason: object  # every column, then reason_code and reason
+
+    @classmethod
+    def of(cls, projections: _Projections) -> "_JvmSteps":
+        from pyspark import SparkContext
+
+        def seq(items: list) -> object:
+            return SparkContext._jvm.PythonUtils.toSeq([c._jc if isinstance(c, Column) else c for c in items])
+
+        every = F.col("*")
+        return cls(stages=[(seq(list(stage)), seq(list(stage.values()))) for stage in projections.stages],
+                   checked=seq([every, *projections.checked]), helpers=seq(projections.helpers),
+                   reason=seq([every, *projections.reason]))
 
 
-def _contract_projections(contract: Contract, max_ahead: str, flat_parser: bool) -> _Projections:
+_built: dict[tuple[str, str, bool], tuple[object, _JvmSteps]] = {}  # with the JVM they were built in
+
+
+def _contract_projections(contract: Contract, max_ahead: str, flat_parser: bool) -> _JvmSteps:
     """The contract's columns, built once per JVM: they are unresolved expressions, the same
     for every micro-batch, and building them took about 2,300 py4j calls a parse (260 to
     450 ms of each ingest batch's two, docs/streaming-facts.md)."""
     from pyspark import SparkContext
 
     key = (contract.name, max_ahead, flat_parser)
-    jvm, projections = _built.get(key, (None, None))
-    if projections is None or jvm is not SparkContext._jvm:
-        projections = _build_projections(contract, max_ahead, flat_records.parser(contract) if flat_parser else None)
-        _built[key] = (SparkContext._jvm, projections)
-    return projections
+    jvm, steps = _built.get(key, (None, None))
+    if steps is None or jvm is not SparkContext._jvm:
+        steps = _JvmSteps.of(_build_projections(
+            contract, max_ahead, flat_records.parser(contract) if flat_parser else None))
+        _built[key] = (SparkContext._jvm, steps)
+    return steps
 
 
 @dataclass(frozen=True)

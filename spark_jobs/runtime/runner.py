@@ -44,7 +44,7 @@ from spark_jobs.runtime.checkpoint import tables_kept
 from spark_jobs.runtime.checkpoint.directory import Checkpoint
 from spark_jobs.runtime.checkpoint.lease import Lease
 from spark_jobs.runtime.commit import BatchCommit, CommitContext
-from spark_jobs.runtime.delta import concurrent_writes
+from spark_jobs.runtime.delta import concurrent_writes, table_access
 from spark_jobs.runtime.delta.fence import fence_after_takeover
 from spark_jobs.runtime.delta.sink import DeltaSink
 from spark_jobs.runtime.kafka import address as kafka_address
@@ -140,7 +140,7 @@ class JobRun:
         # while the run goes on to start its query: waited for before anything is written
         # (``_start``, and ``BatchCommit`` before a batch's first write)
         self.tables_created = concurrent_writes.begin(self.spark, {
-            spec.name: partial(self.sink.ensure_table, spec) for spec in written})
+            spec.name: partial(self._make_table, spec) for spec in written})
         fence_after_takeover(settings, job.name, self.tables, self.lease,  # before this run's first write
                              tables_created=self._tables_ready)
         self.app_id = self.checkpoint.app_id(job.name)
@@ -198,13 +198,20 @@ class JobRun:
         if self.query is not None:  # the batches before this one have their progress by now
             self.recorder.record(self.query)
 
+    def _make_table(self, spec: TableSpec) -> str | None:
+        """Create or migrate one of the run's tables (in a thread of its own, ``_prepare``):
+        its id when the checkpoint is to record it, read there rather than after all of them,
+        when the run's first batch waits for it."""
+        self.sink.ensure_table(spec)
+        return table_access.table_id(self.sink.uri(spec)) if spec.name in self.tables_to_record else None
+
     def _tables_ready(self) -> None:
         """Wait for the run's tables to exist (``_prepare`` began creating them); the first
         time, record them in the checkpoint (``tables_kept``) and hand the sink their ids."""
-        self.tables_created.wait()
+        made = self.tables_created.wait()
         with self.recording:
             if not self.tables_recorded:
-                tables_kept.record_tables(self.checkpoint, self.tables_to_record)
+                tables_kept.record_tables(self.checkpoint, made)
                 self.sink.hold_ids(tables_kept.own_table_ids(self.checkpoint, self.job.name))
                 self.tables_recorded = True
 

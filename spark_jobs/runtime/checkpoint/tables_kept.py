@@ -134,8 +134,7 @@ def own_table_ids(checkpoint: Checkpoint, job: str) -> dict[str, str]:
     return {name: table_id for name, table_id in checkpoint.table_ids().items() if writers_of(name) == (job,)}
 
 
-def record_tables(checkpoint: Checkpoint, tables: Mapping[str, str]) -> None:
-    """Record the tables' ids once they exist (those ``check_tables_kept`` returned), for its
-    next call to look for."""
-    found = {name: table_access.table_id(uri) for name, uri in tables.items()}
-    checkpoint.record_table_ids({name: table_id for name, table_id in found.items() if table_id})
+def record_tables(checkpoint: Checkpoint, ids: Mapping[str, str | None]) -> None:
+    """Record the ids of the tables ``check_tables_kept`` returned, read once they exist
+    (None: not to be recorded), for its next call to look for."""
+    checkpoint.record_table_ids({name: table_id for name, table_id in ids.items() if table_id})

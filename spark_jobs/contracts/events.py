@@ -295,19 +295,29 @@ def _build_projections(contract: Contract, max_ahead: str, flat: Column | None) 
 Keep = Callable[[DataFrame], DataFrame]  # BatchContext.cache: persist a frame for this batch
 
 
+EVENT_COLUMNS = ["event_id", "device_id", "event_time", "signal"]
+ALERT_COLUMNS = ["alert_id", "device_id", "alert_time", "severity", "kind"]
+COORDINATES = ["topic", "partition", "offset", "kafka_timestamp"]  # where a record was in Kafka
+
+
 def _split(
     kafka_df: DataFrame, contract: Contract, columns: list[str], max_ahead: str, keep: Keep | None
 ) -> tuple[DataFrame, DataFrame]:
-    checked = with_contract_columns(kafka_df, contract, max_ahead).withColumn("kafka_timestamp", F.col("timestamp"))
-    checked = keep(checked) if keep else checked
-    coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
-    valid = checked.where(F.col("reason").isNull()).select(*columns, "extras", *coordinates)
-    quarantined = checked.where(F.col("reason").isNotNull()).select(
+    checked = _checked(kafka_df, contract, max_ahead, keep)
+    return _valid(checked, columns), checked.where(F.col("reason").isNotNull()).select(
         "reason_code", "reason",
         _payload_text().alias("payload_text"),
-        "key", "value", *coordinates, _named_device().alias("device_id"),
+        "key", "value", *COORDINATES, _named_device().alias("device_id"),
     )
-    return valid, quarantined
+
+
+def _checked(kafka_df: DataFrame, contract: Contract, max_ahead: str, keep: Keep | None) -> DataFrame:
+    checked = with_contract_columns(kafka_df, contract, max_ahead).withColumn("kafka_timestamp", F.col("timestamp"))
+    return keep(checked) if keep else checked
+
+
+def _valid(checked: DataFrame, columns: list[str]) -> DataFrame:
+    return checked.where(F.col("reason").isNull()).select(*columns, "extras", *COORDINATES)
 
 
 def _payload_text() -> Column:
@@ -331,7 +341,14 @@ def parse_device_events(
 ) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed events, quarantined records with reasons).
     ``keep`` (a micro-batch's ``BatchContext.cache``) makes both read one parse."""
-    return _split(kafka_df, EVENT_CONTRACT, ["event_id", "device_id", "event_time", "signal"], max_ahead, keep)
+    return _split(kafka_df, EVENT_CONTRACT, EVENT_COLUMNS, max_ahead, keep)
+
+
+def valid_device_events(kafka_df: DataFrame, max_ahead: str) -> DataFrame:
+    """The valid typed events alone, for a job that leaves the others to ingest's quarantine:
+    the quarantined rows' plan is not built (each step of a plan is analysed as it is made,
+    a few ms each over a stream's plan)."""
+    return _valid(_checked(kafka_df, EVENT_CONTRACT, max_ahead, None), EVENT_COLUMNS)
 
 
 def records_maybe_at_or_before(kafka_df: DataFrame, epoch_ms: int) -> DataFrame:
@@ -347,6 +364,9 @@ def parse_device_alerts(
     kafka_df: DataFrame, max_ahead: str, keep: Keep | None = None
 ) -> tuple[DataFrame, DataFrame]:
     """Split Kafka records into (valid typed alerts, quarantined records with reasons)."""
-    return _split(
-        kafka_df, ALERT_CONTRACT, ["alert_id", "device_id", "alert_time", "severity", "kind"], max_ahead, keep
-    )
+    return _split(kafka_df, ALERT_CONTRACT, ALERT_COLUMNS, max_ahead, keep)
+
+
+def valid_device_alerts(kafka_df: DataFrame, max_ahead: str) -> DataFrame:
+    """The valid typed alerts alone (``valid_device_events``)."""
+    return _valid(_checked(kafka_df, ALERT_CONTRACT, max_ahead, None), ALERT_COLUMNS)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
 from spark_jobs.contracts.contract import ALERT_CONTRACT
-from spark_jobs.contracts.events import parse_device_alerts
+from spark_jobs.contracts.events import valid_device_alerts
 from spark_jobs.errors import ConfigError
 from spark_jobs.jobs.base import RealTimeJob
 
@@ -50,7 +50,7 @@ def critical_alerts(settings: StreamingSettings, records: DataFrame) -> DataFram
     """Kafka records of device-alerts -> ``key`` (device id) and ``value`` (the alert as
     JSON, with why it is critical and where it was read) of each valid critical alert."""
     severities, kinds = critical_rule(settings)
-    alerts = parse_device_alerts(records, settings.max_clock_ahead)[0]
+    alerts = valid_device_alerts(records, settings.max_clock_ahead)
     critical = alerts.withColumn("critical_because", _why_critical(severities, kinds)).where(
         F.col("critical_because").isNotNull())
     message = F.struct(

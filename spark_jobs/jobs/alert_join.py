@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.events import parse_device_alerts
+from spark_jobs.contracts.events import valid_device_alerts
 from spark_jobs.contracts.tables import ALERT_SIGNAL_CONTEXT, ALERTS_WITHOUT_TELEMETRY
 from spark_jobs.jobs import JOB_TABLES
 from spark_jobs.jobs.base import BatchContext, StreamingJob
@@ -38,7 +38,7 @@ def alerts_with_signal(settings: StreamingSettings, alert_records: DataFrame, ev
     # An alert_id is one alert: a producer that re-sends (at-least-once) must not make it
     # join, or be reported without telemetry, twice. Same rule as events, on the alerts' delay.
     alerts = (
-        UNREPORTED_ALERT.observed(parse_device_alerts(alert_records, settings.max_clock_ahead)[0])
+        UNREPORTED_ALERT.observed(valid_device_alerts(alert_records, settings.max_clock_ahead))
         .select(*ALERT_COLUMNS)
         .withWatermark("alert_time", settings.alert_watermark_delay.spark)
         .dropDuplicatesWithinWatermark(["alert_id"])
@@ -86,7 +86,7 @@ def dropped_by_the_join(settings: StreamingSettings, records: DataFrame, waterma
     behind the query watermark."""
     events = behind_watermark(settings, records.where(F.col("topic") == settings.events_topic), watermark_ms,
                               UNJOINED_EVENT)
-    alerts = parse_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)[0]
+    alerts = valid_device_alerts(records.where(F.col("topic") == settings.alerts_topic), settings.max_clock_ahead)
     return events.unionByName(UNREPORTED_ALERT.selected(alerts, watermark_ms))
 
 

@@ -10,13 +10,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import StreamingSettings
-from spark_jobs.contracts.events import parse_device_events, records_maybe_at_or_before
+from spark_jobs.contracts.events import records_maybe_at_or_before, valid_device_events
 from spark_jobs.jobs.late_rows import LateRule
 
 
 def valid_events(settings: StreamingSettings, records: DataFrame) -> DataFrame:
     """Typed events from Kafka records; malformed ones are the ingest job's to quarantine."""
-    return parse_device_events(records, settings.max_clock_ahead)[0]
+    return valid_device_events(records, settings.max_clock_ahead)
 
 
 # An event is a device's: its id is unique per device, not across devices (firmware numbers

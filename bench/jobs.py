@@ -187,6 +187,16 @@ def _rates(rates: list[float]) -> str:
     return " / ".join(f"{rate:,.0f}" for rate in rates)
 
 
+def _ratios(ours: list[float], theirs: list[float]) -> str:
+    """The median ratio, then the spread of the ratios round by round: each of ``ours`` over
+    the run of ``theirs`` made in the same round, next to it in time. A bench run's median
+    ratio moved by about 0.1 from run to run (docs/benchmarks.md): the spread says how far
+    one run's can be trusted."""
+    median = statistics.median(ours) / statistics.median(theirs)
+    by_round = [a / b for a, b in zip(ours, theirs)]
+    return f"median ratio {median:.2f}, round by round {min(by_round):.2f} to {max(by_round):.2f}"
+
+
 # measured beside a job too, with no target of their own: ingest's fifth table, by Delta's MERGE
 ALSO_BESIDE = {"ingest": ("ingest with device_status",)}
 
@@ -317,7 +327,7 @@ def storm_rates(spark, settings, events: int, tries: int = 3, warm: bool = True,
             measured[name].append(run(name, str(attempt)))
     clean, storm = statistics.median(measured["clean"]), statistics.median(measured["storm"])
     say(f"  ingest, clean: {_rates(measured['clean'])} events/s; storm (10% malformed): "
-        f"{_rates(measured['storm'])} events/s (median ratio {storm / clean:.2f}), the fewest a run "
+        f"{_rates(measured['storm'])} events/s ({_ratios(measured['storm'], measured['clean'])}), the fewest a run "
         f"quarantined: {min(quarantined):,} quarantined of {sides['storm'][1]:,} malformed")
     return clean, storm
 
@@ -418,12 +428,12 @@ def main(argv=None) -> int:
             per_job[job], handwritten[job] = statistics.median(ours), statistics.median(held_to)
             figures[_baseline_name(kind)] = handwritten[job]
             say(f"  {job}: {_rates(ours)} events/s; hand-written {kind}: {_rates(held_to)} events/s "
-                f"(median ratio {per_job[job] / handwritten[job]:.2f})")
+                f"({_ratios(ours, held_to)})")
             for other, rates in theirs.items():
                 beside[(job, other)] = statistics.median(rates)
                 figures[_baseline_name(other)] = beside[(job, other)]
                 say(f"  {job} beside the hand-written {other} (no target of its own): {_rates(rates)} events/s "
-                    f"(median ratio {per_job[job] / beside[(job, other)]:.2f})")
+                    f"({_ratios(ours, rates)})")
             bar.update()
         idle_ms = no_data_batches(spark, s, args.jobs, say)
         bar.update()

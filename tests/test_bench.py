@@ -221,6 +221,13 @@ def test_the_recompute_section_rebuilds_from_kafka_and_from_raw_and_rewinds_past
     assert rewound and int(rewound[1].replace(",", "")) >= 500, out
 
 
+def test_a_ratio_is_printed_with_its_spread_over_the_rounds_each_run_beside_the_one_of_its_round():
+    """Rounds alternate which side goes first; a run is compared with the other side's run of
+    its own round, next to it in time, never with a run of another round."""
+    ours, theirs = [30.0, 40.0, 20.0], [20.0, 40.0, 10.0]  # per round: 1.5, 1.0, 2.0
+    assert bench._ratios(ours, theirs) == "median ratio 1.50, round by round 1.00 to 2.00"
+
+
 def test_the_capacity_sections_cpu_meter_keeps_what_an_exited_worker_spent():
     """Spark ends idle Python workers and forks new ones mid-step: what one spent before it
     exited still counts, and no part of the pipeline's CPU goes below zero."""

@@ -2,11 +2,10 @@
 
 Two ways to run:
 
-* ``available_now``: process everything in Kafka, then exit. Spark's own availableNow
-  trigger runs no trailing no-data batch (measured), so windows, timeouts and outer-join
-  rows made final by the new watermark would wait for the next run. We instead drive a
-  processing-time query with ``processAllAvailable()``, which returns only after that
-  no-data batch ran, then stop it.
+* ``available_now``: process everything in Kafka, then exit: a processing-time query
+  driven with ``processAllAvailable()``, which returns only after the trailing no-data
+  batch ran (the windows, timeouts and outer-join rows the new watermark made final), then
+  stopped; the same query a continuous run and a replay drive (docs/semantics.md).
 * ``continuous``: a processing-time trigger until SIGTERM/SIGINT, which stops the query
   after the batch in flight.
 

@@ -199,6 +199,30 @@ def _get(url: str) -> str:
         return response.read().decode()
 
 
+def test_spark_s_own_available_now_trigger_ends_with_the_batch_the_moved_watermark_calls_for(spark, tmp_path):
+    """docs/semantics.md: Spark 4.2's availableNow trigger, like the processing-time query a
+    run drives with processAllAvailable, ends with the no-data batch that emits what the
+    last data batch's watermark made final. Ten readings a minute apart, one-minute windows,
+    a minute's delay: the data batch emits none (its watermark is still the start), the
+    next emits the eight windows that end at or before 00:08."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    source = tmp_path / "readings"
+    source.mkdir()
+    (source / "part.json").write_text("\n".join(
+        json.dumps({"id": str(minute), "t": f"2026-01-01T00:{minute:02d}:00Z"}) for minute in range(10)))
+    windows = (spark.readStream.schema("id STRING, t TIMESTAMP").json(str(source))
+               .withWatermark("t", "1 minute").groupBy(F.window("t", "1 minute")).count())
+    emitted = []
+    query = (windows.writeStream.outputMode("append")
+             .foreachBatch(lambda frame, batch_id: emitted.append((batch_id, frame.count())))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert emitted == [(0, 0), (1, 8)]
+
+
 def test_processing_time_run_keeps_going_until_sigterm_then_stops_cleanly(settings):
     """A run with a 1-second trigger takes records as they come; `sigflow maintenance`
     compacting its tables meanwhile loses and repeats no row; SIGTERM ends it cleanly."""

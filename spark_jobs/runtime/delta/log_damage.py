@@ -16,6 +16,7 @@ from spark_jobs.runtime.checkpoint import storage
 RUNBOOK = "docs/runbooks/table-damaged.md"
 # at most this many log entries read for damage, newest first, where no checkpoint bounds them
 NEWEST_ENTRIES = 100
+LOG_FOLDER = "_delta_log"  # a table's log, under its location (Delta's protocol)
 COMMIT_ENTRY = re.compile(r"\d{20}\.json")
 
 
@@ -49,8 +50,8 @@ def damaged_entry(uri: str) -> str | None:
     cannot be why the table fails)."""
     try:
         fs, root = storage.filesystem(uri)
-        entries = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
-        checkpointed = _last_checkpoint(fs, f"{root}/_delta_log/_last_checkpoint")
+        entries = fs.get_file_info(pafs.FileSelector(f"{root}/{LOG_FOLDER}"))
+        checkpointed = _last_checkpoint(fs, f"{root}/{LOG_FOLDER}/_last_checkpoint")
     except OSError:  # the storage does not answer: nothing to say of the log
         return None
     commits = sorted((entry for entry in entries if COMMIT_ENTRY.fullmatch(entry.base_name)

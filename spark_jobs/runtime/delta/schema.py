@@ -23,13 +23,13 @@ from spark_jobs.contracts.tables import (
 from spark_jobs.errors import SigflowError, first_line
 from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.delta import table_access, version_checksum
+from spark_jobs.runtime.delta.log_damage import LOG_FOLDER
 from spark_jobs.runtime.waiting import wait_until
 
 log = logging.getLogger("sigflow.delta")
 # How long a job that found a table's location mid-creation waits for the creating job's
 # first commit: a driver among six starting on 2 cores can take seconds between the two.
 CREATOR_WAIT_S = 30.0
-LOG_FOLDER = "_delta_log"
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:

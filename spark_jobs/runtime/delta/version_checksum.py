@@ -21,6 +21,7 @@ import uuid
 
 from spark_jobs.runtime.checkpoint import storage
 from spark_jobs.runtime.delta import table_access
+from spark_jobs.runtime.delta.log_damage import LOG_FOLDER
 
 DATA_FILE_ACTIONS = ("add", "remove", "cdc")
 
@@ -30,7 +31,7 @@ def write_for_new_table(uri: str) -> int | None:
     that version, or None when the table has data files, a version's entry is no longer in
     the log, or the checksum is there."""
     fs, root = storage.filesystem(uri)
-    log_folder = f"{root}/_delta_log"
+    log_folder = f"{root}/{LOG_FOLDER}"
     version = table_access.open_table(uri).version()
     target = f"{log_folder}/{version:020d}.crc"
     if storage.read_bytes(fs, target) is not None:
